@@ -1,0 +1,82 @@
+"""Model-shape presets (``presets.yaml``): configuration, not code.
+
+A :class:`ModelShape` is everything the trainer, the planner and the job generator need to
+know about a Llama-family model: layers L, hidden h, heads, KV heads, FFN width, vocabulary V.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+_PRESETS_FILE = Path(__file__).with_name("presets.yaml")
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    vocab: int
+    max_seq: int = 2048
+    rope_theta: float = 10000.0
+    cpu_ok: bool = False
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    def num_params(self, tied_embeddings: bool = False) -> int:
+        """Exact parameter count of the HF LlamaForCausalLM with this shape (no biases)."""
+        h, kv = self.hidden, self.kv_heads * self.head_dim
+        attn = h * h * 2 + h * kv * 2  # q, o, k, v
+        mlp = 3 * h * self.ffn  # gate, up, down
+        norms = 2 * h
+        per_layer = attn + mlp + norms
+        emb = self.vocab * h
+        head = 0 if tied_embeddings else self.vocab * h
+        return self.layers * per_layer + emb + head + h  # + final norm
+
+    def llama_config(self, vocab_size: int | None = None, **overrides):
+        """A ``transformers.LlamaConfig`` with this shape (vocab_size overrides the preset's)."""
+        from transformers import LlamaConfig
+
+        kw = dict(
+            vocab_size=vocab_size or self.vocab,
+            hidden_size=self.hidden,
+            intermediate_size=self.ffn,
+            num_hidden_layers=self.layers,
+            num_attention_heads=self.heads,
+            num_key_value_heads=self.kv_heads,
+            max_position_embeddings=self.max_seq,
+            rope_theta=self.rope_theta,
+            tie_word_embeddings=False,
+        )
+        kw.update(overrides)
+        return LlamaConfig(**kw)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@lru_cache(maxsize=None)
+def _load() -> dict[str, dict]:
+    with open(_PRESETS_FILE) as f:
+        return yaml.safe_load(f)
+
+
+def preset_names() -> list[str]:
+    return list(_load().keys())
+
+
+def get_preset(name: str) -> ModelShape:
+    """Return the named preset; unknown names raise ``ValueError`` listing the valid ones."""
+    presets = _load()
+    if name not in presets:
+        raise ValueError(f"unknown size {name!r}: choose one of {', '.join(presets)}")
+    return ModelShape(name=name, **presets[name])
