@@ -1,0 +1,379 @@
+r"""Cost model of one training step of a Llama-family model on a 4D AxoNN grid.
+
+Notation
+--------
+Grid ``(D, R, C, Z)`` = (data, row, column, depth); ``G = D·R·C·Z`` GPUs. Ranks are numbered
+column fastest, then row, then depth, then data, so the *stride* of an axis (distance between
+two ranks that differ only along it) is ``s_C = 1, s_R = C, s_Z = R·C, s_D = R·C·Z``.
+
+``b`` = micro-batch *per GPU* (sequences one rank processes in one forward/backward), ``s`` =
+sequence length, ``B`` = global batch (sequences per optimizer step). A data×depth shard takes
+``B/(D·Z)`` sequences per step in ``A = B/(D·Z·b)`` accumulation micro-steps. Local token count
+of a micro-step: ``m = b·s`` (the 3D matmul's ``m`` is ``b·Z·s`` and depth splits it).
+
+The 3D-parallel Linear ``Y = X Wᵀ`` with ``W`` of shape ``n × k`` (out × in): out is split over
+the row group ``Gr``, in over the column group ``Gc``, the local block again over depth ``Z``.
+Layers with ``transpose=True`` (o_proj, down_proj) swap the row and column roles, so
+``(Gr, Gc) = (R, C)`` for q, k, v, gate, up, lm_head and ``(C, R)`` for o, down.
+
+Compute
+-------
+Per Linear and micro-step each of the three GEMMs (forward ``Y``, ``dX``, ``dW``) does
+``2·m·n·k/(Gr·Gc)`` flops on a local ``m × (k/Gc) × (n/Gr)`` problem. Its time is a roofline
+with a shape-dependent efficiency curve::
+
+    f(d)        = d / (d + d_half)
+    rate(m,n,k) = measured · min(1, f(m)·f(n)·f(k) / f(d_ref)³)
+    t_gemm      = max(2mnk / rate, 2·(mk + kn + mn) / hbm_bw)
+
+(``measured`` is the profile's bf16 GEMM rate at ``m = n = k = d_ref``.) Flash attention on the
+``heads/R`` local heads, replicated over the column group, does
+``4·b·s²·(h/R)·½`` causal flops forward and 2.5× that backward at
+``measured · attention_efficiency``. Elementwise kernels (norms, RoPE, SwiGLU, residuals) are
+a ``kernel_overhead`` fraction on top. With activation checkpointing the backward also
+recomputes the forward.
+
+Communication
+-------------
+Per-rank volumes (elements, bf16 = 2 bytes) from the 3D algorithm, per Linear and micro-step::
+
+    all-gather W over Z (fwd, and again bwd):  (Z−1)/Z · nk/(Gr·Gc)
+    all-reduce Y over Gc (fwd):              2(Gc−1)/Gc · m·n/Gr
+    all-reduce dX over Gr (bwd):             2(Gr−1)/Gr · m·k/Gc
+    reduce-scatter dW over Z (bwd):            (Z−1)/Z · nk/(Gr·Gc)
+    all-reduce dW shard over D (once/step):  2(D−1)/D · nk/(Gr·Gc·Z)
+
+A collective of ``v`` bytes on an axis of ``p`` ranks takes
+``t = α·⌈log₂ p⌉·k + v / β`` (k = 2 for all-reduce, 1 otherwise: the latency of the
+tree / recursive-halving algorithms NCCL/RCCL use at scale; the bandwidth term uses the ring
+volumes above). Topology: an axis with stride ``s`` and size ``p`` stays in a node when
+``s·p ≤ g`` (``g`` = GPUs per node), then ``β = intra_node_gbps``. Otherwise each of its rings
+crosses node boundaries, and ``min(s, g)`` rings leave every node at once (the ``g/s`` ranks of
+one ring in a node are neighbours, so a ring needs one NIC stream per node), so
+``β = min(intra, inter_node_gbps / min(s, g))``.
+
+Overlap
+-------
+``overlap(c, x, f) = c + x − f·min(c, x)``: ``f = 1`` is ``max(c, x)``, ``f = 0`` the sum.
+
+* depth all-gathers / reduce-scatters are prefetched / issued asynchronously and hide behind
+  the compute of neighbouring layers with fraction ``overlap_depth`` (default 0.9);
+* the forward all-reduce of ``Y`` is on the critical path (not overlapped);
+* the backward all-reduce of ``dX`` overlaps the ``dW`` GEMM with ``overlap_tensor_bwd`` (0.5);
+* the data-parallel all-reduce is bucketed per layer and overlaps the backward of the last
+  micro-step with ``overlap_data`` (0.8).
+
+Step time::
+
+    T_layer_fwd = c_f + x_f + y_f − min(c_f, f_Z·min(c_f, x_f))
+    T_layer_bwd = c_b + x_b + y_b − min(c_b, f_Z·min(c_b, x_b) + f_T·min(c_dW, y_dX))
+    T_micro     = L·(T_layer_fwd + T_layer_bwd) + T_lm_head + T_embedding
+    T_step      = A·T_micro + overlap(T_bwd_last, T_dp, f_D) − T_bwd_last + T_optimizer
+
+(``c`` compute, ``x`` depth collectives, ``y`` row/column all-reduces.) Model flops per step
+are ``(6N + 12·L·h·s)·B·s`` (the MFU convention; ``N`` = all parameters), and the predicted
+sustained rate is that over ``T_step``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Iterator, NamedTuple
+
+from axonn.presets import ModelShape
+
+from .profiles import MachineProfile
+
+AXES = ("data", "row", "column", "depth")
+
+
+class Grid(NamedTuple):
+    """A 4D process grid ``[data, row, column, depth]`` (the order of ``--grid D,R,C,Z``)."""
+
+    data: int
+    row: int
+    column: int
+    depth: int
+
+    @property
+    def size(self) -> int:
+        return self.data * self.row * self.column * self.depth
+
+    def stride(self, axis: str) -> int:
+        """Rank distance along ``axis`` (rank order: column fastest, then row, depth, data)."""
+        return {"column": 1, "row": self.column, "depth": self.column * self.row,
+                "data": self.column * self.row * self.depth}[axis]
+
+    def __str__(self) -> str:
+        return f"{self.data},{self.row},{self.column},{self.depth}"
+
+
+def enumerate_grids(gpus: int) -> Iterator[Grid]:
+    """Every ordered factorisation ``gpus = D·R·C·Z`` (all of them, valid or not)."""
+    divs = [d for d in range(1, gpus + 1) if gpus % d == 0]
+    for d in divs:
+        r1 = gpus // d
+        for r in divs:
+            if r1 % r:
+                continue
+            r2 = r1 // r
+            for c in divs:
+                if r2 % c:
+                    continue
+                yield Grid(d, r, c, r2 // c)
+
+
+@dataclass(frozen=True)
+class LinearSpec:
+    """One Linear ``Y = X Wᵀ`` with ``W`` of shape ``out × in_``."""
+
+    name: str
+    out: int
+    in_: int
+    transposed: bool = False
+    out_dim: str = "out"  # which model dimension ``out`` is (for error messages)
+    in_dim: str = "in"
+
+    @property
+    def params(self) -> int:
+        return self.out * self.in_
+
+    def split(self, grid: Grid) -> tuple[int, int]:
+        """``(Gr, Gc)``: sizes of the groups splitting out and in (swapped when transposed)."""
+        return (grid.column, grid.row) if self.transposed else (grid.row, grid.column)
+
+    def axes(self) -> tuple[str, str]:
+        """Names of the axes splitting out and in."""
+        return ("column", "row") if self.transposed else ("row", "column")
+
+
+def layer_linears(shape: ModelShape) -> list[LinearSpec]:
+    """The seven Linears of one decoder layer (q, k, v, o, gate, up, down)."""
+    h, hd = shape.hidden, shape.head_dim
+    q, kv = shape.heads * hd, shape.kv_heads * hd
+    H, Q, KV, F = "hidden", "heads·head_dim", "kv_heads·head_dim", "ffn"
+    return [
+        LinearSpec("q_proj", q, h, False, Q, H), LinearSpec("k_proj", kv, h, False, KV, H),
+        LinearSpec("v_proj", kv, h, False, KV, H), LinearSpec("o_proj", h, q, True, H, Q),
+        LinearSpec("gate_proj", shape.ffn, h, False, F, H), LinearSpec("up_proj", shape.ffn, h, False, F, H),
+        LinearSpec("down_proj", h, shape.ffn, True, H, F),
+    ]
+
+
+def lm_head(shape: ModelShape) -> LinearSpec:
+    return LinearSpec("lm_head", shape.vocab, shape.hidden, False, "vocab", "hidden")
+
+
+def divisibility_problem(shape: ModelShape, grid: Grid) -> str | None:
+    """Why ``grid`` cannot shard ``shape``, or ``None`` when every dimension divides.
+
+    Rules: heads and KV heads are divided over the row group (the non-transposed q/k/v split
+    their output, whole heads per rank); for every Linear its out dimension over ``Gr``, its
+    in dimension over ``Gc``, and the local block's element count over depth; the vocabulary
+    (embedding and lm_head rows) over row, hidden over column.
+    """
+    r, c, z = grid.row, grid.column, grid.depth
+    if shape.heads % r:
+        return f"row={r} does not divide heads={shape.heads}"
+    if shape.kv_heads % r:
+        return f"row={r} does not divide kv_heads={shape.kv_heads}"
+    for lin in layer_linears(shape) + [lm_head(shape)]:
+        gr, gc = lin.split(grid)
+        ax_out, ax_in = lin.axes()
+        if lin.out % gr:
+            return f"{ax_out}={gr} does not divide {lin.out_dim}={lin.out} ({lin.name})"
+        if lin.in_ % gc:
+            return f"{ax_in}={gc} does not divide {lin.in_dim}={lin.in_} ({lin.name})"
+        local = lin.params // (gr * gc)
+        if local % z:
+            return f"depth={z} does not divide the {local}-element local block of {lin.name}"
+    return None
+
+
+@dataclass(frozen=True)
+class CostConfig:
+    """Knobs of the cost model that are properties of the software, not the machine."""
+
+    overlap_depth: float = 0.9       # fraction of depth all-gathers/reduce-scatters hidden
+    overlap_tensor_bwd: float = 0.5  # fraction of the dX all-reduce hidden behind the dW GEMM
+    overlap_data: float = 0.8        # fraction of the data-parallel all-reduce hidden behind backward
+    kernel_overhead: float = 0.10    # elementwise kernels, launch gaps: fraction of GEMM+attention time
+    causal_attention: bool = True    # flash attention skips the masked half
+    bytes_act: int = 2               # bf16 activations / weights on the wire
+    bytes_grad_comm: int = 2         # gradients reduced in bf16
+    optimizer_bytes_per_param: int = 36  # bytes touched per local parameter by fused AdamW (r+w)
+
+
+def model_flops_per_token(shape: ModelShape, seq: int) -> float:
+    """MFU convention: ``6·N + 12·L·h·s`` flops per trained token."""
+    return 6.0 * shape.num_params() + 12.0 * shape.layers * shape.hidden * seq
+
+
+@dataclass
+class StepBreakdown:
+    """Predicted step time of one grid and where it goes (seconds per optimizer step)."""
+
+    step_time_s: float
+    micro_steps: int
+    compute_s: float              # GEMM + attention + overhead, all micro-steps
+    exposed_comm_s: dict[str, float] = field(default_factory=dict)  # per axis, after overlap
+    comm_s: dict[str, float] = field(default_factory=dict)          # per axis, before overlap
+    optimizer_s: float = 0.0
+    model_flops: float = 0.0
+
+    @property
+    def flops_per_s(self) -> float:
+        return self.model_flops / self.step_time_s
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _f(d: float, half: float) -> float:
+    return d / (d + half)
+
+
+def gemm_time(m: float, n: float, k: float, prof: MachineProfile) -> float:
+    """Roofline time of an ``m × k`` by ``k × n`` bf16 GEMM (see module docstring)."""
+    ref = _f(prof.gemm_ref_dim, prof.gemm_half_dim) ** 3
+    eff = min(1.0, _f(m, prof.gemm_half_dim) * _f(n, prof.gemm_half_dim) * _f(k, prof.gemm_half_dim) / ref)
+    rate = prof.measured_tflops * 1e12 * eff
+    t_flop = 2.0 * m * n * k / rate
+    t_mem = 2.0 * (m * k + k * n + m * n) / (prof.hbm_gbps * 1e9)
+    return max(t_flop, t_mem)
+
+
+def axis_bandwidth(grid: Grid, axis: str, prof: MachineProfile) -> tuple[float, float, bool]:
+    """``(bytes/s per rank, latency s, intra_node)`` of collectives along ``axis``."""
+    p = getattr(grid, axis)
+    s = grid.stride(axis)
+    g = prof.gpus_per_node
+    intra_bw = prof.intra_node_gbps * 1e9
+    if s * p <= g:
+        return intra_bw, prof.intra_node_latency_us * 1e-6, True
+    streams = min(s, g)
+    return min(intra_bw, prof.inter_node_gbps * 1e9 / streams), prof.inter_node_latency_us * 1e-6, False
+
+
+class _Comm:
+    """Collective timing on a fixed grid/profile (cached per-axis bandwidths)."""
+
+    def __init__(self, grid: Grid, prof: MachineProfile):
+        self.grid = grid
+        self.bw = {ax: axis_bandwidth(grid, ax, prof) for ax in AXES}
+
+    def time(self, axis: str, volume_bytes: float, allreduce: bool) -> float:
+        p = getattr(self.grid, axis)
+        if p == 1:
+            return 0.0
+        bw, lat, _ = self.bw[axis]
+        steps = (2 if allreduce else 1) * math.ceil(math.log2(p))
+        return lat * steps + volume_bytes / bw
+
+    def allgather(self, axis: str, n_elems_total: float, nbytes: int) -> float:
+        """All-gather (or reduce-scatter) of a tensor of ``n`` elements: (p−1)/p·n per rank."""
+        p = getattr(self.grid, axis)
+        return self.time(axis, (p - 1) / p * n_elems_total * nbytes, allreduce=False)
+
+    def allreduce(self, axis: str, n_elems: float, nbytes: int) -> float:
+        """Ring all-reduce of ``n`` elements per rank: 2(p−1)/p·n."""
+        p = getattr(self.grid, axis)
+        return self.time(axis, 2 * (p - 1) / p * n_elems * nbytes, allreduce=True)
+
+
+def _ov(c: float, x: float, f: float) -> float:
+    """Hidden part of communication ``x`` behind compute ``c`` with overlap fraction ``f``."""
+    return f * min(c, x)
+
+
+def predict_step(shape: ModelShape, grid: Grid, seq: int, global_batch: int, micro_batch: int,
+                 prof: MachineProfile, activation_checkpointing: bool = True,
+                 cfg: CostConfig | None = None) -> StepBreakdown:
+    """Predict the time of one optimizer step (equations in the module docstring).
+
+    ``micro_batch`` is per GPU; ``global_batch`` must be divisible by ``D·Z·micro_batch``.
+    """
+    cfg = cfg or CostConfig()
+    D, R, C, Z = grid
+    if global_batch % (D * Z * micro_batch):
+        raise ValueError(f"global batch {global_batch} is not divisible by data×depth×micro_batch="
+                         f"{D}×{Z}×{micro_batch}")
+    accum = global_batch // (D * Z * micro_batch)
+    comm = _Comm(grid, prof)
+    m = micro_batch * seq
+    ba, bg = cfg.bytes_act, cfg.bytes_grad_comm
+    ckpt = activation_checkpointing
+    axes_comm = {ax: 0.0 for ax in AXES}  # per micro-step (data: per step)
+
+    def linear_costs(lin: LinearSpec) -> dict[str, float]:
+        gr, gc = lin.split(grid)
+        ax_out, ax_in = lin.axes()
+        n_loc, k_loc = lin.out / gr, lin.in_ / gc
+        t_g = gemm_time(m, n_loc, k_loc, prof)          # forward Y
+        t_dx = gemm_time(m, k_loc, n_loc, prof)          # dX = dY W
+        t_dw = gemm_time(n_loc, k_loc, m, prof)          # dW = dYᵀ X
+        w_local = n_loc * k_loc
+        ag = comm.allgather("depth", w_local, ba)        # gather W (fwd; again in bwd)
+        rs = comm.allgather("depth", w_local, bg)        # reduce-scatter dW
+        ar_y = comm.allreduce(ax_in, m * n_loc, ba)
+        ar_dx = comm.allreduce(ax_out, m * k_loc, ba)
+        axes_comm["depth"] += 2 * ag + rs
+        axes_comm[ax_in] += ar_y * (2 if ckpt else 1)
+        axes_comm[ax_out] += ar_dx
+        return dict(c_f=t_g, c_dx=t_dx, c_dw=t_dw, ag=ag, rs=rs, ar_y=ar_y, ar_dx=ar_dx)
+
+    def block(costs: list[dict[str, float]], attn_f: float = 0.0, attn_b: float = 0.0) -> tuple[float, float, float]:
+        """(forward time, backward time, compute time) of a group of Linears + attention."""
+        ov = 1.0 + cfg.kernel_overhead
+        c_f = (sum(x["c_f"] for x in costs) + attn_f) * ov
+        c_dw = sum(x["c_dw"] for x in costs) * ov
+        c_b = (sum(x["c_dx"] for x in costs) + attn_b) * ov + c_dw + (c_f if ckpt else 0.0)
+        x_f = sum(x["ag"] for x in costs)
+        y_f = sum(x["ar_y"] for x in costs)
+        x_b = sum(x["ag"] + x["rs"] for x in costs)
+        y_dx = sum(x["ar_dx"] for x in costs)
+        y_b = y_dx + (y_f if ckpt else 0.0)
+        t_f = c_f + x_f + y_f - min(c_f, _ov(c_f, x_f, cfg.overlap_depth))
+        hidden_b = min(c_b, _ov(c_b, x_b, cfg.overlap_depth) + _ov(c_dw, y_dx, cfg.overlap_tensor_bwd))
+        t_b = c_b + x_b + y_b - hidden_b
+        return t_f, t_b, c_f + c_b
+
+    # --- one decoder layer
+    layer = [linear_costs(lin) for lin in layer_linears(shape)]
+    h_loc = shape.heads // R * shape.head_dim
+    attn_flops_f = 4.0 * micro_batch * seq * seq * h_loc * (0.5 if cfg.causal_attention else 1.0)
+    attn_rate = prof.measured_tflops * 1e12 * prof.attention_efficiency
+    attn_f, attn_b = attn_flops_f / attn_rate, 2.5 * attn_flops_f / attn_rate
+    lf, lb, lc = block(layer, attn_f, attn_b)
+    # --- lm_head (+ loss) and the vocab-parallel embedding (forward all-reduce over row)
+    head = [linear_costs(lm_head(shape))]
+    hf, hb, hc = block(head)
+    emb = comm.allreduce("row", m * shape.hidden / C, ba)
+    axes_comm["row"] += emb
+    t_micro = shape.layers * (lf + lb) + hf + hb + emb
+    t_bwd_last = shape.layers * lb + hb
+    compute = accum * (shape.layers * lc + hc)
+
+    # --- data-parallel all-reduce of every local gradient shard, bucketed per layer
+    layer_params = sum(lin.params for lin in layer_linears(shape))
+    emb_params = 2 * shape.vocab * shape.hidden
+    shard = lambda p: p / (R * C * Z)  # noqa: E731
+    t_dp = shape.layers * comm.allreduce("data", shard(layer_params), bg) + comm.allreduce("data", shard(emb_params), bg)
+    replicated = 2 * shape.hidden * shape.layers + shape.hidden  # norm weights (+ their grads)
+    t_dp += comm.allreduce("data", replicated, bg) if D > 1 else 0.0
+    exposed_dp = t_dp - _ov(t_bwd_last, t_dp, cfg.overlap_data)
+    # norms are replicated over R·C·Z and their gradients are reduced there too (small)
+    total_local = shard(shape.layers * layer_params + emb_params) + replicated
+    t_opt = cfg.optimizer_bytes_per_param * total_local / (prof.hbm_gbps * 1e9)
+
+    step = accum * t_micro + exposed_dp + t_opt
+    comm_s = {ax: axes_comm[ax] * (accum if ax != "data" else 1) for ax in AXES}
+    comm_s["data"] = t_dp
+    # exposed communication: attribute the non-compute time to axes proportionally to raw volume
+    exposed_total = max(0.0, step - compute - t_opt)
+    raw = sum(comm_s.values())
+    exposed = {ax: (exposed_total * comm_s[ax] / raw if raw else 0.0) for ax in AXES}
+    tokens = global_batch * seq
+    return StepBreakdown(step_time_s=step, micro_steps=accum, compute_s=compute,
+                         exposed_comm_s=exposed, comm_s=comm_s, optimizer_s=t_opt,
+                         model_flops=model_flops_per_token(shape, seq) * tokens)
