@@ -1,0 +1,34 @@
+/* Driver: dense_la -- void gemv(const double *A, const double *x, double *y, size_t m, size_t n).
+ * Problem size N gives an N x N matrix. */
+#include "hpc_harness.h"
+
+void gemv(const double *A, const double *x, double *y, size_t m, size_t n);
+
+typedef struct { size_t n; double *A, *x, *got, *want; } ctx_t;
+
+void *hpc_setup(long n, uint64_t seed) {
+    ctx_t *c = hpc_xmalloc(sizeof *c);
+    c->n = (size_t)n;
+    c->A = hpc_xmalloc(c->n * c->n * sizeof(double));
+    c->x = hpc_xmalloc(c->n * sizeof(double));
+    c->got = hpc_xmalloc(c->n * sizeof(double));
+    c->want = hpc_xmalloc(c->n * sizeof(double));
+    for (size_t i = 0; i < c->n * c->n; i++) c->A[i] = hpc_rand_double(&seed, -1.0, 1.0);
+    for (size_t i = 0; i < c->n; i++) c->x[i] = hpc_rand_double(&seed, -1.0, 1.0);
+    return c;
+}
+void hpc_reset(void *p) { ctx_t *c = p; memset(c->got, 0xFF, c->n * sizeof(double)); }
+void hpc_candidate(void *p) { ctx_t *c = p; gemv(c->A, c->x, c->got, c->n, c->n); }
+void hpc_baseline(void *p) {
+    ctx_t *c = p;
+    for (size_t i = 0; i < c->n; i++) {
+        double s = 0.0;
+        for (size_t j = 0; j < c->n; j++) s += c->A[i * c->n + j] * c->x[j];
+        c->want[i] = s;
+    }
+}
+int hpc_check(void *p, char *msg, size_t len) {
+    ctx_t *c = p;
+    return hpc_check_doubles(c->got, c->want, c->n, 1e-9, 1e-9 * (double)c->n, msg, len);
+}
+void hpc_free(void *p) { ctx_t *c = p; free(c->A); free(c->x); free(c->got); free(c->want); free(c); }

@@ -1,0 +1,28 @@
+/* Driver: scan -- void prefix_sum(const long long *x, long long *out, size_t n). */
+#include "hpc_harness.h"
+
+void prefix_sum(const long long *x, long long *out, size_t n);
+
+typedef struct { size_t n; long long *x, *got, *want; } ctx_t;
+
+void *hpc_setup(long n, uint64_t seed) {
+    ctx_t *c = hpc_xmalloc(sizeof *c);
+    c->n = (size_t)n;
+    c->x = hpc_xmalloc(c->n * sizeof(long long));
+    c->got = hpc_xmalloc(c->n * sizeof(long long));
+    c->want = hpc_xmalloc(c->n * sizeof(long long));
+    for (size_t i = 0; i < c->n; i++) c->x[i] = hpc_rand_int(&seed, -1000, 1000);
+    return c;
+}
+void hpc_reset(void *p) { ctx_t *c = p; memset(c->got, 0xA5, c->n * sizeof(long long)); }
+void hpc_candidate(void *p) { ctx_t *c = p; prefix_sum(c->x, c->got, c->n); }
+void hpc_baseline(void *p) {
+    ctx_t *c = p;
+    long long s = 0;
+    for (size_t i = 0; i < c->n; i++) { s += c->x[i]; c->want[i] = s; }
+}
+int hpc_check(void *p, char *msg, size_t len) {
+    ctx_t *c = p;
+    return hpc_check_longs(c->got, c->want, c->n, msg, len);
+}
+void hpc_free(void *p) { ctx_t *c = p; free(c->x); free(c->got); free(c->want); free(c); }

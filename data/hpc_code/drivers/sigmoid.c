@@ -1,0 +1,28 @@
+/* Driver: transform -- void sigmoid(const double *x, double *y, size_t n);
+ * y[i] = 1 / (1 + exp(-x[i])). */
+#include "hpc_harness.h"
+
+void sigmoid(const double *x, double *y, size_t n);
+
+typedef struct { size_t n; double *x, *got, *want; } ctx_t;
+
+void *hpc_setup(long n, uint64_t seed) {
+    ctx_t *c = hpc_xmalloc(sizeof *c);
+    c->n = (size_t)n;
+    c->x = hpc_xmalloc(c->n * sizeof(double));
+    c->got = hpc_xmalloc(c->n * sizeof(double));
+    c->want = hpc_xmalloc(c->n * sizeof(double));
+    for (size_t i = 0; i < c->n; i++) c->x[i] = hpc_rand_double(&seed, -20.0, 20.0);
+    return c;
+}
+void hpc_reset(void *p) { ctx_t *c = p; memset(c->got, 0xFF, c->n * sizeof(double)); }
+void hpc_candidate(void *p) { ctx_t *c = p; sigmoid(c->x, c->got, c->n); }
+void hpc_baseline(void *p) {
+    ctx_t *c = p;
+    for (size_t i = 0; i < c->n; i++) c->want[i] = 1.0 / (1.0 + exp(-c->x[i]));
+}
+int hpc_check(void *p, char *msg, size_t len) {
+    ctx_t *c = p;
+    return hpc_check_doubles(c->got, c->want, c->n, 1e-12, 1e-15, msg, len);
+}
+void hpc_free(void *p) { ctx_t *c = p; free(c->x); free(c->got); free(c->want); free(c); }

@@ -1,0 +1,32 @@
+/* Driver: sort -- void sort_ints(int *x, size_t n), ascending, in place. */
+#include "hpc_harness.h"
+
+void sort_ints(int *x, size_t n);
+
+typedef struct { size_t n; int *orig, *got, *want; } ctx_t;
+
+static int cmp_int(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+void *hpc_setup(long n, uint64_t seed) {
+    ctx_t *c = hpc_xmalloc(sizeof *c);
+    c->n = (size_t)n;
+    c->orig = hpc_xmalloc(c->n * sizeof(int));
+    c->got = hpc_xmalloc(c->n * sizeof(int));
+    c->want = hpc_xmalloc(c->n * sizeof(int));
+    for (size_t i = 0; i < c->n; i++) c->orig[i] = (int)hpc_rand_int(&seed, -1000000000L, 1000000000L);
+    return c;
+}
+void hpc_reset(void *p) { ctx_t *c = p; memcpy(c->got, c->orig, c->n * sizeof(int)); }
+void hpc_candidate(void *p) { ctx_t *c = p; sort_ints(c->got, c->n); }
+void hpc_baseline(void *p) {
+    ctx_t *c = p;
+    memcpy(c->want, c->orig, c->n * sizeof(int));
+    qsort(c->want, c->n, sizeof(int), cmp_int);
+}
+int hpc_check(void *p, char *msg, size_t len) {
+    ctx_t *c = p;
+    return hpc_check_ints(c->got, c->want, c->n, msg, len);
+}
+void hpc_free(void *p) { ctx_t *c = p; free(c->orig); free(c->got); free(c->want); free(c); }

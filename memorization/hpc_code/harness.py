@@ -1,0 +1,157 @@
+"""Build, run and classify one C candidate against its problem's driver.
+
+A candidate is ``problem.prompt + body``.  It is compiled together with the
+problem's driver and the generic harness main (``gcc -O2 -fopenmp`` for
+serial/OpenMP, ``mpicc`` for MPI) in a fresh temp directory, then run once
+per worker count (``OMP_NUM_THREADS=n`` or ``mpiexec -n n``; serial problems
+only with 1).  The driver checks the result against its own serial baseline
+and prints both kernel times; speedup = baseline time / candidate time.
+
+Status of a sample (first failure wins): ``build_error`` -> ``timeout`` ->
+``runtime_error`` (crash, non-zero exit, memory limit, output cap, missing
+result line) -> ``wrong_output`` -> ``passed``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from memorization.hpc_code.problems import Problem
+from memorization.hpc_code.sandbox import SandboxLimits, SandboxResult, run_sandboxed
+
+SEED = 20240917
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """How candidates are built and run."""
+
+    workers: tuple[int, ...] = (1, 2)  # OpenMP threads / MPI ranks to run with
+    quick: bool = False  # small inputs, one repetition (tests)
+    repeats: int = 3  # timed repetitions; the best time counts
+    run_limits: SandboxLimits = SandboxLimits()
+    build_limits: SandboxLimits = SandboxLimits(timeout_s=120.0, memory_mb=0)
+    cc: str = "gcc"
+    mpicc: str = "mpicc"
+    mpiexec: str = "mpiexec"
+    cflags: tuple[str, ...] = ("-O2", "-fopenmp", "-std=gnu17")
+    keep_dirs: bool = False
+
+
+@dataclass
+class SampleResult:
+    """Outcome of one candidate: status plus per-worker-count timings."""
+
+    status: str
+    message: str = ""
+    speedups: dict[int, float] = field(default_factory=dict)
+    baseline_s: dict[int, float] = field(default_factory=dict)
+    candidate_s: dict[int, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        for key in ("speedups", "baseline_s", "candidate_s"):
+            d[key] = {str(k): v for k, v in d[key].items()}
+        return d
+
+
+def _tool(name: str) -> str:
+    """Resolve a compiler/launcher, preferring the running venv's bin/ (mpicc, mpiexec)."""
+    venv_bin = Path(sys.executable).parent / name
+    if venv_bin.exists():
+        return str(venv_bin)
+    return shutil.which(name) or name
+
+
+def _env(workdir: str, threads: int) -> dict[str, str]:
+    """Minimal environment for candidates: no inherited secrets, fixed thread count."""
+    path = os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"])
+    return {
+        "PATH": path,
+        "HOME": workdir,
+        "TMPDIR": workdir,
+        "LANG": "C",
+        "OMP_NUM_THREADS": str(threads),
+        "OMP_WAIT_POLICY": "passive",  # oversubscribed MPI ranks must not spin
+    }
+
+
+def _tail(text: str, limit: int = 1500) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else "..." + text[-limit:]
+
+
+def candidate_source(problem: Problem, body: str) -> str:
+    return problem.prompt + body
+
+
+def build(problem: Problem, body: str, workdir: str, cfg: RunConfig) -> SandboxResult:
+    """Write the sources into ``workdir`` and compile ``./prog``."""
+    wd = Path(workdir)
+    (wd / "candidate.c").write_text(candidate_source(problem, body))
+    main = "main_mpi.c" if problem.model == "mpi" else "main_omp.c"
+    compiler = _tool(cfg.mpicc if problem.model == "mpi" else cfg.cc)
+    cmd = [compiler, *cfg.cflags, f"-I{problem.harness_dir}", "candidate.c",
+           str(problem.driver_path), str(problem.harness_dir / main), "-o", "prog", "-lm"]
+    return run_sandboxed(cmd, workdir, cfg.build_limits, _env(workdir, 1))
+
+
+def _classify_run(res: SandboxResult, nonce: str) -> tuple[str, str, dict | None]:
+    """Map one driver run to (status, message, parsed result line or None)."""
+    if res.timed_out:
+        return "timeout", f"killed after {res.wall_s:.1f}s", None
+    if res.output_exceeded:
+        return "runtime_error", "output limit exceeded", None
+    line = next((ln for ln in res.stdout.splitlines() if ln.startswith(f"HPC_RESULT {nonce} ")), None)
+    if res.returncode != 0:
+        sig = res.signal_name
+        what = f"killed by {sig}" if sig else f"exit code {res.returncode}"
+        if sig in ("SIGSEGV", "SIGBUS", "SIGKILL", "SIGABRT"):
+            what += " (crash, or memory limit exceeded)"
+        return "runtime_error", f"{what}: {_tail(res.stderr or res.stdout, 600)}", None
+    if line is None:
+        return "runtime_error", f"driver printed no result line: {_tail(res.stderr or res.stdout, 600)}", None
+    head, _, msg = line.partition(" msg=")
+    fields = dict(tok.split("=", 1) for tok in head.split()[2:])
+    parsed = {"ok": fields["ok"] == "1", "workers": int(fields["workers"]),
+              "baseline_s": float(fields["baseline_s"]), "candidate_s": float(fields["candidate_s"])}
+    if not parsed["ok"]:
+        return "wrong_output", msg, parsed
+    return "passed", "", parsed
+
+
+def evaluate_c(problem: Problem, body: str, cfg: RunConfig) -> SampleResult:
+    """Build and run one candidate body for ``problem``; never raises for candidate faults."""
+    workdir = tempfile.mkdtemp(prefix=f"hpc_{problem.name}_")
+    try:
+        b = build(problem, body, workdir, cfg)
+        if b.timed_out:
+            return SampleResult("build_error", "compiler timed out")
+        if b.returncode != 0 or not (Path(workdir) / "prog").exists():
+            return SampleResult("build_error", _tail(b.stderr or b.stdout))
+        n = problem.quick_size if cfg.quick else problem.size
+        repeats = 1 if cfg.quick else cfg.repeats
+        result = SampleResult("passed")
+        for workers in ((1,) if problem.model == "serial" else cfg.workers):
+            nonce = secrets.token_hex(8)
+            args = ["./prog", nonce, str(n), str(repeats), str(SEED)]
+            if problem.model == "mpi":
+                args = [_tool(cfg.mpiexec), "-n", str(workers), *args]
+            threads = workers if problem.model == "openmp" else 1
+            res = run_sandboxed(args, workdir, cfg.run_limits, _env(workdir, threads))
+            status, msg, parsed = _classify_run(res, nonce)
+            if status != "passed":
+                return SampleResult(status, f"[{workers} worker(s)] {msg}")
+            result.baseline_s[workers] = parsed["baseline_s"]
+            result.candidate_s[workers] = parsed["candidate_s"]
+            result.speedups[workers] = parsed["baseline_s"] / max(parsed["candidate_s"], 1e-9)
+        return result
+    finally:
+        if not cfg.keep_dirs:
+            shutil.rmtree(workdir, ignore_errors=True)

@@ -1,0 +1,134 @@
+"""Loading the HPC-code problem suite.
+
+A suite directory holds ``problems/*.yaml`` (one problem per file), the shared
+per-type drivers in ``drivers/`` and the generic harness mains in ``harness/``.
+A problem file has the keys::
+
+    name, type, model (serial|openmp|mpi), description, driver (path relative
+    to the suite), size, quick_size, prompt (C code ending in the function's
+    opening brace), reference (the body that completes the prompt)
+
+A file that does not parse or is missing keys becomes a :class:`TaskError`
+(reported per problem) instead of aborting the evaluation.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+MODELS = ("serial", "openmp", "mpi")
+REQUIRED_KEYS = ("name", "type", "model", "driver", "size", "quick_size", "prompt", "reference")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem: a (problem type, execution model) pair."""
+
+    name: str
+    type: str
+    model: str
+    description: str
+    prompt: str
+    reference: str
+    driver_path: Path
+    harness_dir: Path
+    size: int
+    quick_size: int
+    path: Path
+
+    @property
+    def parallel(self) -> bool:
+        return self.model != "serial"
+
+
+@dataclass(frozen=True)
+class TaskError:
+    """A problem file that could not be loaded, with the reason."""
+
+    path: Path
+    error: str
+
+    @property
+    def name(self) -> str:
+        return self.path.stem
+
+
+def default_suite_dir() -> Path:
+    """``data/hpc_code`` of the repository this package lives in."""
+    return Path(__file__).resolve().parents[2] / "data" / "hpc_code"
+
+
+def load_problem(path: Path, suite_dir: Path) -> Problem:
+    """Parse and validate one problem file; raises ``ValueError`` with a clear message."""
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"cannot parse {path.name}: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path.name}: top level must be a mapping, got {type(doc).__name__}")
+    missing = [k for k in REQUIRED_KEYS if k not in doc]
+    if missing:
+        raise ValueError(f"{path.name}: missing keys {missing}")
+    if doc["model"] not in MODELS:
+        raise ValueError(f"{path.name}: model must be one of {MODELS}, got {doc['model']!r}")
+    for key in ("prompt", "reference"):
+        if not isinstance(doc[key], str) or not doc[key].strip():
+            raise ValueError(f"{path.name}: {key} must be a non-empty string")
+    if not doc["prompt"].rstrip().endswith("{"):
+        raise ValueError(f"{path.name}: prompt must end with the function's opening brace")
+    try:
+        size, quick = int(doc["size"]), int(doc["quick_size"])
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path.name}: size/quick_size must be integers") from exc
+    driver = (suite_dir / doc["driver"]).resolve()
+    if not driver.is_file():
+        raise ValueError(f"{path.name}: driver {doc['driver']} not found in {suite_dir}")
+    harness = suite_dir / "harness"
+    if not (harness / "hpc_harness.h").is_file():
+        raise ValueError(f"{path.name}: harness directory {harness} is missing hpc_harness.h")
+    return Problem(
+        name=str(doc["name"]),
+        type=str(doc["type"]),
+        model=doc["model"],
+        description=str(doc.get("description", "")),
+        prompt=doc["prompt"],
+        reference=doc["reference"],
+        driver_path=driver,
+        harness_dir=harness.resolve(),
+        size=size,
+        quick_size=quick,
+        path=path,
+    )
+
+
+def load_suite(
+    suite_dir: Path | str | None = None,
+    patterns: list[str] | None = None,
+    models: list[str] | None = None,
+) -> tuple[list[Problem], list[TaskError]]:
+    """Load every ``problems/*.yaml`` (sorted by name).
+
+    ``patterns`` are shell globs matched against the problem file stem (e.g.
+    ``"sort_*"``); ``models`` keeps only those execution models.  Returns the
+    loaded problems and one :class:`TaskError` per file that failed to load.
+    """
+    suite = Path(suite_dir) if suite_dir is not None else default_suite_dir()
+    files = sorted((suite / "problems").glob("*.yaml"))
+    if not files:
+        raise FileNotFoundError(f"no problems/*.yaml under {suite}")
+    if patterns:
+        files = [f for f in files if any(fnmatch.fnmatch(f.stem, p) for p in patterns)]
+    problems, errors = [], []
+    for f in files:
+        try:
+            p = load_problem(f, suite)
+        except ValueError as exc:
+            errors.append(TaskError(f, str(exc)))
+            continue
+        if models is None or p.model in models:
+            problems.append(p)
+    return problems, errors

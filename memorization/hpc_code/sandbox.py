@@ -1,0 +1,135 @@
+"""Run an untrusted command with limits.
+
+Each call runs in its own session/process group (so a timeout kills the whole
+tree, MPI ranks included), with ``RLIMIT_AS`` (address space, per process),
+no core files, a wall-clock timeout and a cap on captured output.  When
+``unshare -n`` works (root or user namespaces), the command also runs in a
+fresh network namespace with no interfaces but a down loopback, i.e. no
+network.  Otherwise network access is *not* blocked (reported by
+:func:`network_isolation_available`).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import selectors
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Resource limits for one sandboxed command."""
+
+    timeout_s: float = 30.0
+    memory_mb: int = 4096  # RLIMIT_AS per process; <= 0 disables
+    output_bytes: int = 1 << 20  # stdout + stderr captured before the command is killed
+    isolate_network: bool = True
+
+
+@dataclass
+class SandboxResult:
+    returncode: int | None  # None when killed by the sandbox (timeout/output cap)
+    stdout: str
+    stderr: str
+    timed_out: bool
+    output_exceeded: bool
+    wall_s: float
+
+    @property
+    def signal_name(self) -> str | None:
+        """Name of the signal that ended the process, if any (negative returncode or 128+sig)."""
+        rc = self.returncode
+        if rc is None:
+            return None
+        sig = -rc if rc < 0 else rc - 128 if 128 < rc < 160 else None
+        try:
+            return signal.Signals(sig).name if sig else None
+        except ValueError:
+            return None
+
+
+@lru_cache(maxsize=1)
+def network_isolation_available() -> bool:
+    """Whether ``unshare -n`` can create a network namespace here."""
+    try:
+        return subprocess.run(["unshare", "-n", "true"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def _preexec(memory_mb: int):
+    def apply() -> None:
+        if memory_mb > 0:
+            limit = memory_mb << 20
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+    return apply
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_sandboxed(
+    cmd: list[str],
+    cwd: str | os.PathLike,
+    limits: SandboxLimits,
+    env: dict[str, str] | None = None,
+) -> SandboxResult:
+    """Run ``cmd`` in ``cwd`` under ``limits``; never raises for the command's own failures."""
+    if limits.isolate_network and network_isolation_available():
+        cmd = ["unshare", "-n", "--", *cmd]
+    start = time.monotonic()
+    deadline = start + limits.timeout_s
+    proc = subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # own process group: killpg reaches every descendant
+        preexec_fn=_preexec(limits.memory_mb),
+    )
+    bufs = {proc.stdout: bytearray(), proc.stderr: bytearray()}
+    total, timed_out, exceeded = 0, False, False
+    with selectors.DefaultSelector() as sel:
+        for f in bufs:
+            sel.register(f, selectors.EVENT_READ)
+        while sel.get_map():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            for key, _ in sel.select(timeout=min(remaining, 0.5)):
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    continue
+                bufs[key.fileobj] += chunk
+                total += len(chunk)
+            if total > limits.output_bytes:
+                exceeded = True
+                break
+    returncode = None
+    if not (timed_out or exceeded):
+        try:
+            returncode = proc.wait(timeout=max(deadline - time.monotonic(), 0.01))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+    _kill_group(proc)  # also reaps stragglers the command left behind
+    if returncode is None:
+        proc.wait()
+    for f in bufs:
+        f.close()
+    out, err = (bytes(b[: limits.output_bytes]).decode("utf-8", "replace") for b in bufs.values())
+    return SandboxResult(returncode, out, err, timed_out, exceeded, time.monotonic() - start)
