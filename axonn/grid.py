@@ -1,0 +1,263 @@
+"""Process grid for 4D (data x depth x row x column) parallelism.
+
+Rank order (documented contract)::
+
+    rank = ((d * G_intra_d + z) * G_intra_r + r) * G_intra_c + c
+
+i.e. the **column** index ``c`` varies fastest, then **row** ``r``, then
+**depth** ``z``, then **data** ``d`` slowest.  Consecutive ranks therefore
+share a column group first (the group that all-reduces the forward output of
+a non-transposed layer), which keeps the most frequent collective on-node.
+
+Axes and what they split
+------------------------
+* ``row``   (size ``G_intra_r``): output features of a non-transposed Linear
+  (input features of a transposed one); attention heads; FFN units; vocab of
+  ``lm_head``.
+* ``col``   (size ``G_intra_c``): input features of a non-transposed Linear
+  (output features of a transposed one), i.e. the hidden dimension.
+* ``depth`` (size ``G_intra_d``): the flattened local weight block (FSDP-like)
+  *and* the batch.
+* ``data``  (size ``G_data``): the batch (pure replication of parameters).
+
+Groups for every combination of axes are built eagerly (``Grid.group``), e.g.
+``("row", "col")`` (the tensor group that splits the embedding vocabulary) and
+``("data", "depth")`` (over which replicated parameters' gradients are
+reduced).  A combination of size one has group ``None`` and every collective on
+it is a no-op.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import itertools
+import os
+import socket
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import torch
+import torch.distributed as dist
+
+AXES: tuple[str, ...] = ("data", "depth", "row", "col")  # slowest ... fastest
+DEFAULT_TIMEOUT_S: float = float(os.environ.get("AXONN_TIMEOUT", "300"))
+
+_GRID: "Grid | None" = None
+
+
+def _canon(axes: str | Iterable[str]) -> tuple[str, ...]:
+    if isinstance(axes, str):
+        axes = (axes,)
+    axes = tuple(axes)
+    bad = [a for a in axes if a not in AXES]
+    if bad:
+        raise ValueError(f"unknown grid axis {bad}; valid axes are {AXES}")
+    return tuple(a for a in AXES if a in axes)
+
+
+@dataclass
+class Grid:
+    """Holds sizes, this rank's coordinates and the process groups of a grid."""
+
+    sizes: dict[str, int]
+    coords: dict[str, int]
+    rank: int
+    world_size: int
+    backend: str
+    device: torch.device
+    _groups: dict[tuple[str, ...], object] = field(default_factory=dict, repr=False)
+
+    # -- convenience -----------------------------------------------------
+    @property
+    def G_data(self) -> int:
+        return self.sizes["data"]
+
+    @property
+    def G_intra_d(self) -> int:
+        return self.sizes["depth"]
+
+    @property
+    def G_intra_r(self) -> int:
+        return self.sizes["row"]
+
+    @property
+    def G_intra_c(self) -> int:
+        return self.sizes["col"]
+
+    def size(self, axes: str | Iterable[str]) -> int:
+        """Product of the sizes of ``axes``."""
+        n = 1
+        for a in _canon(axes):
+            n *= self.sizes[a]
+        return n
+
+    def index(self, axes: str | Iterable[str]) -> int:
+        """This rank's index inside the group spanned by ``axes`` (slowest axis major)."""
+        i = 0
+        for a in _canon(axes):
+            i = i * self.sizes[a] + self.coords[a]
+        return i
+
+    def group(self, axes: str | Iterable[str]):
+        """Process group spanning ``axes`` (``None`` when its size is 1)."""
+        return self._groups.get(_canon(axes))
+
+    def rank_of(self, data: int = 0, depth: int = 0, row: int = 0, col: int = 0) -> int:
+        """Global rank of grid coordinates (column fastest, then row, depth, data)."""
+        return ((data * self.sizes["depth"] + depth) * self.sizes["row"] + row) * self.sizes["col"] + col
+
+    def __str__(self) -> str:
+        s = " x ".join(f"{a}={self.sizes[a]}" for a in AXES)
+        return f"Grid({s}; rank {self.rank} at {self.coords})"
+
+
+def _coords_of(rank: int, sizes: dict[str, int]) -> dict[str, int]:
+    c: dict[str, int] = {}
+    for a in reversed(AXES):  # fastest first
+        c[a] = rank % sizes[a]
+        rank //= sizes[a]
+    return c
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
+def _mpi_world() -> tuple[int, int] | None:
+    """(rank, size) when launched by mpiexec/srun, else None."""
+    keys = [("PMI_RANK", "PMI_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+            ("PMIX_RANK", "PMIX_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")]
+    for rk, sk in keys:
+        if rk in os.environ and sk in os.environ and int(os.environ[sk]) > 1:
+            return int(os.environ[rk]), int(os.environ[sk])
+    return None
+
+
+def _init_distributed(backend: str, timeout_s: float) -> None:
+    """Initialise torch.distributed from torchrun env, MPI, or as a 1-process world."""
+    timeout = _dt.timedelta(seconds=timeout_s)
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ:
+        dist.init_process_group(backend, timeout=timeout)
+        return
+    mpi = _mpi_world()
+    if mpi is not None:
+        from mpi4py import MPI  # imported lazily: only needed under mpiexec/srun
+
+        comm = MPI.COMM_WORLD
+        rank, size = comm.Get_rank(), comm.Get_size()
+        addr = None
+        if rank == 0:
+            addr = (os.environ.get("MASTER_ADDR") or socket.gethostbyname(socket.gethostname()),
+                    int(os.environ.get("MASTER_PORT") or _free_port()))
+        host, port = comm.bcast(addr, root=0)
+        dist.init_process_group(backend, init_method=f"tcp://{host}:{port}", rank=rank,
+                                world_size=size, timeout=timeout)
+        return
+    store = dist.HashStore()
+    dist.init_process_group(backend, store=store, rank=0, world_size=1, timeout=timeout)
+
+
+def init(G_data: int = 1, G_intra_r: int = 1, G_intra_c: int = 1, G_intra_d: int = 1,
+         backend: str | None = None, timeout_s: float | None = None) -> Grid:
+    """Create the 4D grid (initialising ``torch.distributed`` if needed) and return it.
+
+    ``backend=None`` picks NCCL when CUDA is available, else gloo.  ``timeout_s``
+    (default ``$AXONN_TIMEOUT`` or 300 s) bounds every collective, so a dead rank
+    makes the others fail with an error instead of hanging.  May be called again
+    in the same process to build a different grid over the same world (the new
+    grid replaces the handle returned by :func:`get_grid`).
+    """
+    global _GRID
+    sizes = {"data": int(G_data), "depth": int(G_intra_d), "row": int(G_intra_r), "col": int(G_intra_c)}
+    for a, v in sizes.items():
+        if v < 1:
+            raise ValueError(f"grid axis {a} must be >= 1, got {v}")
+    if backend is None:
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else float(timeout_s)
+    # Refuse before any allocation / rendezvous when the world size is already known.
+    world = int(os.environ.get("WORLD_SIZE", 0)) or (_mpi_world() or (0, 0))[1] or 1
+    if dist.is_initialized():
+        world = dist.get_world_size()
+    _check_product(sizes, world)
+    if not dist.is_initialized():
+        _init_distributed(backend, timeout_s)
+        backend = dist.get_backend()
+    world = dist.get_world_size()
+    _check_product(sizes, world)
+    rank = dist.get_rank()
+    if backend == "nccl":
+        local = int(os.environ.get("LOCAL_RANK", rank % max(torch.cuda.device_count(), 1)))
+        torch.cuda.set_device(local)
+        device = torch.device("cuda", local)
+    else:
+        device = torch.device("cpu")
+    grid = Grid(sizes=sizes, coords=_coords_of(rank, sizes), rank=rank, world_size=world,
+                backend=backend, device=device)
+    _build_groups(grid)
+    _GRID = grid
+    return grid
+
+
+def _check_product(sizes: dict[str, int], world: int) -> None:
+    prod = sizes["data"] * sizes["depth"] * sizes["row"] * sizes["col"]
+    if prod != world:
+        others = prod // sizes["data"]
+        hint = (f"set G_data={world // others}" if world % others == 0
+                else "change G_intra_r/G_intra_c/G_intra_d so that their product divides the world size")
+        raise ValueError(
+            f"grid G_data={sizes['data']} x G_intra_d={sizes['depth']} x G_intra_r={sizes['row']} x "
+            f"G_intra_c={sizes['col']} = {prod} != world size {world}; {hint}")
+
+
+def _build_groups(grid: Grid) -> None:
+    """Create one process group per (combination of axes, fixed other coordinates).
+
+    Every rank calls ``new_group`` for every group in the same order (required
+    by torch.distributed); each rank keeps the ones it belongs to.
+    """
+    sizes = grid.sizes
+    for k in range(1, len(AXES) + 1):
+        for combo in itertools.combinations(AXES, k):
+            n = 1
+            for a in combo:
+                n *= sizes[a]
+            if n == 1:
+                continue
+            if n == grid.world_size:
+                grid._groups[combo] = dist.group.WORLD
+                continue
+            fixed = [a for a in AXES if a not in combo]
+            for fixed_vals in itertools.product(*[range(sizes[a]) for a in fixed]):
+                members = []
+                for var_vals in itertools.product(*[range(sizes[a]) for a in combo]):
+                    c = dict(zip(fixed, fixed_vals)) | dict(zip(combo, var_vals))
+                    members.append(grid.rank_of(**c))
+                g = dist.new_group(sorted(members))
+                if grid.rank in members:
+                    grid._groups[combo] = g
+
+
+def get_grid() -> Grid:
+    """The grid created by the last :func:`init` call."""
+    if _GRID is None:
+        raise RuntimeError("axonn grid not initialised: call axonn.init(...) first")
+    return _GRID
+
+
+def batch_slice(global_batch: torch.Tensor, grid: Grid | None = None) -> torch.Tensor:
+    """This rank's slice (dim 0) of a global batch.
+
+    The batch is split into ``G_data * G_intra_d`` equal contiguous chunks; the
+    chunk index is ``d * G_intra_d + z`` (data-major).  Ranks that differ only in
+    row/column index get the same chunk.
+    """
+    grid = grid or get_grid()
+    n = grid.size(("data", "depth"))
+    b = global_batch.shape[0]
+    if b % n:
+        raise ValueError(f"global batch size {b} is not divisible by G_data*G_intra_d = {n}")
+    per = b // n
+    i = grid.index(("data", "depth"))
+    return global_batch[i * per:(i + 1) * per]

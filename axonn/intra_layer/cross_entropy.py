@@ -1,0 +1,70 @@
+"""Cross-entropy on vocabulary-sharded logits, never materialising the full vocabulary.
+
+``logits_shard[..., V/p]`` holds vocab entries ``[i·V/p, (i+1)·V/p)`` of group rank ``i``
+(default group: the row axis, which splits ``lm_head``'s output).  Per token:
+
+1. ``m = max_v logits``: local max, all-reduce(MAX);
+2. ``s = Σ_v exp(logit - m)``: local sum, all-reduce(SUM);
+3. ``t = logit[label] - m``: taken by the owning rank (0 elsewhere), all-reduce(SUM);
+4. ``loss = log s - t``; tokens with ``label == ignore_index`` get loss 0 and zero gradient.
+
+Backward (local, no communication): ``softmax_local - onehot_local(label)`` times the
+incoming gradient.  ``reduction="mean"`` divides by the number of non-ignored tokens
+(of this rank's micro-batch), like ``F.cross_entropy``; with none it returns 0.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from ..communication import all_reduce
+from ..grid import Grid, get_grid
+
+
+class _VocabParallelCE(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits, labels, ignore_index, axes, grid):
+        ctx.in_dtype = logits.dtype
+        logits = logits.float()
+        nv = logits.shape[-1]
+        start = grid.index(axes) * nv
+        m = logits.max(dim=-1).values
+        all_reduce(m, axes, op=dist.ReduceOp.MAX, grid=grid)
+        shifted = logits - m.unsqueeze(-1)
+        e = shifted.exp()
+        s = e.sum(dim=-1)
+        all_reduce(s, axes, grid=grid)
+        valid = labels != ignore_index
+        local = (labels >= start) & (labels < start + nv) & valid
+        idx = torch.where(local, labels - start, torch.zeros_like(labels))
+        t = shifted.gather(-1, idx.unsqueeze(-1)).squeeze(-1) * local
+        all_reduce(t, axes, grid=grid)
+        loss = (s.log() - t) * valid
+        e.div_(s.unsqueeze(-1))
+        ctx.save_for_backward(e, idx, local, valid)
+        return loss
+
+    @staticmethod
+    def backward(ctx, dloss):
+        softmax, idx, local, valid = ctx.saved_tensors
+        grad = softmax
+        grad.scatter_add_(-1, idx.unsqueeze(-1), -local.unsqueeze(-1).to(grad.dtype))
+        grad.mul_((dloss * valid).unsqueeze(-1))
+        return grad.to(ctx.in_dtype), None, None, None, None
+
+
+def vocab_parallel_cross_entropy(logits_shard: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100,
+                                 reduction: str = "mean", axes="row", grid: Grid | None = None) -> torch.Tensor:
+    """Cross-entropy of vocab-sharded logits (see module doc). ``reduction`` in {"mean","sum","none"}."""
+    grid = grid or get_grid()
+    if logits_shard.shape[:-1] != labels.shape:
+        raise ValueError(f"logits {tuple(logits_shard.shape)} and labels {tuple(labels.shape)} disagree")
+    loss = _VocabParallelCE.apply(logits_shard, labels, ignore_index, axes, grid)
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "mean":
+        n = (labels != ignore_index).sum().clamp(min=1)
+        return loss.sum() / n
+    raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")

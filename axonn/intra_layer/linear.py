@@ -1,0 +1,173 @@
+"""3D tensor-parallel Linear layer (Y = X Wᵀ, W is ``out × in``).
+
+Sharding (``transpose=False``; ``transpose=True`` swaps row and col):
+
+* ``W[out, in]``: ``out`` split over the **row** group, ``in`` over the
+  **column** group; the local ``out/Gr × in/Gc`` block is flattened, zero-padded
+  to a multiple of ``Gz`` and split again over the **depth** group.  The
+  parameter ``weight`` is this rank's 1-D depth shard.
+* ``bias[out]``: ``out`` split over the row group (replicated over col, depth, data).
+* input ``X``: last dim sharded over the column group (``in/Gc``), replicated over row;
+  output ``Y``: last dim sharded over the row group (``out/Gr``), replicated over col.
+  With ``drop_input``/``gather_output`` (the default unless ``expert_mode``) the
+  layer takes and returns full (replicated) activations instead.
+
+Forward: all-gather W over depth; ``Y_local = X_local W_localᵀ``; all-reduce Y over col.
+Backward: all-gather W over depth again; ``dX = dY W`` all-reduced over row;
+``dW = dYᵀ X`` reduce-scattered over depth (summing the depth ranks' different
+micro-batches).  Data-parallel (and, for replicated params, depth) reduction
+happens in :func:`axonn.sync_gradients`.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..communication import all_gather, all_reduce, reduce_scatter
+from ..grid import Grid, get_grid
+from ..sharding import ShardSpec, extract
+from .overlap import CONFIG, PENDING_GRADS
+from .primitives import drop, gather
+
+
+class _LinearFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w_shard, layer):
+        w = layer._local_weight(w_shard, backward=False)
+        y = F.linear(x, w)
+        all_reduce(y, layer.in_axis, grid=layer.grid)
+        ctx.save_for_backward(x, w_shard)
+        ctx.layer = layer
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        layer = ctx.layer
+        x, w_shard = ctx.saved_tensors
+        dy = dy.contiguous()
+        w = layer._local_weight(w_shard, backward=True)
+        dx = pending_dx = None
+        if ctx.needs_input_grad[0]:
+            dx = dy @ w
+            pending_dx = all_reduce(dx, layer.out_axis, async_op=CONFIG.all_reduce, grid=layer.grid)
+        dw = None
+        if ctx.needs_input_grad[1]:
+            flat = (dy.reshape(-1, layer.local_out).t() @ x.reshape(-1, layer.local_in)).reshape(-1)
+            pad = layer.weight_spec.padded_len - flat.numel()
+            if pad:
+                flat = torch.cat([flat, flat.new_zeros(pad)])
+            if layer.grid.size("depth") == 1:
+                dw = flat
+            elif CONFIG.reduce_scatter:
+                PENDING_GRADS.append((reduce_scatter(flat, "depth", async_op=True, grid=layer.grid),
+                                      layer.weight))
+            else:
+                dw = reduce_scatter(flat, "depth", grid=layer.grid)
+        if CONFIG.all_reduce and pending_dx is not None:
+            dx = pending_dx.wait()
+        return dx, dw, None
+
+
+class Linear(nn.Module):
+    """Tensor-parallel ``nn.Linear`` over the row, column and depth groups (see module doc)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, transpose: bool = False,
+                 expert_mode: bool = False, *, drop_input: bool | None = None,
+                 gather_output: bool | str | None = None, grid: Grid | None = None,
+                 device=None, dtype=None, init: bool = True):
+        super().__init__()
+        self.grid = grid = grid or get_grid()
+        self.in_features, self.out_features, self.transpose = in_features, out_features, transpose
+        self.out_axis, self.in_axis = ("col", "row") if transpose else ("row", "col")
+        g_out, g_in = grid.size(self.out_axis), grid.size(self.in_axis)
+        for name, n, ax, g in (("out_features", out_features, self.out_axis, g_out),
+                               ("in_features", in_features, self.in_axis, g_in)):
+            if n % g:
+                raise ValueError(f"Linear {name}={n} is not divisible by the {ax} axis size "
+                                 f"G_intra_{ax[0]}={g}")
+        self.local_out, self.local_in = out_features // g_out, in_features // g_in
+        self.drop_input = (not expert_mode) if drop_input is None else drop_input
+        self.gather_output = (not expert_mode) if gather_output is None else gather_output
+        io, ii = grid.index(self.out_axis), grid.index(self.in_axis)
+        out_rng = (io * self.local_out, (io + 1) * self.local_out)
+        in_rng = (ii * self.local_in, (ii + 1) * self.local_in)
+        gz, z = grid.size("depth"), grid.index("depth")
+        numel = self.local_out * self.local_in
+        per = math.ceil(numel / gz)
+        self.weight_spec = ShardSpec((out_features, in_features), (out_rng, in_rng),
+                                     flat=(z * per, (z + 1) * per), padded_len=per * gz,
+                                     shard_axes=("depth", "row", "col"))
+        self.bias_spec = ShardSpec((out_features,), (out_rng,), shard_axes=(self.out_axis,))
+        self.weight = nn.Parameter(torch.empty(per, device=device, dtype=dtype))
+        self.bias = nn.Parameter(torch.empty(self.local_out, device=device, dtype=dtype)) if bias else None
+        self.weight._axonn_spec = self.weight_spec
+        if self.bias is not None:
+            self.bias._axonn_spec = self.bias_spec
+        self._prefetch = None
+        self._next_layer: Linear | None = None
+        self._prev_layer: Linear | None = None
+        if init:
+            self.reset_parameters()
+
+    def axonn_specs(self) -> dict[str, ShardSpec]:
+        specs = {"weight": self.weight_spec}
+        if self.bias is not None:
+            specs["bias"] = self.bias_spec
+        return specs
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Same init (and RNG consumption) as ``nn.Linear`` on the full matrix, then sliced."""
+        w = torch.empty(self.out_features, self.in_features, dtype=self.weight.dtype)
+        nn.init.kaiming_uniform_(w, a=math.sqrt(5))
+        b = None
+        if self.bias is not None:
+            bound = 1 / math.sqrt(self.in_features) if self.in_features > 0 else 0
+            b = torch.empty(self.out_features, dtype=self.weight.dtype).uniform_(-bound, bound)
+        self.load_full(w, b)
+
+    @torch.no_grad()
+    def load_full(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        """Set this rank's shards from the full ``out × in`` weight (and ``out`` bias)."""
+        self.weight.copy_(extract(weight.to(self.weight.dtype), self.weight_spec))
+        if bias is not None:
+            if self.bias is None:
+                raise ValueError("layer was built without bias")
+            self.bias.copy_(extract(bias.to(self.bias.dtype), self.bias_spec))
+
+    def _local_weight(self, w_shard: torch.Tensor, backward: bool) -> torch.Tensor:
+        numel = self.local_out * self.local_in
+        if self.grid.size("depth") == 1:
+            return w_shard.view(self.local_out, self.local_in)
+        pre = self._prefetch
+        self._prefetch = None
+        if pre is not None and pre[1] == w_shard._version and pre[2] == backward:
+            full = pre[0].wait()
+        else:
+            full = all_gather(w_shard.detach(), "depth", grid=self.grid)
+        nxt = self._prev_layer if backward else self._next_layer
+        if CONFIG.all_gather and nxt is not None and nxt._prefetch is None and nxt.grid is self.grid:
+            nxt._prefetch = (all_gather(nxt.weight.detach(), "depth", async_op=True, grid=self.grid),
+                             nxt.weight._version, backward)
+        return full[:numel].view(self.local_out, self.local_in)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.drop_input:
+            x = drop(x, self.in_axis, self.grid)
+        y = _LinearFn.apply(x, self.weight, self)
+        if self.bias is not None:
+            y = y + self.bias
+        g = self.gather_output
+        if g == "auto":
+            g = not torch.is_grad_enabled()
+        if g:
+            y = gather(y, self.out_axis, self.grid)
+        return y
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}, transpose={self.transpose}, "
+                f"local={self.local_out}x{self.local_in}, grid={self.grid.sizes}")

@@ -1,0 +1,65 @@
+"""Differentiable re-layout primitives on the last (feature) dimension.
+
+* :func:`drop`   forward: keep this rank's contiguous chunk of the last dim
+  (input replicated over ``axes``); backward: all-gather the gradient chunks.
+* :func:`gather` forward: all-gather chunks along the last dim; backward: keep
+  this rank's chunk (the downstream computation is replicated over ``axes``).
+* :func:`reduce_forward` forward: all-reduce (sum); backward: identity (the
+  output is consumed identically on every rank of ``axes``).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..communication import all_gather, all_reduce
+from ..grid import Grid
+
+
+def _chunk(x: torch.Tensor, axes, grid: Grid) -> torch.Tensor:
+    p, i = grid.size(axes), grid.index(axes)
+    n = x.shape[-1] // p
+    return x[..., i * n:(i + 1) * n].contiguous()
+
+
+class _Drop(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, axes, grid):
+        ctx.axes, ctx.grid = axes, grid
+        return _chunk(x, axes, grid)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return all_gather(dy.contiguous(), ctx.axes, dim=-1, grid=ctx.grid), None, None
+
+
+class _Gather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, axes, grid):
+        ctx.axes, ctx.grid = axes, grid
+        return all_gather(x.contiguous(), axes, dim=-1, grid=grid)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return _chunk(dy, ctx.axes, ctx.grid), None, None
+
+
+class _ReduceFwd(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, axes, grid):
+        return all_reduce(x.clone(), axes, grid=grid)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return dy, None, None
+
+
+def drop(x: torch.Tensor, axes, grid: Grid) -> torch.Tensor:
+    return x if grid.size(axes) == 1 else _Drop.apply(x, axes, grid)
+
+
+def gather(x: torch.Tensor, axes, grid: Grid) -> torch.Tensor:
+    return x if grid.size(axes) == 1 else _Gather.apply(x, axes, grid)
+
+
+def reduce_forward(x: torch.Tensor, axes, grid: Grid) -> torch.Tensor:
+    return x if grid.size(axes) == 1 else _ReduceFwd.apply(x, axes, grid)

@@ -1,0 +1,263 @@
+"""Whole-model parallelisation of HF ``LlamaForCausalLM`` and grid-wide gradient utilities.
+
+Layout of a parallelised decoder layer (``Gr`` = row, ``Gc`` = col axis)::
+
+    x (full hidden, replicated over row/col; batch slice of this data/depth rank)
+    ├─ input_layernorm ─ drop(col) ─► q,k,v  (non-transposed: in=hidden/Gc, out=heads/Gr)
+    │     attention on the local heads (heads/Gr and kv_heads/Gr, GQA ratio unchanged)
+    │  ◄─ gather(col) ─ o_proj (transposed: in=heads/Gr, out=hidden/Gc)
+    ├─ post_attention_layernorm ─ drop(col) ─► gate, up (non-transposed: out=ffn/Gr)
+    │  ◄─ gather(col) ─ down_proj (transposed: in=ffn/Gr, out=hidden/Gc)
+    final norm ─ drop(col) ─► lm_head (non-transposed: out=vocab/Gr) ─► vocab-sharded logits
+
+``embed_tokens`` is vocab-parallel over row × col.  Logits stay sharded over the
+row group when gradients are enabled (the loss is
+:func:`~axonn.intra_layer.vocab_parallel_cross_entropy`) and are all-gathered to
+the full vocabulary under ``torch.no_grad()`` (evaluation, ``generate``).
+Norm weights are replicated everywhere.
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .communication import all_reduce
+from .grid import AXES, Grid, get_grid
+from .intra_layer import Embedding, Linear, drop, finish_pending_grads, vocab_parallel_cross_entropy
+from .sharding import ShardSpec, gather_full
+
+
+def spec_of(p: torch.Tensor) -> ShardSpec:
+    """Shard spec of a parameter (replicated when it was not created by an axonn layer)."""
+    s = getattr(p, "_axonn_spec", None)
+    return s if s is not None else ShardSpec.replicated(p.shape)
+
+
+def _check_llama(model: nn.Module, grid: Grid) -> None:
+    try:
+        from transformers import LlamaForCausalLM
+    except ImportError as e:  # pragma: no cover
+        raise RuntimeError("axonn.parallelize needs transformers") from e
+    if not isinstance(model, LlamaForCausalLM):
+        raise TypeError(f"axonn.parallelize supports LlamaForCausalLM, got {type(model).__name__}; "
+                        "for plain nn.Linear models build them inside axonn.intra_layer.auto_parallelize()")
+    c = model.config
+    gr, gc = grid.size("row"), grid.size("col")
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    checks = [("hidden_size", c.hidden_size, "col (G_intra_c)", gc),
+              ("num_attention_heads", c.num_attention_heads, "row (G_intra_r)", gr),
+              ("num_key_value_heads", c.num_key_value_heads, "row (G_intra_r)", gr),
+              ("intermediate_size (FFN)", c.intermediate_size, "row (G_intra_r)", gr),
+              ("vocab_size", c.vocab_size, "row x col (G_intra_r*G_intra_c)", gr * gc)]
+    for name, n, axis, g in checks:
+        if n % g:
+            raise ValueError(f"{name}={n} is not divisible by the {axis} axis size {g}"
+                             + ("; pad the vocabulary to a multiple of it" if name == "vocab_size" else ""))
+    if getattr(c, "tie_word_embeddings", False):
+        raise ValueError("tie_word_embeddings=True is not supported by axonn.parallelize; untie the "
+                         "embeddings (config.tie_word_embeddings=False, copy lm_head.weight) first")
+    if head_dim * c.num_attention_heads != model.model.layers[0].self_attn.q_proj.out_features:
+        raise ValueError("unexpected q_proj shape for the config's head_dim")
+
+
+def _swap(old: nn.Linear, grid: Grid, transpose: bool, **kw) -> Linear:
+    new = Linear(old.in_features, old.out_features, bias=old.bias is not None, transpose=transpose,
+                 expert_mode=True, grid=grid, device=old.weight.device, dtype=old.weight.dtype, init=False, **kw)
+    new.load_full(old.weight.data, None if old.bias is None else old.bias.data)
+    return new
+
+
+def _drop_col_hook(grid: Grid):
+    def hook(module, args, output):
+        return drop(output, "col", grid)
+    return hook
+
+
+def _make_loss(grid: Grid):
+    def loss_fn(logits: torch.Tensor, labels: torch.Tensor, vocab_size: int, num_items_in_batch=None,
+                ignore_index: int = -100, shift_labels: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
+        """HF ``ForCausalLMLoss`` semantics on vocab-sharded (or full) logits."""
+        if shift_labels is None:
+            labels = F.pad(labels, (0, 1), value=ignore_index)
+            shift_labels = labels[..., 1:].contiguous()
+        shift_labels = shift_labels.to(logits.device)
+        gr = grid.size("row")
+        if gr > 1 and logits.shape[-1] == vocab_size:  # full (gathered) logits: take our shard
+            n = vocab_size // gr
+            i = grid.index("row")
+            logits = logits[..., i * n:(i + 1) * n]
+        per_tok = vocab_parallel_cross_entropy(logits, shift_labels, ignore_index, reduction="none",
+                                               axes="row", grid=grid)
+        if num_items_in_batch is not None:
+            if torch.is_tensor(num_items_in_batch):
+                num_items_in_batch = num_items_in_batch.to(per_tok.device)
+            return per_tok.sum() / num_items_in_batch
+        n_valid = (shift_labels != ignore_index).sum()
+        return per_tok.sum() / n_valid  # nan when nothing is valid, like F.cross_entropy
+    return loss_fn
+
+
+def parallelize(model: nn.Module, grid: Grid | None = None) -> nn.Module:
+    """Turn an unmodified HF ``LlamaForCausalLM`` into its 4D-parallel form, in place.
+
+    Raises before touching the model if a dimension is not divisible by the
+    axis that splits it.  Parameter names stay HF's (``model.layers.0.self_attn.q_proj.weight``),
+    so :func:`full_state_dict` returns an HF state dict.  Every rank must hold the
+    same full model (same seed or same checkpoint) when calling this.
+    """
+    grid = grid or get_grid()
+    if getattr(model, "_axonn_grid", None) is not None:
+        raise ValueError("model is already parallelized")
+    _check_llama(model, grid)
+    inner = model.model
+    linears: list[Linear] = []
+    for layer in inner.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        for n in ("q_proj", "k_proj", "v_proj"):
+            setattr(attn, n, _swap(getattr(attn, n), grid, transpose=False))
+            linears.append(getattr(attn, n))
+        attn.o_proj = _swap(attn.o_proj, grid, transpose=True, gather_output=True)
+        linears.append(attn.o_proj)
+        for n in ("gate_proj", "up_proj"):
+            setattr(mlp, n, _swap(getattr(mlp, n), grid, transpose=False))
+            linears.append(getattr(mlp, n))
+        mlp.down_proj = _swap(mlp.down_proj, grid, transpose=True, gather_output=True)
+        linears.append(mlp.down_proj)
+        layer.input_layernorm.register_forward_hook(_drop_col_hook(grid))
+        layer.post_attention_layernorm.register_forward_hook(_drop_col_hook(grid))
+    inner.norm.register_forward_hook(_drop_col_hook(grid))
+    old = inner.embed_tokens
+    emb = Embedding(old.num_embeddings, old.embedding_dim, old.padding_idx, grid=grid,
+                    device=old.weight.device, dtype=old.weight.dtype, init=False)
+    emb.load_full(old.weight.data)
+    inner.embed_tokens = emb
+    model.lm_head = _swap(model.lm_head, grid, transpose=False, gather_output="auto")
+    linears.append(model.lm_head)
+    for a, b in zip(linears[:-1], linears[1:]):
+        object.__setattr__(a, "_next_layer", b)  # plain attributes, not submodules
+        object.__setattr__(b, "_prev_layer", a)
+    model.loss_function = _make_loss(grid)
+    model._axonn_grid = grid
+    return model
+
+
+def param_specs(model: nn.Module) -> dict[str, ShardSpec]:
+    return {n: spec_of(p) for n, p in model.named_parameters()}
+
+
+def full_state_dict(model: nn.Module, rank0_only: bool = False, grid: Grid | None = None) -> dict[str, torch.Tensor]:
+    """Gather the full HF-named state dict (collective: every rank must call it).
+
+    Returns it on every rank, or only on global rank 0 (others get ``{}``) with ``rank0_only``.
+    """
+    grid = grid or getattr(model, "_axonn_grid", None) or get_grid()
+    out: dict[str, torch.Tensor] = {}
+    params = dict(model.named_parameters())
+    for name, t in model.state_dict().items():
+        p = params.get(name)
+        full = gather_full(t, spec_of(p), grid) if p is not None else t.detach().clone()
+        if not rank0_only or grid.rank == 0:
+            out[name] = full
+    return out
+
+
+def full_grad_dict(model: nn.Module, grid: Grid | None = None) -> dict[str, torch.Tensor]:
+    """Gather every parameter's full gradient (zeros where ``.grad`` is None); collective."""
+    grid = grid or getattr(model, "_axonn_grid", None) or get_grid()
+    return {n: gather_full(p.grad if p.grad is not None else torch.zeros_like(p), spec_of(p), grid)
+            for n, p in model.named_parameters()}
+
+
+def _params(obj) -> list[torch.nn.Parameter]:
+    if isinstance(obj, nn.Module):
+        return [p for p in obj.parameters() if p.requires_grad]
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    return [p for p in obj if p.requires_grad]
+
+
+@torch.no_grad()
+def sync_gradients(model_or_params, grid: Grid | None = None) -> None:
+    """Average gradients over the data (and, where needed, depth) axes; call after backward.
+
+    * depth-sharded weights (already summed over depth by the backward
+      reduce-scatter): all-reduce over ``data``;
+    * everything else (biases, norms, embedding): all-reduce over ``data × depth``;
+    then divide by ``G_data·G_intra_d``.  Grads are bucketed per group.  Waits for
+    overlapped reduce-scatters first.  No-op when ``G_data = G_intra_d = 1``.
+    """
+    finish_pending_grads()
+    grid = grid or getattr(model_or_params, "_axonn_grid", None) or get_grid()
+    n = grid.size(("data", "depth"))
+    if n == 1:
+        return
+    buckets: dict[tuple[str, ...], list[torch.nn.Parameter]] = {}
+    for p in _params(model_or_params):
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        axes = ("data",) if spec_of(p).flat is not None else ("data", "depth")
+        buckets.setdefault(axes, []).append(p)
+    for axes, ps in buckets.items():
+        by_dtype: dict[torch.dtype, list[torch.nn.Parameter]] = {}
+        for p in ps:
+            by_dtype.setdefault(p.grad.dtype, []).append(p)
+        for group in by_dtype.values():
+            flat = torch.cat([p.grad.reshape(-1) for p in group])
+            all_reduce(flat, axes, grid=grid)
+            flat.div_(n)
+            off = 0
+            for p in group:
+                k = p.grad.numel()
+                p.grad.copy_(flat[off:off + k].view_as(p.grad))
+                off += k
+
+
+@torch.no_grad()
+def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, grid: Grid | None = None) -> torch.Tensor:
+    """Clip gradients by their norm over the whole grid (call after :func:`sync_gradients`).
+
+    Each distinct shard is counted once: per parameter, ``|g|^p`` is summed
+    locally, then all-reduced over exactly the axes the parameter is sharded on
+    (replicated copies are not summed).  ``inf`` uses a MAX all-reduce.
+    Returns the total norm (same value on every rank).
+    """
+    grid = grid or get_grid()
+    params = [p for p in _params(parameters) if p.grad is not None]
+    norm_type = float(norm_type)
+    dev = params[0].grad.device if params else grid.device
+    if math.isinf(norm_type):
+        local = torch.stack([p.grad.detach().abs().max().float() for p in params]).max() if params \
+            else torch.zeros((), device=dev)
+        total = all_reduce(local.reshape(1).clone(), AXES, op=torch.distributed.ReduceOp.MAX, grid=grid)[0]
+    else:
+        sums: dict[tuple[str, ...], torch.Tensor] = {}
+        for p in params:
+            axes = tuple(a for a in spec_of(p).shard_axes if grid.size(a) > 1)
+            s = p.grad.detach().float().abs().pow(norm_type).sum()
+            sums[axes] = sums.get(axes, torch.zeros((), device=dev)) + s
+        # every rank must join the same collectives: iterate over all axis subsets in a fixed order
+        total = torch.zeros((), device=dev)
+        keys = _all_shard_keys(grid)
+        vec = torch.stack([sums.get(k, torch.zeros((), device=dev)) for k in keys])
+        for i, k in enumerate(keys):
+            if k:
+                vec[i:i + 1] = all_reduce(vec[i:i + 1].clone(), k, grid=grid)
+        total = vec.sum().pow(1.0 / norm_type)
+    coef = max_norm / (total + 1e-6)
+    if coef < 1:
+        for p in params:
+            p.grad.detach().mul_(coef.to(p.grad.dtype))
+    return total
+
+
+def _all_shard_keys(grid: Grid) -> list[tuple[str, ...]]:
+    import itertools
+    live = [a for a in ("depth", "row", "col") if grid.size(a) > 1]
+    keys: list[tuple[str, ...]] = []
+    for k in range(len(live) + 1):
+        keys.extend(itertools.combinations(live, k))
+    return keys

@@ -1,0 +1,113 @@
+"""Shard specifications: how a rank's local parameter maps to the full tensor.
+
+A :class:`ShardSpec` says that the local tensor is the sub-block
+``full[block[0][0]:block[0][1], block[1][0]:block[1][1], ...]`` of the full
+(HF-named, HF-shaped) tensor, optionally flattened, zero-padded to
+``padded_len`` and cut to ``flat = (start, stop)`` (depth sharding).
+``shard_axes`` lists the grid axes over which the shards are *distinct*; the
+parameter is replicated over every other axis.  The same spec applies to the
+gradient and to optimizer state of the same shape.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+import torch
+
+from .communication import all_gather
+from .grid import Grid
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    full_shape: tuple[int, ...]
+    block: tuple[tuple[int, int], ...]
+    flat: tuple[int, int] | None = None
+    padded_len: int | None = None
+    shard_axes: tuple[str, ...] = ()
+
+    @staticmethod
+    def replicated(shape: Iterable[int]) -> "ShardSpec":
+        shape = tuple(int(s) for s in shape)
+        return ShardSpec(shape, tuple((0, s) for s in shape))
+
+    @property
+    def block_shape(self) -> tuple[int, ...]:
+        return tuple(b - a for a, b in self.block)
+
+    def block_slices(self) -> tuple[slice, ...]:
+        return tuple(slice(a, b) for a, b in self.block)
+
+    def to_dict(self) -> dict:
+        return {"full_shape": list(self.full_shape), "block": [list(b) for b in self.block],
+                "flat": list(self.flat) if self.flat else None, "padded_len": self.padded_len,
+                "shard_axes": list(self.shard_axes)}
+
+    @staticmethod
+    def from_dict(d: dict) -> "ShardSpec":
+        return ShardSpec(tuple(d["full_shape"]), tuple(tuple(b) for b in d["block"]),
+                         tuple(d["flat"]) if d["flat"] else None, d["padded_len"], tuple(d["shard_axes"]))
+
+
+def extract(full: torch.Tensor, spec: ShardSpec) -> torch.Tensor:
+    """This rank's local shard of ``full`` according to ``spec`` (a fresh tensor)."""
+    if tuple(full.shape) != spec.full_shape:
+        raise ValueError(f"full tensor has shape {tuple(full.shape)}, expected {spec.full_shape}")
+    blk = full[spec.block_slices()]
+    if spec.flat is None:
+        return blk.clone().contiguous()
+    flat = blk.reshape(-1)
+    pad = spec.padded_len - flat.numel()
+    if pad:
+        flat = torch.cat([flat, flat.new_zeros(pad)])
+    return flat[spec.flat[0]:spec.flat[1]].clone()
+
+
+def gather_full(local: torch.Tensor, spec: ShardSpec, grid: Grid) -> torch.Tensor:
+    """Collectively reassemble the full tensor from every rank's ``local`` shard.
+
+    Depth shards are all-gathered over ``depth`` (flat, then unpadded and
+    reshaped to the block); blocks are all-gathered over the remaining shard
+    axes together with their offsets and placed into the full tensor.
+    """
+    t = local.detach()
+    if spec.flat is not None:
+        t = all_gather(t.contiguous(), "depth", grid=grid)[: _numel(spec.block_shape)].view(spec.block_shape)
+    axes = tuple(a for a in spec.shard_axes if a != "depth")
+    if not axes or grid.size(axes) == 1:
+        return t.clone()
+    p = grid.size(axes)
+    blocks = all_gather(t.contiguous().unsqueeze(0), axes, grid=grid)
+    offs = torch.tensor([a for a, _ in spec.block], dtype=torch.long, device=t.device).unsqueeze(0)
+    offs = all_gather(offs, axes, grid=grid)
+    full = t.new_empty(spec.full_shape)
+    bs = spec.block_shape
+    for i in range(p):
+        sl = tuple(slice(int(o), int(o) + s) for o, s in zip(offs[i].tolist(), bs))
+        full[sl] = blocks[i]
+    return full
+
+
+def assemble(pieces: list[tuple[torch.Tensor, ShardSpec]]) -> torch.Tensor:
+    """Rebuild a full tensor from (local tensor, spec) pairs covering it (offline, no collectives)."""
+    spec0 = pieces[0][1]
+    full = pieces[0][0].new_zeros(spec0.full_shape)
+    flats: dict[tuple, torch.Tensor] = {}
+    for t, s in pieces:
+        if s.flat is None:
+            full[s.block_slices()] = t.view(s.block_shape)
+        else:
+            buf = flats.setdefault(s.block, t.new_zeros(s.padded_len))
+            buf[s.flat[0]:s.flat[1]] = t
+    for blk, buf in flats.items():
+        shape = tuple(b - a for a, b in blk)
+        full[tuple(slice(a, b) for a, b in blk)] = buf[: _numel(shape)].view(shape)
+    return full
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n

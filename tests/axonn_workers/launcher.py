@@ -1,0 +1,76 @@
+"""Launch an N-rank CPU/gloo job the way torchrun does (env vars), or under mpiexec, with a hard timeout."""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(extra: dict | None = None) -> dict:
+    env = dict(os.environ)
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    env.update({"OMP_NUM_THREADS": "1", "AXONN_TIMEOUT": "60", "TOKENIZERS_PARALLELISM": "false",
+                "PYTHONUNBUFFERED": "1", "TRANSFORMERS_VERBOSITY": "error", "PYTHONWARNINGS": "ignore"})
+    env.update(extra or {})
+    return env
+
+
+def launch(script: str, nproc: int, args: list[str] | None = None, timeout: float = 300,
+           extra_env: dict | None = None) -> tuple[list[int], str]:
+    """Run ``script`` on ``nproc`` ranks (torchrun-style env). Returns (return codes, combined output)."""
+    port = free_port()
+    procs = []
+    logs = []
+    for r in range(nproc):
+        env = _env({"RANK": str(r), "WORLD_SIZE": str(nproc), "LOCAL_RANK": str(r),
+                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), **(extra_env or {})})
+        log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"axonn_{os.getpid()}_{port}_{r}.log", "w+")
+        logs.append(log)
+        procs.append(subprocess.Popen([sys.executable, str(HERE / script), *(args or [])], env=env,
+                                      stdout=log, stderr=subprocess.STDOUT))
+    deadline = time.time() + timeout
+    codes = _wait_all(procs, deadline)
+    out = ""
+    for r, log in enumerate(logs):
+        log.seek(0)
+        out += f"----- rank {r} (rc={codes[r]}) -----\n" + log.read()[-6000:]
+        log.close()
+        os.unlink(log.name)
+    return codes, out
+
+
+def _wait_all(procs: list[subprocess.Popen], deadline: float) -> list[int]:
+    while time.time() < deadline and any(p.poll() is None for p in procs):
+        time.sleep(0.2)
+    codes = []
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+            codes.append(-9)
+        else:
+            codes.append(p.returncode)
+    return codes
+
+
+def launch_mpi(script: str, nproc: int, args: list[str] | None = None, timeout: float = 300) -> tuple[int, str]:
+    mpiexec = shutil.which("mpiexec") or str(Path(sys.executable).parent / "mpiexec")
+    cmd = [mpiexec, "-n", str(nproc), sys.executable, str(HERE / script), *(args or [])]
+    try:
+        res = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=timeout)
+        return res.returncode, (res.stdout + res.stderr)[-20000:]
+    except subprocess.TimeoutExpired as e:
+        return -9, f"TIMEOUT\n{e.stdout}\n{e.stderr}"

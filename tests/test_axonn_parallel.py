@@ -1,0 +1,114 @@
+"""Parallel == serial for the 4D grid (multi-process gloo on CPU), and bad-input errors.
+
+Each worker launch runs *all* checks for several grids inside one process group
+(see tests/axonn_workers/grid_checks.py): logits, loss and every gathered
+gradient within 1e-5 relative of the serial model, clip_grad_norm_, a Linear
+stack with biases, greedy generate, 20 AdamW steps following the serial loss
+curve, and overlap on == overlap off.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+WORKERS = Path(__file__).resolve().parent / "axonn_workers"
+_spec = importlib.util.spec_from_file_location("axonn_launcher", WORKERS / "launcher.py")
+launcher = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(launcher)
+
+
+def _run(nproc: int, grids: list[str], timeout: float) -> str:
+    codes, out = launcher.launch("grid_checks.py", nproc, grids, timeout=timeout)
+    assert codes == [0] * nproc, f"return codes {codes}\n{out}"
+    for g in grids:
+        d, r, c, z = g.split(",")
+        assert f"OK grid data={d} row={r} col={c} depth={z}" in out, out
+    return out
+
+
+@pytest.mark.timeout(120)
+def test_single_process_plain_python() -> None:
+    """A 1x1x1x1 grid works in a plain python process with no launcher env vars."""
+    env = launcher._env({"AXONN_TEST_STEPS": "5"})
+    res = subprocess.run([sys.executable, str(WORKERS / "grid_checks.py"), "1,1,1,1"], env=env,
+                         capture_output=True, text=True, timeout=110)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "OK grid data=1 row=1 col=1 depth=1" in res.stdout
+
+
+@pytest.mark.timeout(300)
+def test_world2_each_axis_alone() -> None:
+    _run(2, ["1,2,1,1", "1,1,2,1", "1,1,1,2", "2,1,1,1"], timeout=280)
+
+
+@pytest.mark.timeout(400)
+def test_world8_axes_together() -> None:
+    _run(8, ["1,2,2,2", "2,2,2,1"], timeout=380)
+
+
+@pytest.mark.timeout(60)
+def test_dead_rank_fails_fast() -> None:
+    t0 = time.time()
+    codes, out = launcher.launch("dead_rank.py", 2, timeout=50, extra_env={"AXONN_TIMEOUT": "10"})
+    assert codes[1] == 3, out
+    assert codes[0] == 7, f"rank 0 should have raised, got rc={codes[0]}\n{out}"
+    assert time.time() - t0 < 45
+
+
+def test_grid_product_mismatch_refused() -> None:
+    import axonn
+
+    os.environ.pop("WORLD_SIZE", None)
+    with pytest.raises(ValueError, match=r"G_intra_r=2 x G_intra_c=1 = 4 != world size 1; change G_intra_r"):
+        axonn.init(G_data=2, G_intra_r=2)
+
+
+def _fake_grid(data=1, depth=1, row=1, col=1):
+    from axonn.grid import Grid, _coords_of
+
+    sizes = {"data": data, "depth": depth, "row": row, "col": col}
+    return Grid(sizes=sizes, coords=_coords_of(0, sizes), rank=0, world_size=data * depth * row * col,
+                backend="gloo", device=torch.device("cpu"))
+
+
+@pytest.mark.parametrize("grid_kw, kw, match", [
+    (dict(row=3), dict(num_attention_heads=6, num_key_value_heads=2, hidden_size=96),
+     r"num_key_value_heads=2 is not divisible by the row \(G_intra_r\) axis size 3"),
+    (dict(row=4), dict(num_attention_heads=2, num_key_value_heads=2, hidden_size=64),
+     r"num_attention_heads=2 is not divisible by the row"),
+    (dict(col=3), dict(), r"hidden_size=64 is not divisible by the col \(G_intra_c\) axis size 3"),
+    (dict(row=2), dict(intermediate_size=129), r"intermediate_size \(FFN\)=129 is not divisible by the row"),
+    (dict(row=2, col=2), dict(vocab_size=250), r"vocab_size=250 is not divisible by the row x col .* size 4"),
+])
+def test_indivisible_model_refused(grid_kw, kw, match) -> None:
+    sys.path.insert(0, str(WORKERS))
+    from common import tiny_llama
+
+    import axonn
+
+    model = tiny_llama(0, **kw)
+    before = {n: p.clone() for n, p in model.named_parameters()}
+    with pytest.raises(ValueError, match=match):
+        axonn.parallelize(model, grid=_fake_grid(**grid_kw))
+    assert all(torch.equal(before[n], p) for n, p in model.named_parameters()), "model modified"
+
+
+def test_unsupported_model_refused() -> None:
+    import axonn
+
+    with pytest.raises(TypeError, match="supports LlamaForCausalLM"):
+        axonn.parallelize(torch.nn.Linear(4, 4), grid=_fake_grid())
+
+
+def test_linear_indivisible_refused() -> None:
+    from axonn.intra_layer import Linear
+
+    with pytest.raises(ValueError, match=r"out_features=10 is not divisible by the row axis size G_intra_r=4"):
+        Linear(8, 10, grid=_fake_grid(row=4))
