@@ -1,0 +1,106 @@
+"""Checkpoint checks on 4 ranks (meant to be launched with ``mpiexec -n 4``).
+
+1. grid A=(data 1,row 2,col 1,depth 2): train 3 steps, save, train 2 more (losses L).
+2. same grid, fresh model with other weights: load -> 2 steps give exactly L (bit-exact resume).
+3. grid B=(data 2,row 1,col 2,depth 1): load A's checkpoint -> same full state dict, 2 steps ~ L.
+4. a checkpoint from a different model is refused; export_hf loads in from_pretrained with equal logits.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.dirname(__file__))
+import axonn  # noqa: E402
+import axonn.checkpoint as ckpt  # noqa: E402
+from common import assert_close, batch, run_main, tiny_llama  # noqa: E402
+from grid_checks import mean_over_batch_ranks  # noqa: E402
+
+
+def step(model, opt, s: int) -> float:
+    x, y = batch(s)
+    loss = model(input_ids=axonn.batch_slice(x), labels=axonn.batch_slice(y)).loss
+    loss.backward()
+    axonn.sync_gradients(model)
+    axonn.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return float(mean_over_batch_ranks(loss))
+
+
+def make(seed: int, **kw):
+    m = axonn.parallelize(tiny_llama(seed, attention_bias=True, **kw))
+    return m, torch.optim.AdamW(m.parameters(), lr=3e-3)
+
+
+def main() -> None:
+    axonn.init(G_intra_r=2, G_intra_d=2)
+    base = None
+    if dist.get_rank() == 0:
+        base = tempfile.mkdtemp(prefix="axonn_ckpt_")
+    obj = [base]
+    dist.broadcast_object_list(obj, src=0)
+    base = Path(obj[0])
+    path = base / "ckA"
+
+    model, opt = make(0)
+    for s in range(3):
+        step(model, opt, s)
+    ckpt.save(model, opt, path, extra_state={"step": 3})
+    saved_sd = axonn.full_state_dict(model)
+    ckpt.save(model, opt, path, extra_state={"step": 3})  # overwrite an existing checkpoint atomically
+    assert (path / "COMPLETE").exists() and not (base / ".ckA.tmp").exists()
+    cont = [step(model, opt, s) for s in range(3, 5)]
+
+    model2, opt2 = make(123)
+    extra = ckpt.load(model2, opt2, path)
+    assert extra == {"step": 3}, extra
+    resumed = [step(model2, opt2, s) for s in range(3, 5)]
+    assert resumed == cont, f"resume not bit-exact: {resumed} vs {cont}"
+
+    axonn.init(G_data=2, G_intra_c=2)
+    model3, opt3 = make(7)
+    ckpt.load(model3, opt3, path)
+    sd3 = axonn.full_state_dict(model3)
+    for n, t in saved_sd.items():
+        assert torch.equal(sd3[n], t), f"reshard changed {n}"
+    reshard = [step(model3, opt3, s) for s in range(3, 5)]
+    for a, b in zip(reshard, cont):
+        assert abs(a - b) <= 1e-5 * abs(b), f"resharded run {reshard} vs {cont}"
+
+    other, other_opt = make(0, intermediate_size=192)
+    try:
+        ckpt.load(other, other_opt, path)
+    except ValueError as e:
+        assert "does not match the model" in str(e) and "intermediate_size" in str(e), e
+    else:
+        raise AssertionError("loading a different model's checkpoint was not refused")
+
+    hf_dir = base / "hf"
+    ckpt.export_hf(model3, hf_dir)
+    if dist.get_rank() == 0:
+        from transformers import LlamaForCausalLM
+
+        hf = LlamaForCausalLM.from_pretrained(hf_dir).float()
+        x, _ = batch(9)
+        with torch.no_grad():
+            a = hf(input_ids=x).logits
+    with torch.no_grad():
+        x, _ = batch(9)
+        b = model3(input_ids=x).logits
+    if dist.get_rank() == 0:
+        assert_close(b, a, "exported model logits")
+        print("OK checkpoint", flush=True)
+    dist.barrier()
+    if dist.get_rank() == 0:
+        import shutil
+        shutil.rmtree(base)
+
+
+if __name__ == "__main__":
+    run_main(main)
