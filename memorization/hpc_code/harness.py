@@ -15,8 +15,10 @@ result line) -> ``wrong_output`` -> ``passed``.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
+import signal
 import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -102,6 +104,17 @@ def build(problem: Problem, body: str, workdir: str, cfg: RunConfig) -> SandboxR
     return run_sandboxed(cmd, workdir, cfg.build_limits, _env(workdir, 1))
 
 
+# mpiexec (hydra) reports a rank killed by a signal as "... (signal 11)" / "KILLED BY SIGNAL: 9"
+_HYDRA_SIGNAL = re.compile(r"\(signal (\d+)\)|KILLED BY SIGNAL: (\d+)")
+
+
+def _signal_name(num: int) -> str | None:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return None
+
+
 def _classify_run(res: SandboxResult, nonce: str) -> tuple[str, str, dict | None]:
     """Map one driver run to (status, message, parsed result line or None)."""
     if res.timed_out:
@@ -111,6 +124,9 @@ def _classify_run(res: SandboxResult, nonce: str) -> tuple[str, str, dict | None
     line = next((ln for ln in res.stdout.splitlines() if ln.startswith(f"HPC_RESULT {nonce} ")), None)
     if res.returncode != 0:
         sig = res.signal_name
+        m = _HYDRA_SIGNAL.search(res.stdout + res.stderr)  # mpiexec reports a rank's signal itself
+        if m:
+            sig = _signal_name(int(m.group(1) or m.group(2)))
         what = f"killed by {sig}" if sig else f"exit code {res.returncode}"
         if sig in ("SIGSEGV", "SIGBUS", "SIGKILL", "SIGABRT"):
             what += " (crash, or memory limit exceeded)"

