@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from ..communication import all_gather, all_reduce, reduce_scatter
 from ..grid import Grid, get_grid
 from ..sharding import ShardSpec, extract
-from .overlap import CONFIG, PENDING_GRADS
+from .overlap import CONFIG, PENDING_GRADS, STATS
 from .primitives import drop, gather
 
 
@@ -62,6 +62,7 @@ class _LinearFn(torch.autograd.Function):
             if layer.grid.size("depth") == 1:
                 dw = flat
             elif CONFIG.reduce_scatter:
+                STATS["async_reduce_scatters"] += 1
                 PENDING_GRADS.append((reduce_scatter(flat, "depth", async_op=True, grid=layer.grid),
                                       layer.weight))
             else:
@@ -146,6 +147,7 @@ class Linear(nn.Module):
         self._prefetch = None
         if pre is not None and pre[1] == w_shard._version and pre[2] == backward:
             full = pre[0].wait()
+            STATS["prefetch_hits"] += 1
         else:
             full = all_gather(w_shard.detach(), "depth", grid=self.grid)
         nxt = self._prev_layer if backward else self._next_layer

