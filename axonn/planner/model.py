@@ -305,7 +305,8 @@ def predict_step(shape: ModelShape, grid: Grid, seq: int, global_batch: int, mic
     ckpt = activation_checkpointing
     axes_comm = {ax: 0.0 for ax in AXES}  # per micro-step (data: per step)
 
-    def linear_costs(lin: LinearSpec) -> dict[str, float]:
+    def linear_costs(lin: LinearSpec, times: int = 1) -> dict[str, float]:
+        """Per-micro-step costs of one Linear; adds ``times`` copies of its traffic to ``axes_comm``."""
         gr, gc = lin.split(grid)
         ax_out, ax_in = lin.axes()
         n_loc, k_loc = lin.out / gr, lin.in_ / gc
@@ -317,9 +318,9 @@ def predict_step(shape: ModelShape, grid: Grid, seq: int, global_batch: int, mic
         rs = comm.allgather("depth", w_local, bg)        # reduce-scatter dW
         ar_y = comm.allreduce(ax_in, m * n_loc, ba)
         ar_dx = comm.allreduce(ax_out, m * k_loc, ba)
-        axes_comm["depth"] += 2 * ag + rs
-        axes_comm[ax_in] += ar_y * (2 if ckpt else 1)
-        axes_comm[ax_out] += ar_dx
+        axes_comm["depth"] += times * (2 * ag + rs)
+        axes_comm[ax_in] += times * ar_y * (2 if ckpt else 1)
+        axes_comm[ax_out] += times * ar_dx
         return dict(c_f=t_g, c_dx=t_dx, c_dw=t_dw, ag=ag, rs=rs, ar_y=ar_y, ar_dx=ar_dx)
 
     def block(costs: list[dict[str, float]], attn_f: float = 0.0, attn_b: float = 0.0) -> tuple[float, float, float]:
@@ -339,7 +340,7 @@ def predict_step(shape: ModelShape, grid: Grid, seq: int, global_batch: int, mic
         return t_f, t_b, c_f + c_b
 
     # --- one decoder layer
-    layer = [linear_costs(lin) for lin in layer_linears(shape)]
+    layer = [linear_costs(lin, shape.layers) for lin in layer_linears(shape)]
     h_loc = shape.heads // R * shape.head_dim
     attn_flops_f = 4.0 * micro_batch * seq * seq * h_loc * (0.5 if cfg.causal_attention else 1.0)
     attn_rate = prof.measured_tflops * 1e12 * prof.attention_efficiency

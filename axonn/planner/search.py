@@ -327,7 +327,7 @@ def format_plan(result: PlanResult, top: int = 5, show_rejected: int = 8) -> str
     r, prof = result, result.machine
     mb = "auto" if r.micro_batch is None else str(r.micro_batch)
     lines = [
-        f"{r.shape.name}: {r.shape.num_params() / 1e9:.2f}B params, seq {r.seq}, global batch {r.global_batch} "
+        f"{r.shape.name}: {r.shape.num_params() / 1e9:.3g}B params, seq {r.seq}, global batch {r.global_batch} "
         f"(micro-batch {mb}), activation checkpointing {'on' if r.activation_checkpointing else 'off'}",
         f"machine {prof.name}: {r.gpus} GPUs = {max(1, r.gpus // prof.gpus_per_node)} node(s) × "
         f"{min(r.gpus, prof.gpus_per_node)}, {prof.memory_gib:g} GiB ({prof.usable_memory_bytes / GIB:.1f} usable), "

@@ -1,0 +1,254 @@
+"""Measure a machine profile: GEMM rate, memory bandwidth and collective bandwidth/latency.
+
+    python -m axonn.planner calibrate --out profile.yaml                      # one process
+    torchrun --nproc-per-node 8 -m axonn.planner calibrate --out p.yaml        # one node
+    srun -N 2 --ntasks-per-node 8 python -m axonn.planner calibrate --out p.yaml
+    mpiexec -n 4 python -m axonn.planner calibrate --out p.yaml
+
+GEMMs run in bf16 on CUDA/ROCm and fp32 on CPU. ``measured_tflops`` is the rate of an
+``m = n = k = --ref-dim`` GEMM; ``gemm_half_dim`` is fitted to smaller GEMMs with the cost model's
+curve ``rate(d)/rate(ref) = f(d)³/f(ref)³``, ``f(d) = d/(d + d_half)``.
+
+Collectives (only with world size > 1; rank/world from torchrun/Slurm/MPI environment variables,
+or from mpi4py when launched by mpiexec): the ring "bus bandwidth" of all-reduce
+(``2(p−1)/p·bytes / t``) and all-gather (``(p−1)/p·bytes / t``) inside a node gives
+``intra_node_gbps``; across nodes, all ranks with the same local rank all-reduce at once, so
+``g`` rings share each node's NICs and ``inter_node_gbps = g · busbw``. Latencies are the times of
+small (4 KiB) all-reduces divided by ``2·⌈log₂ p⌉``. Figures that cannot be measured (e.g. the
+network in a single process) are copied from ``--base`` (a profile name or path).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import socket
+import sys
+import time
+from dataclasses import replace
+from typing import Callable
+
+from .profiles import GIB, MachineProfile, load_profile, save_profile
+
+
+def _timeit(fn: Callable[[], object], sync: Callable[[], None], min_time: float = 0.2, max_iters: int = 50,
+            agree: Callable[[int], int] | None = None) -> float:
+    """Warm up, then average over as many iterations as fit ``min_time`` (at most ``max_iters``).
+
+    ``agree`` makes all ranks of a collective use the same iteration count (else they deadlock).
+    """
+    fn()
+    sync()
+    t0 = time.perf_counter()
+    fn()
+    sync()
+    one = max(time.perf_counter() - t0, 1e-6)
+    iters = max(1, min(max_iters, int(min_time / one)))
+    if agree is not None:
+        iters = agree(iters)
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    sync()
+    return (time.perf_counter() - t0) / iters
+
+
+def measure_gemm(device: str, dims: list[int], dtype_name: str) -> dict[int, float]:
+    """FLOP/s of square ``d × d × d`` GEMMs for each ``d`` in ``dims``."""
+    import torch
+    dtype = getattr(torch, dtype_name)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    out = {}
+    for d in dims:
+        a = torch.randn(d, d, device=device, dtype=dtype)
+        b = torch.randn(d, d, device=device, dtype=dtype)
+        t = _timeit(lambda: a @ b, sync)
+        out[d] = 2.0 * d**3 / t
+        del a, b
+    return out
+
+
+def fit_half_dim(rates: dict[int, float], ref_dim: int) -> float:
+    """Least-squares ``d_half`` of ``rate(d)/rate(ref) = (f(d)/f(ref))³`` over a log grid."""
+    ref = rates[ref_dim]
+    best, best_err = 128.0, math.inf
+    for i in range(200):
+        half = 4.0 * (1.04 ** i)
+        f = lambda d: d / (d + half)  # noqa: E731
+        err = sum((math.log(min(rates[d] / ref, 1.0)) - 3 * math.log(f(d) / f(ref_dim))) ** 2
+                  for d in rates if d != ref_dim)
+        if err < best_err:
+            best, best_err = half, err
+    return best
+
+
+def measure_hbm(device: str) -> float:
+    """Bytes/s of a large device-to-device copy (read + write)."""
+    import torch
+    n = (256 if device.startswith("cuda") else 64) * 1024 * 1024
+    x = torch.empty(n, dtype=torch.uint8, device=device)
+    y = torch.empty_like(x)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    t = _timeit(lambda: y.copy_(x), sync)
+    return 2.0 * n / t
+
+
+def _dist_env() -> tuple[int, int, int, bool]:
+    """(rank, world, local_world, launched_by_mpi) from torchrun/Slurm/MPI variables or mpi4py."""
+    env = os.environ
+    if "RANK" in env and "WORLD_SIZE" in env:
+        return int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_WORLD_SIZE", 0)), False
+    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env and int(env["SLURM_NTASKS"]) > 1:
+        return int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), 0, False
+    for r, w in (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"),
+                 ("PMIX_RANK", "PMIX_SIZE")):
+        if r in env and w in env and int(env[w]) > 1:
+            return int(env[r]), int(env[w]), 0, True
+    return 0, 1, 1, False
+
+
+def _init_distributed(rank: int, world: int, via_mpi: bool, backend: str) -> None:
+    import torch.distributed as dist
+    if "MASTER_ADDR" not in os.environ:
+        addr = socket.gethostname()
+        if via_mpi:
+            from mpi4py import MPI
+            addr = MPI.COMM_WORLD.bcast(addr, root=0)
+        elif "SLURM_JOB_NODELIST" in os.environ:
+            import subprocess
+            addr = subprocess.run(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]],
+                                  capture_output=True, text=True, check=True).stdout.split()[0]
+        os.environ["MASTER_ADDR"] = addr
+    os.environ.setdefault("MASTER_PORT", "29517")
+    dist.init_process_group(backend, rank=rank, world_size=world)
+
+
+def measure_collectives(device: str, nbytes: int) -> dict[str, float]:
+    """Collective figures across the launched ranks (see module docstring)."""
+    import torch
+    import torch.distributed as dist
+    world, rank = dist.get_world_size(), dist.get_rank()
+    hosts: list[str] = [""] * world
+    dist.all_gather_object(hosts, socket.gethostname())
+    nodes = sorted(set(hosts), key=hosts.index)
+    by_node = [[r for r in range(world) if hosts[r] == h] for h in nodes]
+    local = min(len(x) for x in by_node)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    esize = torch.tensor([], dtype=dtype).element_size()
+    n = nbytes // esize
+
+    def bus(group, ranks: int) -> tuple[float, float, float]:
+        def agree(iters: int) -> int:
+            t = torch.tensor([iters], dtype=torch.int64, device=device)
+            dist.all_reduce(t, op=dist.ReduceOp.MIN, group=group)
+            return int(t.item())
+
+        x = torch.ones(n, dtype=dtype, device=device)
+        t_ar = _timeit(lambda: dist.all_reduce(x, group=group), sync, agree=agree)
+        shard = torch.ones(n // ranks, dtype=dtype, device=device)
+        full = torch.empty(shard.numel() * ranks, dtype=dtype, device=device)
+        t_ag = _timeit(lambda: dist.all_gather_into_tensor(full, shard, group=group), sync, agree=agree)
+        small = torch.ones(1024, dtype=dtype, device=device)
+        t_small = _timeit(lambda: dist.all_reduce(small, group=group), sync, max_iters=200, agree=agree)
+        p = ranks
+        ar_bw = 2 * (p - 1) / p * n * esize / t_ar
+        ag_bw = (p - 1) / p * full.numel() * esize / t_ag
+        lat = t_small / (2 * max(1, math.ceil(math.log2(p))))
+        return ar_bw, ag_bw, lat
+
+    out: dict[str, float] = {"nodes": len(nodes), "gpus_per_node": local}
+    node_groups = [dist.new_group(r) for r in by_node]
+    my_node = nodes.index(hosts[rank])
+    if local > 1:
+        ar, ag, lat = bus(node_groups[my_node], local)
+        out.update(intra_allreduce_gbps=ar / 1e9, intra_allgather_gbps=ag / 1e9, intra_latency_us=lat * 1e6)
+    if len(nodes) > 1:
+        cross = [dist.new_group([by_node[k][i] for k in range(len(nodes))]) for i in range(local)]
+        my_local = by_node[my_node].index(rank) if rank in by_node[my_node][:local] else None
+        if my_local is not None:
+            ar, ag, lat = bus(cross[my_local], len(nodes))
+            out.update(inter_node_gbps=local * min(ar, ag) / 1e9, inter_latency_us=lat * 1e6)
+    dist.barrier()
+    return out
+
+
+def calibrate(base: str = "h100-node", ref_dim: int | None = None, comm_mbytes: int = 256,
+              name: str | None = None) -> tuple[MachineProfile, dict[str, float]]:
+    """Measure this machine and return ``(profile, raw measurements)`` (profile based on ``base``)."""
+    import torch
+    rank, world, _, via_mpi = _dist_env()
+    cuda = torch.cuda.is_available()
+    if cuda:
+        local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID", rank % torch.cuda.device_count())))
+        torch.cuda.set_device(local_rank)
+    device = f"cuda:{torch.cuda.current_device()}" if cuda else "cpu"
+    dtype = "bfloat16" if cuda else "float32"
+    ref_dim = ref_dim or (8192 if cuda else 1024)
+    dims = sorted({d for d in (ref_dim // 32, ref_dim // 16, ref_dim // 8, ref_dim // 4, ref_dim // 2, ref_dim) if d >= 32})
+    rates = measure_gemm(device, dims, dtype)
+    raw: dict[str, float] = {f"gemm_tflops_{d}": r / 1e12 for d, r in rates.items()}
+    hbm = measure_hbm(device)
+    raw["hbm_gbps"] = hbm / 1e9
+    prof = load_profile(base)
+    if cuda:
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        mem_gib, gpu, per_node = props.total_memory / GIB, props.name, torch.cuda.device_count()
+    else:
+        mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB
+        gpu, per_node = f"CPU ({os.cpu_count()} cores, fp32)", 1
+    measured = rates[ref_dim] / 1e12
+    updates = dict(name=name or f"calibrated-{socket.gethostname()}", gpu=gpu, memory_gib=round(mem_gib, 2),
+                   measured_tflops=float(f"{measured:.4g}"), peak_tflops=float(f"{max(prof.peak_tflops, measured):.4g}"),
+                   gemm_ref_dim=ref_dim, gemm_half_dim=round(fit_half_dim(rates, ref_dim), 1),
+                   hbm_gbps=round(hbm / 1e9, 1), gpus_per_node=per_node,
+                   description=f"measured on {socket.gethostname()} ({world} rank(s)); unmeasured "
+                               f"figures from profile {prof.name}")
+    if not cuda:  # no vendor peak for a CPU: use the best rate seen
+        updates["peak_tflops"] = float(f"{max(rates.values()) / 1e12:.4g}")
+    if world > 1:
+        backend = "nccl" if cuda else "gloo"
+        _init_distributed(rank, world, via_mpi, backend)
+        coll = measure_collectives(device, comm_mbytes * 1024 * 1024)
+        raw.update(coll)
+        updates["gpus_per_node"] = int(coll["gpus_per_node"])
+        if "intra_allreduce_gbps" in coll:
+            updates["intra_node_gbps"] = round(min(coll["intra_allreduce_gbps"], coll["intra_allgather_gbps"]), 2)
+            updates["intra_node_latency_us"] = round(coll["intra_latency_us"], 2)
+        if "inter_node_gbps" in coll:
+            updates["inter_node_gbps"] = round(coll["inter_node_gbps"], 2)
+            updates["inter_node_latency_us"] = round(coll["inter_latency_us"], 2)
+    return replace(prof, **updates), raw
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m axonn.planner calibrate",
+                                description="Measure GEMM rate, memory bandwidth and collective bandwidth "
+                                            "on this machine and write a machine-profile YAML.")
+    p.add_argument("--out", required=True, help="profile YAML to write")
+    p.add_argument("--base", default="h100-node",
+                   help="profile to copy unmeasured figures from (name or path; default h100-node)")
+    p.add_argument("--name", default=None, help="profile name (default calibrated-<host>)")
+    p.add_argument("--ref-dim", type=int, default=None, help="GEMM size of measured_tflops (8192 GPU, 1024 CPU)")
+    p.add_argument("--comm-mbytes", type=int, default=256, help="collective message size in MiB")
+    args = p.parse_args(argv)
+    prof, raw = calibrate(args.base, args.ref_dim, args.comm_mbytes, args.name)
+    rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", os.environ.get("PMI_RANK", "0"))))
+    if rank == 0:
+        header = "Written by `python -m axonn.planner calibrate`. Raw measurements:\n" + "\n".join(
+            f"  {k}: {v:.4g}" for k, v in raw.items())
+        save_profile(prof, args.out, header=header)
+        for k, v in raw.items():
+            print(f"{k:>24}: {v:.4g}")
+        print(f"wrote {args.out}")
+    try:
+        import torch.distributed as dist
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:  # noqa: BLE001 - best effort cleanup
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
