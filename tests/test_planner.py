@@ -1,0 +1,196 @@
+"""Tests of the 4D-grid planner (axonn.planner): validity, monotone memory, ranking, errors, CLI."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from axonn.planner import (Grid, PlanError, divisibility_problem, enumerate_grids, format_plan, known_profiles,
+                           load_profile, memory_per_gpu, plan, predict_step)
+from axonn.planner.__main__ import main as cli_main
+from axonn.presets import get_preset
+
+
+def test_enumerate_grids_is_every_factorisation():
+    grids = list(enumerate_grids(16))
+    assert all(g.size == 16 for g in grids)
+    assert len(set(grids)) == len(grids) == 35  # C(4+3, 3) ordered factorisations of 2^4
+
+
+@pytest.mark.parametrize("size,gpus,machine", [("8b", 64, "frontier"), ("70b", 128, "alps"),
+                                               ("1b", 8, "h100-node")])
+def test_planner_emits_valid_grids_only(size, gpus, machine):
+    shape = get_preset(size)
+    res = plan(size, seq=2048, global_batch=256, gpus=gpus, machine=machine)
+    assert res.ranked
+    for e in res.ranked:
+        D, R, C, Z = e.grid
+        assert D * R * C * Z == gpus
+        assert shape.heads % R == 0 and shape.kv_heads % R == 0
+        assert shape.hidden % C == 0 and shape.ffn % R == 0 and shape.ffn % C == 0 and shape.vocab % R == 0
+        assert 256 % (D * Z * e.micro_batch) == 0 and e.grad_accum == 256 // (D * Z * e.micro_batch)
+        assert divisibility_problem(shape, e.grid) is None
+        assert e.memory_per_gpu_bytes <= res.machine.usable_memory_bytes
+    # everything is accounted for: ranked + rejected = all factorisations
+    assert len(res.ranked) + len(res.rejected) == len(list(enumerate_grids(gpus)))
+    assert all(r.reason for r in res.rejected)
+
+
+def test_divisibility_reasons_name_axis_and_dimension():
+    shape = get_preset("405b")
+    assert "row=16 does not divide kv_heads=8" == divisibility_problem(shape, Grid(1, 16, 1, 1))
+    msg = divisibility_problem(shape, Grid(1, 1, 3, 1))
+    assert msg.startswith("column=3 does not divide hidden=16384")
+
+
+@pytest.mark.parametrize("size", ["8b", "70b", "405b"])
+@pytest.mark.parametrize("ckpt", [True, False])
+def test_memory_monotone_in_sharding(size, ckpt):
+    shape = get_preset(size)
+    base = Grid(1, 1, 1, 1)
+    for axis in ("depth", "row", "column"):
+        prev = memory_per_gpu(shape, base, 2048, 1, ckpt).total
+        g = base
+        for _ in range(3):
+            g = g._replace(**{axis: getattr(g, axis) * 2})
+            cur = memory_per_gpu(shape, g, 2048, 1, ckpt).total
+            assert cur <= prev, (axis, g)
+            prev = cur
+    # data parallelism replicates: memory does not depend on D
+    assert memory_per_gpu(shape, Grid(8, 2, 2, 2), 2048, 1, ckpt).total == \
+        memory_per_gpu(shape, Grid(1, 2, 2, 2), 2048, 1, ckpt).total
+    # row×col doubled together
+    a = memory_per_gpu(shape, Grid(1, 2, 2, 4), 2048, 1, ckpt).total
+    b = memory_per_gpu(shape, Grid(1, 4, 4, 4), 2048, 1, ckpt).total
+    assert b <= a
+    # checkpointing never costs memory
+    assert memory_per_gpu(shape, base, 2048, 1, True).total <= memory_per_gpu(shape, base, 2048, 1, False).total
+
+
+def test_chosen_grid_is_cheapest_fitting():
+    prof = load_profile("frontier")
+    shape = get_preset("70b")
+    res = plan(shape, seq=2048, global_batch=512, gpus=256, machine=prof, micro_batch=1)
+    best = res.best
+    cap = prof.usable_memory_bytes
+    for g in enumerate_grids(256):
+        if divisibility_problem(shape, g) or 512 % (g.data * g.depth):
+            continue
+        if memory_per_gpu(shape, g, 2048, 1, True).total > cap:
+            continue
+        t = predict_step(shape, g, 2048, 512, 1, prof, True).step_time_s
+        assert best.step_time_s <= t + 1e-12
+    times = [e.step_time_s for e in res.ranked]
+    assert times == sorted(times)
+
+
+def test_prediction_is_sane():
+    res = plan("8b", seq=2048, global_batch=64, gpus=8, machine="h100-node")
+    e = res.best
+    assert 0.1 < e.mfu < 0.8
+    assert e.flops_per_s == pytest.approx(res.best.breakdown.model_flops / e.step_time_s)
+    # more sharding of the same job: fewer bytes per GPU; a smaller machine slower
+    slow = plan("8b", seq=2048, global_batch=64, gpus=8, machine="perlmutter").best
+    assert slow.step_time_s > e.step_time_s
+
+
+def test_405b_on_4096_frontier_gcds_fits():
+    res = plan("405b", seq=2048, global_batch=1024, gpus=4096, machine="frontier")
+    assert len(res.ranked) > 10
+    assert res.best.memory_per_gpu_bytes < 64 * 1024**3
+    assert "rejected" in format_plan(res, top=3)
+
+
+def test_405b_on_8_gpus_refuses_with_smallest_count():
+    with pytest.raises(PlanError) as ei:
+        plan("405b", seq=2048, global_batch=256, gpus=8, machine="frontier")
+    err = ei.value
+    assert err.kind == "memory" and err.smallest_gpus is not None and err.smallest_gpus > 8
+    assert f"smallest GPU count that fits is {err.smallest_gpus}" in str(err)
+    assert "GiB" in str(err)
+    # the suggested count really works, and one node fewer does not
+    ok = plan("405b", seq=2048, global_batch=256, gpus=err.smallest_gpus, machine="frontier")
+    assert ok.ranked
+    with pytest.raises(PlanError):
+        plan("405b", seq=2048, global_batch=256, gpus=err.smallest_gpus - 8, machine="frontier")
+
+
+def test_unknown_machine_lists_known():
+    with pytest.raises(PlanError, match="unknown machine") as ei:
+        plan("8b", 2048, 64, 8, machine="summit")
+    for name in ("frontier", "alps", "perlmutter", "h100-node"):
+        assert name in str(ei.value)
+    assert set(known_profiles()) >= {"frontier", "alps", "perlmutter", "perlmutter-40", "h100-node"}
+
+
+def test_batch_not_divisible_for_any_grid():
+    # tiny on 1024 GPUs: row <= kv_heads = 2 and column <= hidden = 256, so every valid grid has
+    # data×depth >= 2 and a batch of 1 cannot be split
+    with pytest.raises(PlanError, match="not divisible by data×depth") as ei:
+        plan("tiny", 256, 1, 1024, machine="h100-node")
+    assert ei.value.kind == "batch" and "multiple" in str(ei.value)
+
+
+def test_gpu_count_errors():
+    with pytest.raises(PlanError, match="whole number of frontier nodes"):
+        plan("8b", 2048, 64, 12, machine="frontier")
+    with pytest.raises(PlanError, match="positive"):
+        plan("8b", 2048, 64, 0, machine="frontier")
+    with pytest.raises(PlanError, match="unknown size"):
+        plan("13b", 2048, 64, 8, machine="frontier")
+
+
+def test_does_not_fit_anywhere():
+    with pytest.raises(PlanError, match="does not fit in memory on any grid"):
+        plan("405b", 8192, 64, 8, machine="perlmutter-40", micro_batch=4, activation_checkpointing=False)
+
+
+def test_user_yaml_profile(tmp_path):
+    data = load_profile("alps").to_dict()
+    data.update(name="my-cluster", memory_gib=40, gpus_per_node=2)
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump(data))
+    res = plan("8b", 2048, 64, 16, machine=str(path))
+    assert res.machine.name == "my-cluster" and res.ranked
+    assert all(e.memory_per_gpu_bytes <= res.machine.usable_memory_bytes for e in res.ranked)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"name": "x", "gpus_per_node": 4, "warp_speed": 9}))
+    with pytest.raises(PlanError, match="unknown profile keys"):
+        plan("8b", 2048, 64, 16, machine=str(bad))
+    with pytest.raises(PlanError, match="does not exist"):
+        plan("8b", 2048, 64, 16, machine=str(tmp_path / "missing.yaml"))
+
+
+def test_cli_json(capsys):
+    rc = cli_main(["--size", "8b", "--gpus", "32", "--machine", "alps", "--global-batch", "128", "--json",
+                   "--top", "4"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert isinstance(out, list) and 1 <= len(out) <= 4
+    for e in out:
+        assert {"grid", "step_time_s", "flops_per_s", "memory_per_gpu_bytes"} <= set(e)
+        assert len(e["grid"]) == 4 and e["grid"][0] * e["grid"][1] * e["grid"][2] * e["grid"][3] == 32
+    assert [e["step_time_s"] for e in out] == sorted(e["step_time_s"] for e in out)
+
+
+def test_cli_table_shape_and_errors(capsys):
+    rc = cli_main(["--layers", "4", "--hidden", "512", "--heads", "8", "--kv-heads", "4", "--ffn", "1536",
+                   "--vocab", "4096", "--gpus", "4", "--machine", "perlmutter", "--global-batch", "16",
+                   "--seq", "512", "--top", "2"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "grid D,R,C,Z" in out and "TFLOP/s/GPU" in out
+    assert cli_main(["--size", "405b", "--gpus", "8", "--machine", "frontier"]) == 2
+    assert "smallest GPU count that fits" in capsys.readouterr().err
+    assert cli_main(["--size", "8b", "--gpus", "8", "--machine", "nowhere"]) == 2
+    assert "known machines" in capsys.readouterr().err
+
+
+def test_module_entry_point():
+    r = subprocess.run([sys.executable, "-m", "axonn.planner", "--size", "1b", "--nodes", "1", "--machine",
+                        "h100-node", "--global-batch", "32", "--json", "--top", "1"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)[0]["grid"]
