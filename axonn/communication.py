@@ -26,7 +26,13 @@ import torch.distributed as dist
 
 from .grid import Grid, get_grid
 
-_RS_SUPPORTED: dict[str, bool] = {}
+import os
+
+# backend -> does it support reduce_scatter_tensor?  AXONN_RS_FALLBACK=1 forces the fallback (tests).
+_RS_SUPPORTED: dict[str, bool] = {"gloo": False} if os.environ.get("AXONN_RS_FALLBACK") == "1" else {}
+# torch >= 2.13 renamed the tensor-in/tensor-out collectives; keep working on older torch.
+_ALL_GATHER_T = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_REDUCE_SCATTER_T = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
 @dataclass
@@ -116,7 +122,7 @@ def all_gather(t: torch.Tensor, axes, dim: int = 0, async_op: bool = False, grid
         t = t.reshape(1)
     out = torch.empty((p * t.shape[0],) + tuple(t.shape[1:]), dtype=t.dtype, device=t.device)
     _record("all_gather", axes, p, out.numel(), t.element_size())
-    work = dist.all_gather_into_tensor(out, t, group=g, async_op=async_op)
+    work = _ALL_GATHER_T(out, t, group=g, async_op=async_op)
     d = dim % t.dim()
     if d == 0:
         post = None
@@ -140,7 +146,7 @@ def reduce_scatter(t: torch.Tensor, axes, async_op: bool = False, grid: Grid | N
     if _RS_SUPPORTED.get(backend, True):
         out = torch.empty((n,) + tuple(t.shape[1:]), dtype=t.dtype, device=t.device)
         try:
-            work = dist.reduce_scatter_tensor(out, t, group=g, async_op=async_op)
+            work = _REDUCE_SCATTER_T(out, t, group=g, async_op=async_op)
             _record("reduce_scatter", axes, p, t.numel(), t.element_size())
             return Pending(work, out) if async_op else out
         except (RuntimeError, NotImplementedError, ValueError):

@@ -140,6 +140,9 @@ def parallelize(model: nn.Module, grid: Grid | None = None) -> nn.Module:
     for a, b in zip(linears[:-1], linears[1:]):
         object.__setattr__(a, "_next_layer", b)  # plain attributes, not submodules
         object.__setattr__(b, "_prev_layer", a)
+    for name, mod in model.named_modules():
+        if isinstance(mod, Linear):
+            mod.axonn_name = name
     model.loss_function = _make_loss(grid)
     model._axonn_grid = grid
     return model

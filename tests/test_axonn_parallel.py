@@ -24,8 +24,8 @@ launcher = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(launcher)
 
 
-def _run(nproc: int, grids: list[str], timeout: float) -> str:
-    codes, out = launcher.launch("grid_checks.py", nproc, grids, timeout=timeout)
+def _run(nproc: int, grids: list[str], timeout: float, env: dict | None = None) -> str:
+    codes, out = launcher.launch("grid_checks.py", nproc, grids, timeout=timeout, extra_env=env)
     assert codes == [0] * nproc, f"return codes {codes}\n{out}"
     for g in grids:
         d, r, c, z = g.split(",")
@@ -45,7 +45,8 @@ def test_single_process_plain_python() -> None:
 
 @pytest.mark.timeout(300)
 def test_world2_each_axis_alone() -> None:
-    _run(2, ["1,2,1,1", "1,1,2,1", "1,1,1,2", "2,1,1,1"], timeout=280)
+    """Also exercises the gloo reduce-scatter fallback (all-reduce + slice); world 8 uses the native one."""
+    _run(2, ["1,2,1,1", "1,1,2,1", "1,1,1,2", "2,1,1,1"], timeout=280, env={"AXONN_RS_FALLBACK": "1"})
 
 
 @pytest.mark.timeout(400)

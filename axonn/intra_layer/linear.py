@@ -26,7 +26,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..communication import all_gather, all_reduce, reduce_scatter
+from ..communication import all_gather, all_reduce, comm_tag, reduce_scatter
 from ..grid import Grid, get_grid
 from ..sharding import ShardSpec, extract
 from .overlap import CONFIG, PENDING_GRADS, STATS
@@ -36,15 +36,21 @@ from .primitives import drop, gather
 class _LinearFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w_shard, layer):
-        w = layer._local_weight(w_shard, backward=False)
-        y = F.linear(x, w)
-        all_reduce(y, layer.in_axis, grid=layer.grid)
+        with comm_tag(layer.axonn_name):
+            w = layer._local_weight(w_shard, backward=False)
+            y = F.linear(x, w)
+            all_reduce(y, layer.in_axis, grid=layer.grid)
         ctx.save_for_backward(x, w_shard)
         ctx.layer = layer
         return y
 
     @staticmethod
     def backward(ctx, dy):
+        with comm_tag(ctx.layer.axonn_name):
+            return _LinearFn._backward(ctx, dy)
+
+    @staticmethod
+    def _backward(ctx, dy):
         layer = ctx.layer
         x, w_shard = ctx.saved_tensors
         dy = dy.contiguous()
@@ -107,6 +113,7 @@ class Linear(nn.Module):
         self.weight._axonn_spec = self.weight_spec
         if self.bias is not None:
             self.bias._axonn_spec = self.bias_spec
+        self.axonn_name = "linear"  # label for the communication byte counter (set by parallelize)
         self._prefetch = None
         self._next_layer: Linear | None = None
         self._prev_layer: Linear | None = None
