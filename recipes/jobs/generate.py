@@ -1,0 +1,279 @@
+#!/usr/bin/env python
+"""Generate Slurm batch scripts for the memorization experiments on Frontier, Alps and Perlmutter.
+
+Each script trains one model size with Goldfish on (``--goldfish-k 4``) or off (``--goldfish-k 0``)
+via ``recipes/memorize.py``, on the 4D grid the planner (:mod:`axonn.planner`) ranks fastest for
+that machine and GPU count (passed as ``--grid D,R,C,Z``, with the planner's micro-batch), with
+the environment the machine needs, one ``srun`` task per GPU, ``MASTER_ADDR`` from the first
+node of ``$SLURM_JOB_NODELIST``, and checkpoint/resume on requeue (``#SBATCH --requeue``,
+``--signal=B:USR1@...``, a fixed ``--out`` directory and ``--resume``).
+
+    python recipes/jobs/generate.py --machine frontier --size 405b --gpus 1024 --goldfish-k 4
+    python recipes/jobs/generate.py --all --account ABC123 --out-dir jobs/   # the paper matrix
+
+API: :func:`make_job` (a :class:`JobSpec` -> :class:`Job`, nothing written), :func:`write_job`,
+:func:`generate_job` (keyword arguments -> written script path; what a sweep calls) and
+:func:`paper_matrix`.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:  # runnable as a plain script from anywhere
+    sys.path.insert(0, str(REPO))
+
+from axonn.planner import PlanError, load_profile, plan  # noqa: E402
+
+TEMPLATES = Path(__file__).with_name("templates")
+
+
+@dataclass(frozen=True)
+class MachineJobConfig:
+    """What a machine's scripts need beyond the planner profile."""
+
+    name: str
+    profile: str                 # planner profile name
+    template: str                # file in templates/
+    gpus_per_node: int
+    srun_flags: str
+    task_prelude: str = ""       # shell run by every task before python (inside bash -c '...')
+    constraint: str = ""         # -C for Perlmutter
+    default_gpus: dict[str, int] = field(default_factory=dict)  # paper-matrix GPU counts per size
+
+
+MACHINES: dict[str, MachineJobConfig] = {
+    "frontier": MachineJobConfig(
+        "frontier", "frontier", "frontier.sbatch", 8,
+        "--gpus-per-task=1 --gpu-bind=closest --cpus-per-task=7",
+        default_gpus={"8b": 64, "70b": 256, "405b": 1024}),
+    "alps": MachineJobConfig(
+        "alps", "alps", "alps.sbatch", 4,
+        '--cpus-per-task=72 --uenv="$UENV" --view=default',
+        task_prelude='if [ -d "$AXONN_VENV" ]; then source "$AXONN_VENV/bin/activate"; fi; ',
+        default_gpus={"8b": 16, "70b": 64, "405b": 256}),
+    "perlmutter": MachineJobConfig(
+        "perlmutter", "perlmutter", "perlmutter.sbatch", 4,
+        "--gpus-per-node=4 --gpu-bind=none --cpus-per-task=32", constraint='"gpu&hbm80g"',
+        default_gpus={"8b": 32, "70b": 128, "405b": 512}),
+    "perlmutter-40": MachineJobConfig(
+        "perlmutter-40", "perlmutter-40", "perlmutter.sbatch", 4,
+        "--gpus-per-node=4 --gpu-bind=none --cpus-per-task=32", constraint='"gpu&hbm40g"',
+        default_gpus={"8b": 32, "70b": 256, "405b": 1024}),
+}
+
+PAPER_SIZES = ("8b", "70b", "405b")
+PAPER_GOLDFISH = (4, 0)
+PAPER_MACHINES = ("frontier", "alps", "perlmutter")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One training job. ``gpus`` or ``nodes`` (``None`` for both: the paper default for the size)."""
+
+    machine: str
+    size: str
+    gpus: int | None = None
+    nodes: int | None = None
+    goldfish_k: int = 4
+    exposures: int = 100
+    time: str = "02:00:00"
+    account: str = "ACCOUNT"     # placeholder: replace or pass --account
+    out_dir: str = "recipes/jobs/out"
+    run_root: str = "runs/jobs"  # checkpoints/logs of the runs: <run_root>/<job name>
+    seq: int = 2048
+    global_batch: int = 128
+    micro_batch: int | None = None
+    grid: tuple[int, int, int, int] | None = None  # override the planner's choice
+    activation_checkpointing: bool = True
+    signal_lead_s: int = 120
+    extra_args: str = ""         # appended verbatim to the memorize.py command
+
+    @property
+    def name(self) -> str:
+        return f"mem-{self.size}-{self.machine}-gf{self.goldfish_k}-{self.total_gpus()}g"
+
+    def total_gpus(self) -> int:
+        cfg = machine_config(self.machine)
+        if self.gpus is not None and self.nodes is not None and self.gpus != self.nodes * cfg.gpus_per_node:
+            raise ValueError(f"--gpus {self.gpus} and --nodes {self.nodes} disagree "
+                             f"({cfg.gpus_per_node} GPUs per {self.machine} node)")
+        if self.gpus is not None:
+            return self.gpus
+        if self.nodes is not None:
+            return self.nodes * cfg.gpus_per_node
+        if self.size not in cfg.default_gpus:
+            raise ValueError(f"no default GPU count for {self.size} on {self.machine}: pass --gpus or --nodes")
+        return cfg.default_gpus[self.size]
+
+
+@dataclass(frozen=True)
+class Job:
+    """A rendered batch script and the facts it encodes."""
+
+    spec: JobSpec
+    text: str
+    nodes: int
+    tasks_per_node: int
+    tasks: int
+    grid: tuple[int, int, int, int]
+    micro_batch: int
+    predicted_step_s: float | None
+    path: Path
+    log_dir: Path
+
+    def write(self) -> Path:
+        """Write the script (and create the Slurm log directory it names)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(self.text)
+        self.path.chmod(0o755)
+        return self.path
+
+
+def machine_config(machine: str) -> MachineJobConfig:
+    if machine not in MACHINES:
+        raise ValueError(f"unknown machine {machine!r} for job scripts: choose one of {', '.join(MACHINES)}")
+    return MACHINES[machine]
+
+
+_TIME = re.compile(r"^(\d+-)?\d{1,2}:\d{2}:\d{2}$|^\d+$")
+
+
+def make_job(spec: JobSpec) -> Job:
+    """Render the batch script of ``spec`` (planner picks grid and micro-batch unless given)."""
+    cfg = machine_config(spec.machine)
+    gpus = spec.total_gpus()
+    if gpus % cfg.gpus_per_node and gpus > cfg.gpus_per_node:
+        raise ValueError(f"{gpus} GPUs is not a whole number of {spec.machine} nodes ({cfg.gpus_per_node} each)")
+    if not _TIME.match(spec.time):
+        raise ValueError(f"--time {spec.time!r}: use [D-]HH:MM:SS or minutes")
+    if spec.goldfish_k < 0 or spec.exposures <= 0:
+        raise ValueError("goldfish_k must be >= 0 (0 = standard loss) and exposures > 0")
+    nodes = max(1, gpus // cfg.gpus_per_node)
+    tpn = gpus // nodes
+    predicted = None
+    if spec.grid is not None:
+        grid = tuple(spec.grid)
+        if len(grid) != 4 or grid[0] * grid[1] * grid[2] * grid[3] != gpus:
+            raise ValueError(f"grid {grid} does not multiply to {gpus} GPUs")
+        mb = spec.micro_batch or 1
+        note = "grid given by hand"
+    else:
+        res = plan(spec.size, seq=spec.seq, global_batch=spec.global_batch, gpus=gpus,
+                   machine=load_profile(cfg.profile), micro_batch=spec.micro_batch,
+                   activation_checkpointing=spec.activation_checkpointing)
+        best = res.best
+        grid, mb, predicted = tuple(best.grid), best.micro_batch, best.step_time_s
+        note = (f"planner: {predicted:.2f} s/step, {best.tflops_per_gpu:.0f} TFLOP/s/GPU, "
+                f"{best.memory_per_gpu_bytes / 1024**3:.1f} GiB/GPU")
+    run_dir = f"{spec.run_root}/{spec.name}"
+    # Slurm opens --output before the script runs: an absolute directory that write() creates
+    log_dir = Path(spec.run_root) / "logs"
+    log_dir = log_dir if log_dir.is_absolute() else REPO / log_dir
+    args = ["--size", spec.size, "--grid", ",".join(map(str, grid)), "--goldfish-k", str(spec.goldfish_k),
+            "--exposures", str(spec.exposures), "--seq", str(spec.seq), "--global-batch", str(spec.global_batch),
+            "--micro-batch", str(mb), "--out", run_dir, "--resume"]
+    if not spec.activation_checkpointing:
+        args.append("--no-activation-checkpointing")
+    train_args = " ".join(shlex.quote(a) for a in args)
+    if spec.extra_args:
+        train_args += " " + spec.extra_args
+    if "'" in train_args or "'" in cfg.task_prelude:
+        raise ValueError("arguments must not contain single quotes (they go inside bash -c '...')")
+    values = {
+        "HEADER": f"generated by recipes/jobs/generate.py: {spec.size} on {gpus} {spec.machine} GPUs, "
+                  f"goldfish k={spec.goldfish_k}, grid D,R,C,Z={','.join(map(str, grid))}",
+        "JOB_NAME": spec.name, "ACCOUNT": spec.account, "NODES": str(nodes), "TASKS": str(gpus),
+        "TASKS_PER_NODE": str(tpn), "TIME": spec.time, "SIGNAL_LEAD": str(spec.signal_lead_s),
+        "CHECKPOINT_GRACE": str(max(10, spec.signal_lead_s // 2)),
+        "LOG_DIR": str(log_dir), "REPO": str(REPO), "RUN_DIR": run_dir,
+        "GRID": ",".join(map(str, grid)), "PLAN_NOTE": note, "SRUN_FLAGS": cfg.srun_flags,
+        "TRAIN_ARGS": train_args, "CONSTRAINT": cfg.constraint,
+    }
+    text = (TEMPLATES / cfg.template).read_text() + (TEMPLATES / "launch.part").read_text()
+    text = text.replace("exec python recipes/memorize.py", f"{cfg.task_prelude}exec python recipes/memorize.py")
+    for key, val in values.items():
+        text = text.replace("{{" + key + "}}", val)
+    left = re.findall(r"\{\{\w+\}\}", text)
+    if left:
+        raise RuntimeError(f"template placeholders left unfilled: {left}")
+    path = Path(spec.out_dir) / f"{spec.name}.sbatch"
+    return Job(spec, text, nodes, tpn, gpus, grid, mb, predicted, path, log_dir)
+
+
+def write_job(spec: JobSpec) -> Path:
+    """Render and write ``spec``'s script; returns its path."""
+    return make_job(spec).write()
+
+
+def generate_job(machine: str, size: str, gpus: int | None = None, nodes: int | None = None,
+                 goldfish_k: int = 4, **kwargs) -> Path:
+    """Emit one job script for the given arguments (the sweep entry point); returns its path.
+
+    ``kwargs`` are the other :class:`JobSpec` fields (exposures, time, account, out_dir, seq, ...).
+    """
+    return write_job(JobSpec(machine=machine, size=size, gpus=gpus, nodes=nodes, goldfish_k=goldfish_k, **kwargs))
+
+
+def paper_matrix(base: JobSpec | None = None, machines=PAPER_MACHINES, sizes=PAPER_SIZES,
+                 goldfish=PAPER_GOLDFISH) -> list[JobSpec]:
+    """The paper's memorization runs: every machine × size (8b/70b/405b) × Goldfish k ∈ {4, 0}."""
+    base = base or JobSpec(machine="frontier", size="8b")
+    return [replace(base, machine=m, size=s, goldfish_k=k, gpus=None, nodes=None)
+            for m in machines for s in sizes for k in goldfish]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="examples:\n  python recipes/jobs/generate.py --machine frontier --size 405b "
+                                       "--gpus 1024\n  python recipes/jobs/generate.py --all --account ABC123")
+    p.add_argument("--machine", choices=list(MACHINES), default="frontier")
+    p.add_argument("--size", default="8b", help="model preset (8b, 70b, 405b, ...)")
+    p.add_argument("--gpus", type=int, help="total GPUs (GCDs on Frontier); default: the paper's count")
+    p.add_argument("--nodes", type=int, help="nodes instead of --gpus")
+    p.add_argument("--goldfish-k", type=int, default=4, help="Goldfish k (0 = standard loss; default 4)")
+    p.add_argument("--exposures", type=int, default=100, help="times each target document is seen")
+    p.add_argument("--time", default="02:00:00", help="wall time per allocation (requeues continue)")
+    p.add_argument("--account", default="ACCOUNT", help="allocation/project to charge (placeholder by default)")
+    p.add_argument("--out-dir", default="recipes/jobs/out", help="where to write the .sbatch files")
+    p.add_argument("--run-root", default="runs/jobs", help="runs' checkpoint/log root (fixed per job)")
+    p.add_argument("--seq", type=int, default=2048)
+    p.add_argument("--global-batch", type=int, default=128)
+    p.add_argument("--micro-batch", type=int, default=None, help="per GPU (default: the planner's)")
+    p.add_argument("--grid", default=None, help="D,R,C,Z instead of the planner's best grid")
+    p.add_argument("--no-activation-checkpointing", action="store_true")
+    p.add_argument("--all", action="store_true",
+                   help="emit the paper matrix: frontier/alps/perlmutter × 8b/70b/405b × goldfish k 4 and 0")
+    p.add_argument("--print", action="store_true", help="print the script instead of writing it (single job)")
+    a = p.parse_args(argv)
+    grid = tuple(int(x) for x in a.grid.split(",")) if a.grid else None
+    spec = JobSpec(machine=a.machine, size=a.size, gpus=a.gpus, nodes=a.nodes, goldfish_k=a.goldfish_k,
+                   exposures=a.exposures, time=a.time, account=a.account, out_dir=a.out_dir, run_root=a.run_root,
+                   seq=a.seq, global_batch=a.global_batch, micro_batch=a.micro_batch, grid=grid,
+                   activation_checkpointing=not a.no_activation_checkpointing)
+    specs = paper_matrix(spec) if a.all else [spec]
+    try:
+        for s in specs:
+            job = make_job(s)
+            if a.print and not a.all:
+                print(job.text)
+                continue
+            path = job.write()
+            step = f"{job.predicted_step_s:.2f} s/step" if job.predicted_step_s else "grid by hand"
+            print(f"{path}  nodes={job.nodes} tasks={job.tasks} grid={','.join(map(str, job.grid))} "
+                  f"mb={job.micro_batch} ({step})")
+    except (PlanError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

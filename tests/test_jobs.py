@@ -1,0 +1,94 @@
+"""Tests of the Slurm job generator (recipes/jobs/generate.py)."""
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("jobs_generate", REPO / "recipes" / "jobs" / "generate.py")
+gen = importlib.util.module_from_spec(_spec)
+sys.modules["jobs_generate"] = gen
+_spec.loader.exec_module(gen)
+
+MACHINE_ENV = {
+    "frontier": ["NCCL_NET_GDR_LEVEL=3", "FI_CXI_ATS=0", "MIOPEN_USER_DB_PATH", "module load rocm",
+                 "--gpus-per-node=8", "-A "],
+    "alps": ['NCCL_NET="AWS Libfabric"', "FI_CXI_DISABLE_HOST_REGISTER=1", "--uenv", "--gpus-per-node=4"],
+    "perlmutter": ["-C \"gpu&hbm80g\"", "module load pytorch", "--gpus-per-node=4", "NCCL_NET_GDR_LEVEL=PHB"],
+}
+
+
+def _bash_n(text: str, tmp_path: Path) -> None:
+    if shutil.which("bash") is None:
+        pytest.skip("no bash")
+    f = tmp_path / "job.sbatch"
+    f.write_text(text)
+    r = subprocess.run(["bash", "-n", str(f)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("machine", ["frontier", "alps", "perlmutter"])
+@pytest.mark.parametrize("size", ["8b", "70b", "405b"])
+def test_paper_jobs(machine, size, tmp_path):
+    job = gen.make_job(gen.JobSpec(machine=machine, size=size, goldfish_k=4, out_dir=str(tmp_path),
+                                   run_root=str(tmp_path / "runs")))
+    text = job.text
+    _bash_n(text, tmp_path)
+    D, R, C, Z = job.grid
+    assert job.nodes * job.tasks_per_node == job.tasks == D * R * C * Z
+    assert f"#SBATCH --nodes={job.nodes}" in text
+    assert f"#SBATCH --ntasks-per-node={job.tasks_per_node}" in text
+    assert f"--ntasks={job.tasks}" in text
+    assert re.search(r"^srun .*--nodes=%d --ntasks=%d" % (job.nodes, job.tasks), text, re.M)
+    assert f"--grid {D},{R},{C},{Z}" in text and "--resume" in text and "--goldfish-k 4" in text
+    assert "#SBATCH --requeue" in text and "#SBATCH --signal=B:USR1@" in text and "scontrol requeue" in text
+    assert 'MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"' in text
+    assert f"--out {tmp_path / 'runs'}/{job.spec.name} " in text
+    for needle in MACHINE_ENV[machine]:
+        assert needle in text, (machine, needle)
+    assert "{{" not in text
+
+
+def test_goldfish_off_and_overrides(tmp_path):
+    job = gen.make_job(gen.JobSpec(machine="frontier", size="8b", nodes=2, goldfish_k=0, exposures=7,
+                                   time="1-00:00:00", account="ABC123", grid=(2, 2, 2, 2), micro_batch=1,
+                                   out_dir=str(tmp_path), run_root=str(tmp_path)))
+    assert job.tasks == 16 and job.nodes == 2 and job.grid == (2, 2, 2, 2)
+    assert "--goldfish-k 0" in job.text and "--exposures 7" in job.text
+    assert "#SBATCH -A ABC123" in job.text and "#SBATCH --time=1-00:00:00" in job.text
+    _bash_n(job.text, tmp_path)
+
+
+def test_bad_job_inputs(tmp_path):
+    with pytest.raises(ValueError, match="unknown machine"):
+        gen.make_job(gen.JobSpec(machine="summit", size="8b"))
+    with pytest.raises(ValueError, match="does not multiply"):
+        gen.make_job(gen.JobSpec(machine="alps", size="8b", gpus=16, grid=(1, 2, 2, 2)))
+    with pytest.raises(ValueError, match="whole number"):
+        gen.make_job(gen.JobSpec(machine="alps", size="8b", gpus=18))
+    with pytest.raises(ValueError, match="disagree"):
+        gen.make_job(gen.JobSpec(machine="alps", size="8b", gpus=16, nodes=2))
+    with pytest.raises(gen.PlanError, match="smallest GPU count"):
+        gen.make_job(gen.JobSpec(machine="perlmutter", size="405b", gpus=8))
+
+
+def test_generate_job_api_and_cli(tmp_path, capsys):
+    path = gen.generate_job("alps", "8b", gpus=8, goldfish_k=0, out_dir=str(tmp_path), run_root=str(tmp_path))
+    assert path.exists() and path.name == "mem-8b-alps-gf0-8g.sbatch"
+    assert len(gen.paper_matrix()) == 3 * 3 * 2
+    out = tmp_path / "all"
+    assert gen.main(["--all", "--out-dir", str(out), "--run-root", str(tmp_path / "runs")]) == 0
+    files = sorted(out.glob("*.sbatch"))
+    assert len(files) == 18
+    assert {f.name for f in files} >= {"mem-405b-frontier-gf4-1024g.sbatch", "mem-405b-frontier-gf0-1024g.sbatch"}
+    r = subprocess.run([sys.executable, str(REPO / "recipes/jobs/generate.py"), "--help"], capture_output=True,
+                       text=True)
+    assert r.returncode == 0 and "--goldfish-k" in r.stdout
+    assert gen.main(["--machine", "alps", "--size", "405b", "--gpus", "4", "--out-dir", str(tmp_path)]) == 2
+    assert "smallest GPU count" in capsys.readouterr().err
