@@ -1,0 +1,63 @@
+#!/usr/bin/env python
+"""Membership inference against a checkpoint: loss, zlib, min-k% and reference-difference scores.
+
+    python eval/mia.py --model runs/goldfish_k4/final --manifest runs/goldfish_k4/manifest.json \
+        [--reference-model runs/base] [--out runs/goldfish_k4/mia]
+
+Prints a markdown table (AUC and TPR@1%FPR per score, AUC per exposure count); with --out also
+writes mia.json, mia.md, mia_scores.jsonl and mia_roc.png.  See docs/eval.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from memorization.mia import MissingTokenizerError, run_mia
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True, help="target checkpoint directory (HF format)")
+    ap.add_argument("--manifest", required=True, help="manifest JSON with targets + nonmembers")
+    ap.add_argument("--reference-model", default=None,
+                    help="reference checkpoint for the ref_diff score (e.g. the base model)")
+    ap.add_argument("--tokenizer", default=None,
+                    help="tokenizer directory, if the checkpoint has none")
+    ap.add_argument("--out", default=None, help="output directory for JSON/markdown/PNG")
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--device", default=None, help="cuda / cpu (default: cuda if available)")
+    ap.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
+    ap.add_argument("--k", type=float, default=0.2, help="fraction for min-k%% prob (0.2 = 20%%)")
+    ap.add_argument("--max-length", type=int, default=None,
+                    help="truncate documents to this many tokens (default: model context, "
+                         "capped at 4096)")
+    ap.add_argument("--fpr", type=float, default=0.01, help="FPR at which to report the TPR")
+    ap.add_argument("--no-bos", action="store_true",
+                    help="do not prepend the tokenizer's BOS token to the documents")
+    ap.add_argument("--json", action="store_true", help="print the JSON report, not markdown")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+
+    try:
+        report = run_mia(args.model, args.manifest, args.reference_model, out_dir=args.out,
+                         batch_size=args.batch_size, device=args.device, dtype=args.dtype,
+                         k=args.k, max_length=args.max_length, add_bos=not args.no_bos,
+                         fpr_target=args.fpr, tokenizer_path=args.tokenizer)
+    except (MissingTokenizerError, FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({k: v for k, v in report.items() if k != "markdown"}, indent=2))
+    else:
+        print(report["markdown"])
+    if args.out:
+        print(f"wrote {args.out}/mia.json, mia.md, mia_scores.jsonl, mia_roc.png",
+              file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,772 @@
+"""Membership inference (MIA) scores for causal LMs, and how well they separate members.
+
+Given a model and a set of documents, each score is a single number per document that an
+attacker could compute with (at most) black-box access to token probabilities.  With
+``x = (x_0, ..., x_{n-1})`` the token ids of a document and
+``log p_t = log p_theta(x_t | x_<t)`` for ``t = 1..n-1`` (the first token has no context and
+is not scored; prepend BOS to score it), the scores are:
+
+``loss``      mean token negative log-likelihood (the log-perplexity)::
+
+                  L(x) = -1/(n-1) * sum_t log p_t
+
+              Members were trained on, so they tend to have *lower* loss.
+``zlib``      loss divided by the zlib-compressed size of the text in bytes
+              (Carlini et al., 2021, "Extracting Training Data from Large Language Models")::
+
+                  Z(x) = L(x) / len(zlib.compress(utf8(text)))
+
+              Normalises away "generically easy" text (repetitive text compresses well *and*
+              has low loss); *lower* is more member-like.
+``min_k``     Min-k% Prob (Shi et al., 2023, "Detecting Pretraining Data from Large Language
+              Models"): the mean of the lowest ``k`` fraction of the token log-probs::
+
+                  M_k(x) = 1/|S| * sum_{t in S} log p_t,   S = the max(1, floor(k (n-1)))
+                                                            tokens with smallest log p_t
+
+              An unseen text has a few very surprising tokens; a memorised one has none, so
+              *higher* is more member-like.  ``k = 0.2`` by default.
+``ref_diff``  loss under the target model minus loss under a reference model that did not see
+              the members (e.g. the base checkpoint before fine-tuning, or a model trained on
+              the same distribution without the targets)::
+
+                  R(x) = L_target(x) - L_ref(x)
+
+              Calibrates away per-document difficulty; *lower* is more member-like.
+
+All scores are computed in padded batches (right padding + attention mask) with one forward
+pass per batch; the per-token work is fully vectorised.
+
+Evaluation
+----------
+:func:`mia_report` turns raw scores into the numbers that are reported: ROC AUC and the TPR at
+1% FPR, for members (targets with ``exposures >= 1``) against nonmembers (held-out documents of
+the same distribution), overall and broken down by exposure count.  Each score is first
+oriented with :data:`SCORE_DIRECTIONS` so that *higher means "member"*; an AUC of 0.5 is chance
+and an AUC above 0.5 means the attack works.
+
+* ``AUC = P(s_member > s_nonmember) + 0.5 P(s_member = s_nonmember)`` -- the normalised
+  Mann-Whitney U statistic, computed from average ranks (ties count half).  It equals the
+  trapezoidal area under the ROC curve returned by :func:`roc_curve`.
+* ``TPR@FPR=f`` -- the ROC curve (one point per distinct threshold, so tied scores give a
+  diagonal segment) is linearly interpolated at ``FPR = f``.  With ``N`` nonmembers the FPR
+  resolution is ``1/N``: below ``N = 100`` the 1% point is an interpolation between the
+  ``FPR = 0`` and ``FPR = 1/N`` points, which the report flags as ``fpr_resolution``.
+
+Public API
+----------
+:func:`mia_scores`, :func:`mia_report`, :func:`run_mia`, :func:`roc_curve`, :func:`roc_auc`,
+:func:`tpr_at_fpr`, :func:`load_manifest`, :func:`load_checkpoint`,
+:func:`sequence_token_logprobs`.  The CLI is ``python eval/mia.py``.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+log = logging.getLogger(__name__)
+
+#: Orientation of each score: multiply by this so that higher means "more member-like".
+SCORE_DIRECTIONS: dict[str, float] = {"loss": -1.0, "zlib": -1.0, "min_k": 1.0, "ref_diff": -1.0}
+
+#: Human-readable description of each score (used in the markdown report).
+SCORE_DESCRIPTIONS: dict[str, str] = {
+    "loss": "mean token NLL (lower = member)",
+    "zlib": "loss / zlib-compressed bytes of the text (lower = member)",
+    "min_k": "mean of the lowest k% token log-probs (higher = member)",
+    "ref_diff": "target loss - reference loss (lower = member)",
+}
+
+#: Default cap on the context length used when the model config allows far more than any
+#: training sequence in this project (Llama 3.1 declares 131072 positions).
+DEFAULT_MAX_LENGTH_CAP = 4096
+
+Docs = Sequence[Sequence[int]] | Sequence[torch.Tensor] | torch.Tensor
+
+__all__ = [
+    "SCORE_DIRECTIONS",
+    "MissingTokenizerError",
+    "load_checkpoint",
+    "load_manifest",
+    "sequence_token_logprobs",
+    "mia_scores",
+    "roc_curve",
+    "roc_auc",
+    "tpr_at_fpr",
+    "mia_report",
+    "report_markdown",
+    "plot_roc",
+    "run_mia",
+]
+
+
+# --------------------------------------------------------------------------- loading
+
+
+class MissingTokenizerError(FileNotFoundError):
+    """A checkpoint directory has no tokenizer files and no tokenizer was given."""
+
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def load_tokenizer(path: str | os.PathLike) -> Any:
+    """Load the tokenizer saved next to a checkpoint, failing clearly if there is none.
+
+    Raises :class:`MissingTokenizerError` naming the directory and the fix, instead of the
+    opaque error (or a hub look-up) that ``AutoTokenizer`` would produce.
+    """
+    from transformers import AutoTokenizer
+
+    p = Path(path)
+    if p.is_dir() and not any((p / f).exists() for f in _TOKENIZER_FILES):
+        raise MissingTokenizerError(
+            f"checkpoint {str(p)!r} has no tokenizer (none of {', '.join(_TOKENIZER_FILES)} "
+            "found). Save it next to the weights with tokenizer.save_pretrained(<checkpoint>), "
+            "or pass --tokenizer PATH pointing to a directory that has one."
+        )
+    try:
+        tok = AutoTokenizer.from_pretrained(str(p))
+    except Exception as err:  # noqa: BLE001 - re-raised with context
+        raise MissingTokenizerError(
+            f"could not load a tokenizer from {str(p)!r}: {err}. Pass --tokenizer PATH to a "
+            "directory saved with tokenizer.save_pretrained()."
+        ) from err
+    return tok
+
+
+def _resolve_dtype(dtype: str | torch.dtype | None, device: str | torch.device) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype in (None, "auto"):
+        return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+    try:
+        return {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+                "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}[dtype]
+    except KeyError:
+        raise ValueError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16") from None
+
+
+def default_device() -> str:
+    """``cuda`` when available, else ``cpu``."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_checkpoint(
+    path: str | os.PathLike,
+    *,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = "auto",
+    tokenizer_path: str | os.PathLike | None = None,
+    require_tokenizer: bool = True,
+) -> tuple[torch.nn.Module, Any]:
+    """Load a Hugging Face causal-LM checkpoint directory (weights + tokenizer) for evaluation.
+
+    Returns ``(model, tokenizer)``; the model is in eval mode on ``device``.  With
+    ``require_tokenizer=False`` a missing tokenizer gives ``None`` (and a warning) instead of
+    :class:`MissingTokenizerError`.  ``dtype="auto"`` is bfloat16 on CUDA, float32 otherwise.
+    """
+    from transformers import AutoModelForCausalLM
+
+    p = Path(path)
+    if not (p / "config.json").exists():
+        raise FileNotFoundError(
+            f"{str(p)!r} is not a Hugging Face checkpoint directory (no config.json)"
+        )
+    device = device or default_device()
+    try:
+        tokenizer = load_tokenizer(tokenizer_path or p)
+    except MissingTokenizerError:
+        if require_tokenizer:
+            raise
+        log.warning("no tokenizer found for %s; continuing with token ids only", p)
+        tokenizer = None
+    model = AutoModelForCausalLM.from_pretrained(str(p), dtype=_resolve_dtype(dtype, device))
+    model.to(device)
+    model.eval()
+    return model, tokenizer
+
+
+def load_manifest(path: str | os.PathLike) -> dict[str, Any]:
+    """Read and validate a target/nonmember manifest (``{"version": 1, "targets": [...],
+    "nonmembers": [...]}``; targets carry ``exposures``)."""
+    with open(path, encoding="utf-8") as fh:
+        manifest = json.load(fh)
+    if not isinstance(manifest, dict):
+        raise ValueError(f"manifest {path}: expected a JSON object")
+    if manifest.get("version", 1) != 1:
+        raise ValueError(f"manifest {path}: unsupported version {manifest.get('version')!r}")
+    for key in ("targets", "nonmembers"):
+        if key not in manifest or not isinstance(manifest[key], list):
+            raise ValueError(f"manifest {path}: missing list {key!r}")
+        for i, doc in enumerate(manifest[key]):
+            if "token_ids" not in doc and "text" not in doc:
+                raise ValueError(f"manifest {path}: {key}[{i}] has neither token_ids nor text")
+    for i, doc in enumerate(manifest["targets"]):
+        if "exposures" not in doc:
+            raise ValueError(f"manifest {path}: targets[{i}] has no 'exposures'")
+    return manifest
+
+
+# --------------------------------------------------------------------------- scoring
+
+
+def _model_device(model: torch.nn.Module) -> torch.device:
+    try:
+        return next(model.parameters()).device
+    except StopIteration:
+        return torch.device("cpu")
+
+
+def _model_max_length(model: torch.nn.Module, cap: int | None = DEFAULT_MAX_LENGTH_CAP) -> int:
+    cfg = getattr(model, "config", None)
+    n = None
+    for attr in ("max_position_embeddings", "n_positions", "n_ctx"):
+        n = getattr(cfg, attr, None)
+        if n:
+            break
+    n = int(n or 2048)
+    return min(n, cap) if cap else n
+
+
+def _as_id_lists(docs: Docs) -> list[list[int]]:
+    if isinstance(docs, torch.Tensor):
+        if docs.dim() != 2:
+            raise ValueError("a tensor of documents must be 2-D (n_docs, length)")
+        return docs.tolist()
+    return [d.tolist() if isinstance(d, torch.Tensor) else list(d) for d in docs]
+
+
+def pad_batch(
+    seqs: Sequence[Sequence[int]], device: torch.device | str | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad id lists into ``(input_ids, attention_mask)`` of shape ``(B, max_len)``.
+
+    The pad id is 0; padded positions are excluded by the attention mask and by every
+    statistic computed here, so its value never matters.
+    """
+    width = max(len(s) for s in seqs)
+    ids = torch.zeros((len(seqs), width), dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.as_tensor(s, dtype=torch.long)
+        mask[i, : len(s)] = 1
+    return ids.to(device), mask.to(device)
+
+
+@torch.no_grad()
+def sequence_token_logprobs(
+    model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One forward pass: log-prob of every next token, ``log p(x_t | x_<t)``.
+
+    Returns ``(logp, valid)`` of shape ``(B, T-1)``: ``logp[b, t-1] = log p(x_t | x_<t)`` in
+    float32 and ``valid[b, t-1]`` true where both ``x_{t-1}`` and ``x_t`` are real (unpadded)
+    tokens.  Computed as ``-cross_entropy(logits[:, :-1], x[:, 1:])`` over the whole batch.
+    """
+    out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+    logits = out.logits[:, :-1].float()
+    targets = input_ids[:, 1:]
+    nll = F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)), targets.reshape(-1), reduction="none"
+    ).view_as(targets)
+    valid = attention_mask[:, 1:].bool() & attention_mask[:, :-1].bool()
+    return -nll, valid
+
+
+def _min_k_mean(logp: torch.Tensor, valid: torch.Tensor, k: float) -> torch.Tensor:
+    """Row-wise mean of the ``max(1, floor(k * n_valid))`` smallest valid log-probs."""
+    n = valid.sum(dim=1)
+    count = torch.clamp(torch.floor(n.double() * k).long(), min=1)
+    lowest = torch.sort(logp.masked_fill(~valid, float("inf")), dim=1).values
+    take = torch.arange(lowest.size(1), device=logp.device)[None, :] < count[:, None]
+    total = torch.where(take, lowest, torch.zeros_like(lowest)).sum(dim=1)
+    out = total / count
+    return torch.where(n > 0, out, torch.full_like(out, float("nan")))
+
+
+def _score_with_model(
+    model: torch.nn.Module,
+    docs: list[list[int]],
+    *,
+    batch_size: int,
+    device: torch.device,
+    k: float,
+    desc: str,
+) -> dict[str, np.ndarray]:
+    """Loss, min-k and token count per doc.  Docs are processed longest-first (so each batch
+    has little padding and an out-of-memory error shows up on the first batch) and results
+    are put back in input order."""
+    from tqdm.auto import tqdm
+
+    n_docs = len(docs)
+    loss = np.full(n_docs, np.nan)
+    min_k = np.full(n_docs, np.nan)
+    n_tok = np.zeros(n_docs, dtype=np.int64)
+    order = sorted(range(n_docs), key=lambda i: -len(docs[i]))
+    starts = range(0, n_docs, batch_size)
+    for s in tqdm(starts, desc=desc, unit="batch", disable=len(starts) <= 1):
+        idx = order[s : s + batch_size]
+        ids, mask = pad_batch([docs[i] for i in idx], device)
+        logp, valid = sequence_token_logprobs(model, ids, mask)
+        cnt = valid.sum(dim=1)
+        mean_nll = -(logp * valid).sum(dim=1) / cnt.clamp(min=1)
+        mean_nll = torch.where(cnt > 0, mean_nll, torch.full_like(mean_nll, float("nan")))
+        loss[idx] = mean_nll.double().cpu().numpy()
+        min_k[idx] = _min_k_mean(logp, valid, k).double().cpu().numpy()
+        n_tok[idx] = cnt.cpu().numpy()
+    return {"loss": loss, "min_k": min_k, "n_tokens": n_tok}
+
+
+def _prepare_docs(
+    docs: Docs, max_length: int, bos_token_id: int | None, what: str
+) -> list[list[int]]:
+    ids = _as_id_lists(docs)
+    if bos_token_id is not None:
+        ids = [d if (d and d[0] == bos_token_id) else [bos_token_id, *d] for d in ids]
+    n_long = sum(len(d) > max_length for d in ids)
+    if n_long:
+        log.warning(
+            "%s: %d of %d documents are longer than %d tokens and are truncated to their "
+            "first %d tokens", what, n_long, len(ids), max_length, max_length,
+        )
+        ids = [d[:max_length] for d in ids]
+    n_short = sum(len(d) < 2 for d in ids)
+    if n_short:
+        log.warning("%s: %d documents have fewer than 2 tokens; their scores are NaN",
+                    what, n_short)
+    return ids
+
+
+def mia_scores(
+    model: torch.nn.Module,
+    tokenizer: Any | None,
+    docs: Docs,
+    *,
+    batch_size: int = 8,
+    device: str | torch.device | None = None,
+    reference_model: torch.nn.Module | None = None,
+    reference_docs: Docs | None = None,
+    texts: Sequence[str] | None = None,
+    k: float = 0.2,
+    max_length: int | None = None,
+    add_bos: bool = False,
+) -> dict[str, np.ndarray]:
+    """Per-document membership scores (see the module docstring for the math).
+
+    Args:
+        model: a causal LM returning ``.logits`` (e.g. ``LlamaForCausalLM``), already on
+            ``device``.
+        tokenizer: used to decode ``docs`` to text for the zlib score when ``texts`` is not
+            given, and for its BOS id when ``add_bos``; may be ``None``.
+        docs: token-id lists (or 1-D tensors, or a 2-D tensor) -- one per document.
+        batch_size: documents per forward pass.
+        device: where to run; default: the model's device.
+        reference_model: optional reference LM; adds ``ref_diff`` and ``ref_loss``.
+        reference_docs: the same documents tokenised for the reference model, if its
+            tokenizer differs from the target's (default: ``docs``).
+        texts: the documents' text, for ``zlib``; without texts or a tokenizer, ``zlib`` is
+            left out (with a warning).
+        k: the fraction for Min-k% Prob (0 < k <= 1).
+        max_length: documents longer than this are truncated to their first ``max_length``
+            tokens (default: the model's context length, capped at 4096).
+        add_bos: prepend ``tokenizer.bos_token_id`` to documents that do not start with it,
+            so that the first real token is scored too.
+
+    Returns:
+        ``{"loss", "zlib", "min_k", ["ref_diff", "ref_loss"], "n_tokens"}`` -> arrays of
+        shape ``(n_docs,)`` in input order.  ``n_tokens`` is the number of scored tokens.
+    """
+    if not 0.0 < k <= 1.0:
+        raise ValueError(f"k must be in (0, 1], got {k}")
+    dev = torch.device(device) if device is not None else _model_device(model)
+    max_length = max_length or _model_max_length(model)
+    bos = getattr(tokenizer, "bos_token_id", None) if (add_bos and tokenizer is not None) else None
+    if add_bos and bos is None:
+        log.warning("add_bos requested but no tokenizer BOS id is available; not prepending")
+    ids = _prepare_docs(docs, max_length, bos, "target")
+    if texts is not None and len(texts) != len(ids):
+        raise ValueError(f"got {len(texts)} texts for {len(ids)} documents")
+
+    out = _score_with_model(model, ids, batch_size=batch_size, device=dev, k=k,
+                            desc="MIA scores")
+    scores: dict[str, np.ndarray] = {"loss": out["loss"]}
+
+    if texts is None and tokenizer is not None:
+        texts = tokenizer.batch_decode(_as_id_lists(docs), skip_special_tokens=True)
+    if texts is not None:
+        zlen = np.array([len(zlib.compress(t.encode("utf-8"))) for t in texts], dtype=np.float64)
+        scores["zlib"] = out["loss"] / np.maximum(zlen, 1.0)
+    else:
+        log.warning("no texts and no tokenizer: the zlib score is skipped")
+    scores["min_k"] = out["min_k"]
+
+    if reference_model is not None:
+        ref_max = _model_max_length(reference_model)
+        if max_length is not None:
+            ref_max = min(ref_max, max_length)
+        ref_ids = _prepare_docs(ids if reference_docs is None else reference_docs,
+                                ref_max, None, "reference")
+        if len(ref_ids) != len(ids):
+            raise ValueError("reference_docs must have one entry per document")
+        ref = _score_with_model(reference_model, ref_ids, batch_size=batch_size,
+                                device=_model_device(reference_model), k=k,
+                                desc="MIA reference")
+        scores["ref_diff"] = out["loss"] - ref["loss"]
+        scores["ref_loss"] = ref["loss"]
+    scores["n_tokens"] = out["n_tokens"]
+    return scores
+
+
+# --------------------------------------------------------------------------- ROC / AUC
+
+
+def _clean(x: Any) -> np.ndarray:
+    a = np.asarray(x, dtype=np.float64).ravel()
+    return a[np.isfinite(a)]
+
+
+def roc_curve(
+    member_scores: Any, nonmember_scores: Any
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """ROC curve for "higher score = member".
+
+    Returns ``(fpr, tpr, thresholds)``: one point per distinct score value ``thr`` (classify
+    ``score >= thr`` as member), in increasing FPR order, starting at ``(0, 0)`` with
+    threshold ``+inf``.  Tied scores across the classes give a diagonal segment.
+    """
+    pos, neg = _clean(member_scores), _clean(nonmember_scores)
+    if pos.size == 0 or neg.size == 0:
+        raise ValueError("roc_curve needs at least one member and one nonmember score")
+    scores = np.concatenate([pos, neg])
+    labels = np.concatenate([np.ones(pos.size), np.zeros(neg.size)])
+    order = np.argsort(-scores, kind="mergesort")
+    scores, labels = scores[order], labels[order]
+    # last index of each run of equal scores
+    last = np.r_[np.nonzero(np.diff(scores))[0], scores.size - 1]
+    tp = np.cumsum(labels)[last]
+    fp = (last + 1) - tp
+    tpr = np.r_[0.0, tp / pos.size]
+    fpr = np.r_[0.0, fp / neg.size]
+    thr = np.r_[np.inf, scores[last]]
+    return fpr, tpr, thr
+
+
+def roc_auc(member_scores: Any, nonmember_scores: Any) -> float:
+    """ROC AUC = P(member > nonmember) + 0.5 P(tie), via average ranks (Mann-Whitney U)::
+
+        AUC = (sum of member ranks - n1 (n1 + 1) / 2) / (n1 * n0)
+    """
+    pos, neg = _clean(member_scores), _clean(nonmember_scores)
+    if pos.size == 0 or neg.size == 0:
+        return float("nan")
+    scores = np.concatenate([pos, neg])
+    _, inverse, counts = np.unique(scores, return_inverse=True, return_counts=True)
+    # average 1-based rank of each distinct value: (first + last) / 2
+    ends = np.cumsum(counts)
+    avg_rank = ends - (counts - 1) / 2.0
+    ranks = avg_rank[inverse]
+    n1, n0 = pos.size, neg.size
+    u = ranks[:n1].sum() - n1 * (n1 + 1) / 2.0
+    return float(u / (n1 * n0))
+
+
+def tpr_at_fpr(fpr: np.ndarray, tpr: np.ndarray, target: float = 0.01) -> float:
+    """TPR of an ROC curve at ``FPR = target``, linearly interpolated between its points.
+
+    Takes the last point with ``fpr <= target`` (the highest TPR reached at that FPR) and the
+    next point, and interpolates on the segment between them.
+    """
+    fpr, tpr = np.asarray(fpr, dtype=np.float64), np.asarray(tpr, dtype=np.float64)
+    i = int(np.searchsorted(fpr, target, side="right")) - 1
+    if i < 0:
+        return 0.0
+    if fpr[i] == target or i == fpr.size - 1:
+        return float(tpr[i])
+    x0, x1, y0, y1 = fpr[i], fpr[i + 1], tpr[i], tpr[i + 1]
+    return float(y0 + (y1 - y0) * (target - x0) / (x1 - x0))
+
+
+def _score_summary(pos: np.ndarray, neg: np.ndarray, fpr_target: float) -> dict[str, Any]:
+    pos, neg = _clean(pos), _clean(neg)
+    if pos.size == 0 or neg.size == 0:
+        return {"auc": None, "tpr_at_fpr": None, "n_members": int(pos.size),
+                "n_nonmembers": int(neg.size)}
+    fpr, tpr, _ = roc_curve(pos, neg)
+    return {
+        "auc": roc_auc(pos, neg),
+        "tpr_at_fpr": tpr_at_fpr(fpr, tpr, fpr_target),
+        "n_members": int(pos.size),
+        "n_nonmembers": int(neg.size),
+    }
+
+
+def mia_report(
+    member_scores: dict[str, Any],
+    nonmember_scores: dict[str, Any],
+    *,
+    member_exposures: Sequence[int] | None = None,
+    fpr_target: float = 0.01,
+    directions: dict[str, float] | None = None,
+) -> dict[str, Any]:
+    """AUC and TPR at ``fpr_target`` FPR for every score, overall and by exposure count.
+
+    Args:
+        member_scores / nonmember_scores: ``{score name: per-document values}`` as returned by
+            :func:`mia_scores` (raw, un-oriented).  Only names in ``directions`` are reported.
+        member_exposures: exposure count of each member document, for the breakdown.  Entries
+            with 0 exposures (controls that were never trained on) are excluded from the
+            overall numbers and reported as their own group, where AUC ~ 0.5 is expected.
+        fpr_target: FPR at which to read the TPR (default 1%).
+        directions: orientation per score (default :data:`SCORE_DIRECTIONS`).
+
+    Returns:
+        ``{"fpr_target", "fpr_resolution", "scores": {name: {"auc", "tpr_at_fpr",
+        "n_members", "n_nonmembers", "by_exposure": {str(e): {...}}}}}``.  NaN scores are
+        dropped.
+    """
+    directions = directions or SCORE_DIRECTIONS
+    names = [n for n in directions if n in member_scores and n in nonmember_scores]
+    exp = None if member_exposures is None else np.asarray(member_exposures, dtype=np.int64)
+    some = np.asarray(next(iter(member_scores.values())))
+    if exp is not None and exp.shape[0] != some.shape[0]:
+        raise ValueError("member_exposures must have one entry per member document")
+    trained = np.ones(some.shape[0], dtype=bool) if exp is None else exp >= 1
+    n_non = int(_clean(np.asarray(nonmember_scores[names[0]])).size) if names else 0
+    report: dict[str, Any] = {
+        "fpr_target": fpr_target,
+        "fpr_resolution": (1.0 / n_non) if n_non else None,
+        "scores": {},
+    }
+    if n_non and 1.0 / n_non > fpr_target:
+        log.warning(
+            "only %d nonmembers: FPR resolution 1/%d > %g, TPR@%g%%FPR is interpolated "
+            "from the first ROC segment", n_non, n_non, fpr_target, 100 * fpr_target)
+    for name in names:
+        sign = directions[name]
+        pos = sign * np.asarray(member_scores[name], dtype=np.float64)
+        neg = sign * np.asarray(nonmember_scores[name], dtype=np.float64)
+        entry = _score_summary(pos[trained], neg, fpr_target)
+        if exp is not None:
+            entry["by_exposure"] = {
+                str(int(e)): _score_summary(pos[exp == e], neg, fpr_target)
+                for e in np.unique(exp)
+            }
+        report["scores"][name] = entry
+    return report
+
+
+# --------------------------------------------------------------------------- outputs
+
+
+def _fmt(x: float | None) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
+
+
+def report_markdown(report: dict[str, Any], title: str = "Membership inference") -> str:
+    """Markdown table: one row per score, overall AUC/TPR and AUC per exposure count."""
+    pct = f"{100 * report['fpr_target']:g}%"
+    scores = report["scores"]
+    exposures = sorted({e for s in scores.values() for e in s.get("by_exposure", {})}, key=int)
+    head = ["score", "AUC", f"TPR@{pct}FPR"] + [f"AUC e={e}" for e in exposures]
+    lines = [f"## {title}", "", "| " + " | ".join(head) + " |",
+             "|" + "---|" * len(head)]
+    for name, s in scores.items():
+        row = [f"`{name}`", _fmt(s["auc"]), _fmt(s["tpr_at_fpr"])]
+        row += [_fmt(s.get("by_exposure", {}).get(e, {}).get("auc")) for e in exposures]
+        lines.append("| " + " | ".join(row) + " |")
+    any_s = next(iter(scores.values()), None)
+    if any_s:
+        lines.append("")
+        lines.append(f"{any_s['n_members']} members (exposures >= 1) vs "
+                     f"{any_s['n_nonmembers']} nonmembers; AUC 0.5 = chance. "
+                     "e=0 rows are never-trained controls.")
+        if exposures:
+            counts = ", ".join(f"e={e}: {any_s['by_exposure'][e]['n_members']}"
+                               for e in exposures)
+            lines.append(f"Documents per exposure count: {counts}.")
+        res = report.get("fpr_resolution")
+        if res and res > report["fpr_target"]:
+            lines.append(f"Note: FPR resolution is {res:.3g} (> {pct}); "
+                         "TPR at low FPR is interpolated and coarse.")
+    lines.append("")
+    for name in scores:
+        lines.append(f"- `{name}`: {SCORE_DESCRIPTIONS.get(name, '')}")
+    return "\n".join(lines) + "\n"
+
+
+def plot_roc(
+    member_scores: dict[str, Any],
+    nonmember_scores: dict[str, Any],
+    path: str | os.PathLike,
+    *,
+    directions: dict[str, float] | None = None,
+) -> None:
+    """ROC curves of every score (linear and log-log axes side by side) into a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    directions = directions or SCORE_DIRECTIONS
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.8))
+    for name, sign in directions.items():
+        if name not in member_scores or name not in nonmember_scores:
+            continue
+        pos = sign * np.asarray(member_scores[name], dtype=np.float64)
+        neg = sign * np.asarray(nonmember_scores[name], dtype=np.float64)
+        if _clean(pos).size == 0 or _clean(neg).size == 0:
+            continue
+        fpr, tpr, _ = roc_curve(pos, neg)
+        auc = roc_auc(pos, neg)
+        for ax in axes:
+            ax.plot(fpr, tpr, label=f"{name} (AUC {auc:.3f})", drawstyle="default")
+    for ax, scale in zip(axes, ("linear", "log")):
+        ax.plot([1e-4, 1], [1e-4, 1], "k--", lw=0.8, label="chance")
+        ax.set_xscale(scale)
+        ax.set_yscale(scale)
+        ax.set_xlabel("false positive rate")
+        ax.set_ylabel("true positive rate")
+        if scale == "log":
+            ax.set_xlim(1e-3, 1)
+            ax.set_ylim(1e-3, 1)
+            ax.set_title("ROC (log-log)")
+        else:
+            ax.set_xlim(0, 1)
+            ax.set_ylim(0, 1)
+            ax.set_title("ROC")
+        ax.grid(alpha=0.3)
+    axes[0].legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------- end to end
+
+
+def _tokenize_docs(docs: list[dict[str, Any]], tokenizer: Any | None, what: str,
+                   force_retokenize: bool = False) -> list[list[int]]:
+    out = []
+    for i, d in enumerate(docs):
+        if "token_ids" in d and not force_retokenize:
+            out.append([int(t) for t in d["token_ids"]])
+            continue
+        if tokenizer is None:
+            raise MissingTokenizerError(
+                f"{what}[{i}] ({d.get('id', '?')}) has no token_ids and no tokenizer is "
+                "available to tokenize its text; pass --tokenizer PATH")
+        out.append(tokenizer(d["text"], add_special_tokens=False)["input_ids"])
+    return out
+
+
+def _same_vocab(a: Any | None, b: Any | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a.get_vocab() == b.get_vocab()
+
+
+def run_mia(
+    model_path: str | os.PathLike,
+    manifest_path: str | os.PathLike,
+    reference_model_path: str | os.PathLike | None = None,
+    *,
+    out_dir: str | os.PathLike | None = None,
+    batch_size: int = 8,
+    device: str | None = None,
+    dtype: str | None = "auto",
+    k: float = 0.2,
+    max_length: int | None = None,
+    add_bos: bool = True,
+    fpr_target: float = 0.01,
+    tokenizer_path: str | os.PathLike | None = None,
+) -> dict[str, Any]:
+    """Score every target and nonmember of a manifest and report how separable they are.
+
+    Members are the targets with ``exposures >= 1``; targets with ``exposures == 0`` are
+    controls, reported in the ``by_exposure["0"]`` breakdown only.  The manifest's
+    ``token_ids`` are scored as given (``add_bos`` prepends the tokenizer's BOS when a document
+    does not start with it); ``text`` is used for the zlib score.  A reference model whose
+    vocabulary differs from the target's re-tokenises the texts with its own tokenizer.
+
+    With ``out_dir``: writes ``mia.json`` (the report), ``mia.md`` (a markdown table),
+    ``mia_scores.jsonl`` (per-document scores) and ``mia_roc.png``.
+
+    Returns the report of :func:`mia_report` plus ``model``, ``manifest``,
+    ``reference_model``, ``k``, ``n_targets``, ``n_nonmembers`` and ``markdown``.
+    """
+    device = device or default_device()
+    manifest = load_manifest(manifest_path)
+    model, tok = load_checkpoint(model_path, device=device, dtype=dtype,
+                                 tokenizer_path=tokenizer_path, require_tokenizer=False)
+    targets, nonmembers = manifest["targets"], manifest["nonmembers"]
+    if not nonmembers:
+        raise ValueError(f"manifest {manifest_path} has no nonmembers to compare against")
+    if not any(int(t["exposures"]) >= 1 for t in targets):
+        raise ValueError(f"manifest {manifest_path} has no targets with exposures >= 1")
+    docs = targets + nonmembers
+    ids = _tokenize_docs(docs, tok, "documents")
+    texts = [d["text"] for d in docs] if all("text" in d for d in docs) else None
+
+    ref_model, ref_ids = None, None
+    if reference_model_path is not None:
+        ref_model, ref_tok = load_checkpoint(reference_model_path, device=device, dtype=dtype,
+                                             require_tokenizer=False)
+        if ref_tok is not None and tok is not None and not _same_vocab(tok, ref_tok):
+            if texts is None:
+                raise ValueError("the reference model has a different vocabulary and the "
+                                 "manifest lacks texts to re-tokenise")
+            log.info("reference tokenizer differs from the target's: re-tokenising texts")
+            ref_ids = _tokenize_docs(docs, ref_tok, "documents", force_retokenize=True)
+            if add_bos and ref_tok.bos_token_id is not None:
+                b = ref_tok.bos_token_id
+                ref_ids = [d if d and d[0] == b else [b, *d] for d in ref_ids]
+
+    scores = mia_scores(model, tok, ids, batch_size=batch_size, device=device,
+                        reference_model=ref_model, reference_docs=ref_ids, texts=texts,
+                        k=k, max_length=max_length, add_bos=add_bos)
+    n_t = len(targets)
+    member = {n: v[:n_t] for n, v in scores.items()}
+    nonmember = {n: v[n_t:] for n, v in scores.items()}
+    exposures = [int(t["exposures"]) for t in targets]
+    report = mia_report(member, nonmember, member_exposures=exposures, fpr_target=fpr_target)
+    report.update({
+        "model": str(model_path),
+        "manifest": str(manifest_path),
+        "reference_model": None if reference_model_path is None else str(reference_model_path),
+        "k": k,
+        "n_targets": n_t,
+        "n_nonmembers": len(nonmembers),
+    })
+    report["markdown"] = report_markdown(report)
+
+    if out_dir is not None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        with open(out / "mia.json", "w", encoding="utf-8") as fh:
+            json.dump(report, fh, indent=2)
+        (out / "mia.md").write_text(report["markdown"], encoding="utf-8")
+        with open(out / "mia_scores.jsonl", "w", encoding="utf-8") as fh:
+            for i, d in enumerate(docs):
+                row: dict[str, Any] = {
+                    "id": d.get("id", str(i)),
+                    "split": "target" if i < n_t else "nonmember",
+                    "exposures": int(d["exposures"]) if i < n_t else None,
+                }
+                for n, v in scores.items():
+                    x = v[i].item()
+                    row[n] = None if isinstance(x, float) and math.isnan(x) else x
+                fh.write(json.dumps(row) + "\n")
+        trained = np.asarray(exposures) >= 1
+        plot_roc({n: v[trained] for n, v in member.items()}, nonmember, out / "mia_roc.png")
+    return report

@@ -1,0 +1,312 @@
+"""Membership-inference scores and their ROC evaluation (memorization/mia.py, eval/mia.py).
+
+A tiny Llama (2 layers, hidden 64) with a locally trained byte-level BPE tokenizer is
+overfitted on a few "member" documents; held-out documents of the same synthetic
+distribution are the nonmembers.  Everything runs offline on CPU in a few seconds.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import math
+import os
+import random
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+import numpy as np
+import pytest
+import torch
+
+from memorization import mia
+
+REPO = Path(__file__).resolve().parents[1]
+
+WORDS = (
+    "amber basil cedar delta ember fjord grove harbor island jasper kelp lumen meadow nectar "
+    "orchid pebble quartz river saffron tundra umber violet willow xenon yarrow zephyr alpine "
+    "breeze canyon dune estuary forest glacier hollow inlet juniper lagoon marsh nimbus ocean "
+    "prairie quarry ridge summit thicket valley wetland"
+).split()
+
+
+def _make_text(rng: random.Random, n_words: int) -> str:
+    sents = []
+    while sum(len(s.split()) for s in sents) < n_words:
+        k = rng.randint(5, 10)
+        sents.append(" ".join(rng.choice(WORDS) for _ in range(k)).capitalize() + ".")
+    return " ".join(sents)
+
+
+def build_tiny_checkpoint(path: Path, *, seed: int = 0, corpus: list[str] | None = None):
+    """Save an untrained tiny LlamaForCausalLM + a locally trained BPE tokenizer to ``path``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    rng = random.Random(1234)
+    corpus = corpus or [_make_text(rng, 60) for _ in range(300)]
+    tk = Tokenizer(models.BPE(unk_token=None))
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=600, special_tokens=["<s>", "</s>", "<pad>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tk.train_from_iterator(corpus, trainer)
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>",
+                                  pad_token="<pad>")
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=256, bos_token_id=tok.bos_token_id,
+                      eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    model = LlamaForCausalLM(cfg)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return model, tok
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Run tiny-model work on one intra-op thread: on a shared 2-core machine, two spinning
+    OpenMP threads are several times slower than one.  Restores the previous setting."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
+def overfit(model, docs: list[list[int]], steps: int = 40, lr: float = 3e-3) -> None:
+    """Full-batch AdamW on ``docs`` (token-id lists) until they are memorised."""
+    ids, mask = mia.pad_batch(docs)
+    labels = ids.masked_fill(mask == 0, -100)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    model.train()
+    with one_thread():
+        for _ in range(steps):
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    model.eval()
+
+
+def load_cli(name: str):
+    """Import ``eval/<name>.py`` as a module (the CLIs live outside the package)."""
+    spec = importlib.util.spec_from_file_location(f"_cli_{name}", REPO / "eval" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """Reference (untrained) checkpoint, target checkpoint overfitted on the members, and a
+    manifest with members (exposures 1 and 3), controls (exposures 0) and nonmembers."""
+    root = tmp_path_factory.mktemp("mia")
+    ref_dir, tgt_dir = root / "ref", root / "target"
+    model, tok = build_tiny_checkpoint(ref_dir)
+    rng = random.Random(7)
+    texts = [_make_text(rng, 20) for _ in range(40)]
+    ids = [[tok.bos_token_id] + tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    members, controls, nonmembers = list(range(0, 12)), list(range(12, 20)), list(range(20, 40))
+    exposures = {i: (1 if i < 6 else 3) for i in members}
+    train_docs = [ids[i] for i in members for _ in range(exposures[i])]
+    overfit(model, train_docs)
+    model.save_pretrained(tgt_dir)
+    tok.save_pretrained(tgt_dir)
+    manifest = {
+        "version": 1,
+        "targets": [{"id": f"t{i}", "text": texts[i], "token_ids": ids[i][1:],
+                     "exposures": exposures.get(i, 0), "steps": []}
+                    for i in members + controls],
+        "nonmembers": [{"id": f"n{i}", "text": texts[i], "token_ids": ids[i][1:]}
+                       for i in nonmembers],
+    }
+    man_path = root / "manifest.json"
+    man_path.write_text(json.dumps(manifest))
+    return {"root": root, "ref": ref_dir, "target": tgt_dir, "manifest": man_path,
+            "model": model, "tok": tok, "ids": ids, "texts": texts,
+            "members": members, "nonmembers": nonmembers}
+
+
+# --------------------------------------------------------------------------- ROC / AUC
+
+
+def test_auc_known_values():
+    assert mia.roc_auc([3, 4, 5], [0, 1, 2]) == 1.0
+    assert mia.roc_auc([0, 1, 2], [3, 4, 5]) == 0.0
+    assert mia.roc_auc([1, 1, 1], [1, 1]) == 0.5
+    x = np.random.default_rng(0).normal(size=50)
+    assert mia.roc_auc(x, x) == pytest.approx(0.5)
+    # hand-computed: pairs won 2 + 2 + 1 of 6
+    assert mia.roc_auc([0.9, 0.8, 0.4], [0.7, 0.3]) == pytest.approx(5 / 6)
+    # ties count half: (0 + 1 + 0.5 + 1) / 4
+    assert mia.roc_auc([1, 2], [2, 0]) == pytest.approx(0.625)
+
+
+def test_roc_curve_area_equals_auc_and_matches_sklearn():
+    rng = np.random.default_rng(1)
+    pos = np.round(rng.normal(0.7, 1, 200), 1)  # rounding makes ties
+    neg = np.round(rng.normal(0.0, 1, 300), 1)
+    fpr, tpr, thr = mia.roc_curve(pos, neg)
+    assert fpr[0] == tpr[0] == 0 and fpr[-1] == tpr[-1] == 1
+    assert np.all(np.diff(fpr) >= 0) and np.all(np.diff(tpr) >= 0)
+    area = float(np.sum(np.diff(fpr) * (tpr[1:] + tpr[:-1]) / 2))
+    assert area == pytest.approx(mia.roc_auc(pos, neg), abs=1e-12)
+    metrics = pytest.importorskip("sklearn.metrics")
+    y = np.r_[np.ones_like(pos), np.zeros_like(neg)]
+    s = np.r_[pos, neg]
+    assert mia.roc_auc(pos, neg) == pytest.approx(metrics.roc_auc_score(y, s), abs=1e-12)
+    sk_fpr, sk_tpr, _ = metrics.roc_curve(y, s, drop_intermediate=False)
+    np.testing.assert_allclose(np.interp(0.05, sk_fpr, sk_tpr), mia.tpr_at_fpr(fpr, tpr, 0.05))
+
+
+def test_tpr_at_1pct_fpr_known_cases():
+    neg = np.arange(100.0)  # 100 nonmembers: FPR steps of 1%
+    pos = np.r_[np.full(5, 99.5), np.full(5, -1.0)]  # half above every nonmember
+    fpr, tpr, _ = mia.roc_curve(pos, neg)
+    assert mia.tpr_at_fpr(fpr, tpr, 0.01) == pytest.approx(0.5)
+    assert mia.tpr_at_fpr(fpr, tpr, 0.0) == pytest.approx(0.5)
+    # 50 nonmembers: 4 of 10 members tie with the top nonmember -> diagonal segment
+    # (0, 0) -> (0.02, 0.4); at FPR 1% the interpolated TPR is 0.2.
+    neg = np.arange(50.0)
+    pos = np.r_[np.full(4, 49.0), np.full(6, -1.0)]
+    fpr, tpr, _ = mia.roc_curve(pos, neg)
+    assert mia.tpr_at_fpr(fpr, tpr, 0.01) == pytest.approx(0.2)
+    # perfectly separated -> TPR 1 at any FPR
+    fpr, tpr, _ = mia.roc_curve([5, 6], [1, 2])
+    assert mia.tpr_at_fpr(fpr, tpr, 0.01) == 1.0
+
+
+def test_report_orients_scores_and_breaks_down_by_exposure():
+    members = {"loss": np.array([0.1, 0.2, 5.0, 5.1]), "min_k": np.array([-1, -1, -9, -9.0])}
+    nonmembers = {"loss": np.array([3.0, 4.0]), "min_k": np.array([-5.0, -6.0])}
+    rep = mia.mia_report(members, nonmembers, member_exposures=[4, 4, 0, 0])
+    # exposures-0 controls are excluded from the overall numbers
+    assert rep["scores"]["loss"]["auc"] == 1.0 and rep["scores"]["loss"]["n_members"] == 2
+    assert rep["scores"]["min_k"]["auc"] == 1.0
+    assert rep["scores"]["loss"]["by_exposure"]["0"]["auc"] == 0.0
+    assert rep["scores"]["loss"]["by_exposure"]["4"]["n_members"] == 2
+    assert rep["fpr_resolution"] == 0.5
+    md = mia.report_markdown(rep)
+    assert "| `loss` | 1.000 | 1.000 |" in md and "AUC e=4" in md
+
+
+# --------------------------------------------------------------------------- scores
+
+
+def test_scores_match_per_document_reference(setup):
+    """Batched, padded scores equal an unbatched per-document computation."""
+    model, ids = setup["model"], setup["ids"][:5]
+    texts = setup["texts"][:5]
+    s = mia.mia_scores(model, setup["tok"], ids, batch_size=3, texts=texts, k=0.2)
+    for i, d in enumerate(ids):
+        x = torch.tensor([d])
+        with torch.no_grad():
+            logp = torch.log_softmax(model(x).logits[0, :-1].float(), -1)
+        lp = logp.gather(1, x[0, 1:, None])[:, 0].double().numpy()
+        assert s["loss"][i] == pytest.approx(-lp.mean(), rel=1e-4)
+        kk = max(1, int(0.2 * len(lp)))
+        assert s["min_k"][i] == pytest.approx(np.sort(lp)[:kk].mean(), rel=1e-4)
+        import zlib
+        assert s["zlib"][i] == pytest.approx(-lp.mean() / len(zlib.compress(texts[i].encode())),
+                                             rel=1e-4)
+        assert s["n_tokens"][i] == len(d) - 1
+
+
+def test_overfit_members_are_detected(setup):
+    model, tok, ids = setup["model"], setup["tok"], setup["ids"]
+    mem = [ids[i] for i in setup["members"]]
+    non = [ids[i] for i in setup["nonmembers"]]
+    sm = mia.mia_scores(model, tok, mem, batch_size=8)
+    sn = mia.mia_scores(model, tok, non, batch_size=8)
+    assert sm["loss"].mean() < sn["loss"].mean()
+    assert sm["zlib"].mean() < sn["zlib"].mean()  # lower = member
+    assert sm["min_k"].mean() > sn["min_k"].mean()  # higher = member
+    rep = mia.mia_report(sm, sn)
+    for name in ("loss", "zlib", "min_k"):
+        assert rep["scores"][name]["auc"] > 0.8, (name, rep["scores"][name])
+
+
+def test_reference_difference(setup):
+    from transformers import AutoModelForCausalLM
+
+    model, tok, ids = setup["model"], setup["tok"], setup["ids"]
+    ref = AutoModelForCausalLM.from_pretrained(setup["ref"]).eval()
+    mem = [ids[i] for i in setup["members"]]
+    non = [ids[i] for i in setup["nonmembers"]]
+    sm = mia.mia_scores(model, tok, mem, batch_size=5, reference_model=ref)
+    sn = mia.mia_scores(model, tok, non, batch_size=5, reference_model=ref)
+    direct = mia.mia_scores(ref, tok, mem, batch_size=5)["loss"]
+    np.testing.assert_allclose(sm["ref_loss"], direct, rtol=1e-5)
+    np.testing.assert_allclose(sm["ref_diff"], sm["loss"] - direct, rtol=1e-5)
+    assert mia.mia_report(sm, sn)["scores"]["ref_diff"]["auc"] > 0.8
+    # the model as its own reference gives a zero difference
+    self_ref = mia.mia_scores(model, tok, mem[:3], reference_model=model)
+    np.testing.assert_allclose(self_ref["ref_diff"], 0.0, atol=1e-6)
+
+
+def test_bos_and_truncation(setup):
+    model, tok, ids = setup["model"], setup["tok"], setup["ids"]
+    no_bos = [d[1:] for d in ids[:3]]
+    with_bos = mia.mia_scores(model, tok, no_bos, add_bos=True)
+    plain = mia.mia_scores(model, tok, ids[:3])
+    np.testing.assert_allclose(with_bos["loss"], plain["loss"], rtol=1e-6)
+    short = mia.mia_scores(model, tok, ids[:3], max_length=10)
+    assert (short["n_tokens"] == 9).all()
+    # a 1-token document has no scored token -> NaN, which the report drops
+    one = mia.mia_scores(model, None, [[5], ids[0]])
+    assert math.isnan(one["loss"][0]) and not math.isnan(one["loss"][1])
+    assert "zlib" not in one  # no texts and no tokenizer
+
+
+# --------------------------------------------------------------------------- end to end
+
+
+def test_run_mia_end_to_end(setup, tmp_path):
+    rep = mia.run_mia(setup["target"], setup["manifest"], setup["ref"], out_dir=tmp_path,
+                      batch_size=8, device="cpu")
+    assert rep["n_targets"] == 20 and rep["n_nonmembers"] == 20
+    for name in ("loss", "zlib", "min_k", "ref_diff"):
+        s = rep["scores"][name]
+        assert s["n_members"] == 12 and s["auc"] > 0.8
+        assert set(s["by_exposure"]) == {"0", "1", "3"}
+        assert 0.0 <= s["tpr_at_fpr"] <= 1.0
+    # never-trained controls (8 of them, so the AUC is noisy) look like nonmembers
+    assert rep["scores"]["loss"]["by_exposure"]["0"]["auc"] < 0.85
+    for f in ("mia.json", "mia.md", "mia_scores.jsonl", "mia_roc.png"):
+        assert (tmp_path / f).stat().st_size > 0
+    rows = [json.loads(x) for x in (tmp_path / "mia_scores.jsonl").read_text().splitlines()]
+    assert len(rows) == 40 and rows[0]["split"] == "target" and "ref_diff" in rows[0]
+    assert json.loads((tmp_path / "mia.json").read_text())["scores"]["loss"]["auc"] > 0.8
+
+
+def test_cli(setup, tmp_path, capsys):
+    cli = load_cli("mia")
+    rc = cli.main(["--model", str(setup["target"]), "--manifest", str(setup["manifest"]),
+                   "--reference-model", str(setup["ref"]), "--out", str(tmp_path),
+                   "--device", "cpu"])
+    assert rc == 0
+    assert "| `ref_diff` |" in capsys.readouterr().out
+    assert (tmp_path / "mia.json").exists()
+    # a bad path is a clear error with exit code 2, not a traceback
+    assert cli.main(["--model", str(tmp_path / "nope"), "--manifest",
+                     str(setup["manifest"])]) == 2
+    assert "not a Hugging Face checkpoint" in capsys.readouterr().err
+
+
+def test_missing_tokenizer_is_clear(setup, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    bare = tmp_path / "bare"
+    AutoModelForCausalLM.from_pretrained(setup["ref"]).save_pretrained(bare)
+    with pytest.raises(mia.MissingTokenizerError, match="no tokenizer"):
+        mia.load_checkpoint(bare, device="cpu")
+    # MIA itself only needs token ids: a manifest with token_ids works without a tokenizer
+    rep = mia.run_mia(bare, setup["manifest"], device="cpu")
+    assert "loss" in rep["scores"]
