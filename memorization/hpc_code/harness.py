@@ -19,13 +19,15 @@ import re
 import secrets
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 
 from memorization.hpc_code.problems import Problem
-from memorization.hpc_code.sandbox import SandboxLimits, SandboxResult, run_sandboxed
+from memorization.hpc_code.sandbox import SandboxLimits, SandboxResult, memory_limited, run_sandboxed
 
 SEED = 20240917
 
@@ -71,6 +73,23 @@ def _tool(name: str) -> str:
     return shutil.which(name) or name
 
 
+@lru_cache(maxsize=8)
+def mpiexec_flags(mpiexec: str) -> tuple[str, ...]:
+    """Launcher flags needed here: Open MPI refuses root and oversubscription by default.
+
+    MPICH's hydra (the venv's ``mpich`` wheel) needs none.
+    """
+    try:
+        out = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30)
+        text = out.stdout + out.stderr
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    if "Open MPI" in text or "OpenRTE" in text or "open-mpi" in text:
+        flags = ("--oversubscribe",)
+        return flags + ("--allow-run-as-root",) if os.geteuid() == 0 else flags
+    return ()
+
+
 def _env(workdir: str, threads: int) -> dict[str, str]:
     """Minimal environment for candidates: no inherited secrets, fixed thread count."""
     path = os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"])
@@ -81,6 +100,7 @@ def _env(workdir: str, threads: int) -> dict[str, str]:
         "LANG": "C",
         "OMP_NUM_THREADS": str(threads),
         "OMP_WAIT_POLICY": "passive",  # oversubscribed MPI ranks must not spin
+        "OMPI_MCA_plm_rsh_agent": "",  # Open MPI: single node, do not look for ssh/rsh
     }
 
 
@@ -157,10 +177,14 @@ def evaluate_c(problem: Problem, body: str, cfg: RunConfig) -> SampleResult:
         for workers in ((1,) if problem.model == "serial" else cfg.workers):
             nonce = secrets.token_hex(8)
             args = ["./prog", nonce, str(n), str(repeats), str(SEED)]
-            if problem.model == "mpi":
-                args = [_tool(cfg.mpiexec), "-n", str(workers), *args]
+            limits = cfg.run_limits
+            if problem.model == "mpi":  # memory limit per rank, not on the launcher
+                launcher = _tool(cfg.mpiexec)
+                args = [launcher, *mpiexec_flags(launcher), "-n", str(workers),
+                        *memory_limited(args, limits.memory_mb)]
+                limits = replace(limits, memory_mb=0)
             threads = workers if problem.model == "openmp" else 1
-            res = run_sandboxed(args, workdir, cfg.run_limits, _env(workdir, threads))
+            res = run_sandboxed(args, workdir, limits, _env(workdir, threads))
             status, msg, parsed = _classify_run(res, nonce)
             if status != "passed":
                 return SampleResult(status, f"[{workers} worker(s)] {msg}")

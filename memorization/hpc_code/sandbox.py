@@ -4,8 +4,8 @@ Each call runs in its own session/process group (so a timeout kills the whole
 tree, MPI ranks included), with ``RLIMIT_AS`` (address space, per process),
 no core files, a wall-clock timeout and a cap on captured output.  When
 ``unshare -n`` works (root or user namespaces), the command also runs in a
-fresh network namespace with no interfaces but a down loopback, i.e. no
-network.  Otherwise network access is *not* blocked (reported by
+fresh network namespace whose only interface is loopback (brought up for
+MPI launchers), i.e. no network.  Otherwise network access is *not* blocked (reported by
 :func:`network_isolation_available`).
 """
 
@@ -16,6 +16,7 @@ import resource
 import selectors
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from functools import lru_cache
@@ -62,6 +63,38 @@ def network_isolation_available() -> bool:
         return False
 
 
+# Runs first inside the new network namespace: bring up loopback (MPI launchers such
+# as Open MPI talk to their daemons over it; nothing else is reachable), then exec
+# the real command, keeping the pid and process group.
+_LO_UP = (
+    "import fcntl, os, socket, struct, sys\n"
+    "try:\n"
+    "    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+    "    fcntl.ioctl(s, 0x8914, struct.pack('16sH14x', b'lo', 0x1 | 0x8 | 0x40))  # SIOCSIFFLAGS UP\n"
+    "    s.close()\n"
+    "except OSError:\n"
+    "    pass\n"
+    "os.execvp(sys.argv[1], sys.argv[1:])\n"
+)
+
+
+# Sets RLIMIT_AS, then execs the command: used per MPI rank so the limit binds the
+# candidate processes and not the launcher (Open MPI's runtime needs more).
+_LIMIT_EXEC = (
+    "import os, resource, sys\n"
+    "limit = int(sys.argv[1])\n"
+    "resource.setrlimit(resource.RLIMIT_AS, (limit, limit))\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def memory_limited(cmd: list[str], memory_mb: int) -> list[str]:
+    """``cmd`` wrapped so that it runs with ``RLIMIT_AS = memory_mb`` (unchanged if <= 0)."""
+    if memory_mb <= 0:
+        return cmd
+    return [sys.executable, "-I", "-c", _LIMIT_EXEC, str(memory_mb << 20), *cmd]
+
+
 def _preexec(memory_mb: int):
     def apply() -> None:
         if memory_mb > 0:
@@ -87,7 +120,7 @@ def run_sandboxed(
 ) -> SandboxResult:
     """Run ``cmd`` in ``cwd`` under ``limits``; never raises for the command's own failures."""
     if limits.isolate_network and network_isolation_available():
-        cmd = ["unshare", "-n", "--", *cmd]
+        cmd = ["unshare", "-n", "--", sys.executable, "-I", "-c", _LO_UP, *cmd]
     start = time.monotonic()
     deadline = start + limits.timeout_s
     proc = subprocess.Popen(
