@@ -17,6 +17,7 @@ marks the record ``fallback=True``).
 """
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
@@ -25,8 +26,6 @@ import torch
 import torch.distributed as dist
 
 from .grid import Grid, get_grid
-
-import os
 
 # backend -> does it support reduce_scatter_tensor?  AXONN_RS_FALLBACK=1 forces the fallback (tests).
 _RS_SUPPORTED: dict[str, bool] = {"gloo": False} if os.environ.get("AXONN_RS_FALLBACK") == "1" else {}

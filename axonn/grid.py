@@ -33,7 +33,7 @@ import itertools
 import os
 import socket
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Iterable
 
 import torch
 import torch.distributed as dist

@@ -19,7 +19,6 @@ Norm weights are replicated everywhere.
 from __future__ import annotations
 
 import math
-from typing import Iterable
 
 import torch
 import torch.nn as nn

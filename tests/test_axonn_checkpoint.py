@@ -5,7 +5,6 @@ Runs under ``mpiexec -n 4`` (so this also covers the MPI launch path of ``axonn.
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
 import sys
 from pathlib import Path
