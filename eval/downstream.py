@@ -1,0 +1,100 @@
+#!/usr/bin/env python
+"""Downstream quality of a checkpoint: held-out perplexity and lm-evaluation-harness tasks.
+
+    python eval/downstream.py --model runs/goldfish_k4/final \
+        --perplexity runs/goldfish_k4/manifest.json \
+        --tasks arc_easy,hellaswag,goldfish_mc [--limit 500] [--out runs/goldfish_k4/downstream]
+
+--perplexity takes a .jsonl ({"text": ...} per line), .txt, .json list, or a manifest (its
+nonmembers).  --tasks takes lm-eval task/group names; the project's offline task
+`goldfish_mc` lives in data/lm_eval_tasks (indexed by default, see --include-path).
+Exit status: 0 all done, 1 some part failed (the rest still ran), 2 nothing could run.
+See docs/eval.md.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from memorization.downstream import (
+    DEFAULT_TASK_DIR,
+    LMEvalNotInstalledError,
+    MissingTokenizerError,
+    list_lm_eval_tasks,
+    run_downstream,
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", help="checkpoint directory (HF format, with tokenizer)")
+    ap.add_argument("--perplexity", default=None, metavar="FILE_OR_MANIFEST",
+                    help="held-out text for perplexity: .jsonl/.txt/.json or a manifest")
+    ap.add_argument("--text-key", default="text", help="text field of .jsonl/.json rows")
+    ap.add_argument("--tasks", default=None,
+                    help="comma-separated lm-eval tasks, e.g. arc_easy,hellaswag,goldfish_mc")
+    ap.add_argument("--include-path", action="append", default=None, metavar="DIR",
+                    help=f"extra lm-eval task directory (repeatable; default {DEFAULT_TASK_DIR})")
+    ap.add_argument("--only-include-path", action="store_true",
+                    help="do not index lm-eval's built-in tasks (faster; local tasks only)")
+    ap.add_argument("--limit", type=float, default=None,
+                    help="max examples per task (a fraction if < 1)")
+    ap.add_argument("--num-fewshot", type=int, default=None)
+    ap.add_argument("--list-tasks", action="store_true", help="list lm-eval task names and exit")
+    ap.add_argument("--out", default=None, help="output directory for downstream.json/.md")
+    ap.add_argument("--tokenizer", default=None, help="tokenizer directory if the checkpoint has none")
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--device", default=None, help="cuda / cpu (default: cuda if available)")
+    ap.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
+    ap.add_argument("--max-length", type=int, default=None,
+                    help="context window (default: model context, capped at 4096)")
+    ap.add_argument("--stride", type=int, default=None,
+                    help="perplexity sliding-window stride (default: max-length // 2)")
+    ap.add_argument("--no-bos", action="store_true",
+                    help="do not prepend BOS to perplexity documents")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    include = args.include_path or [str(DEFAULT_TASK_DIR)]
+
+    if args.list_tasks:
+        try:
+            names = list_lm_eval_tasks(include, include_defaults=not args.only_include_path)
+        except LMEvalNotInstalledError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print("\n".join(names))
+        return 0
+    if not args.model:
+        ap.error("--model is required")
+    if not args.perplexity and not args.tasks:
+        ap.error("nothing to do: give --perplexity and/or --tasks")
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else None
+    limit = args.limit
+    if limit is not None and limit >= 1:
+        limit = int(limit)
+    try:
+        report = run_downstream(
+            args.model, perplexity_source=args.perplexity, tasks=tasks, include_path=include,
+            include_defaults=False if args.only_include_path else None, limit=limit,
+            num_fewshot=args.num_fewshot, out_dir=args.out, batch_size=args.batch_size,
+            device=args.device, dtype=args.dtype, max_length=args.max_length,
+            stride=args.stride, text_key=args.text_key, add_bos=not args.no_bos,
+            tokenizer_path=args.tokenizer)
+    except (MissingTokenizerError, LMEvalNotInstalledError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(report["markdown"])
+    errors = dict((report.get("lm_eval") or {}).get("errors") or {})
+    if report.get("perplexity_error"):
+        errors["perplexity"] = report["perplexity_error"]
+    for what, msg in errors.items():
+        print(f"error ({what}): {msg}", file=sys.stderr)
+    if args.out:
+        print(f"wrote {args.out}/downstream.json and downstream.md", file=sys.stderr)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,287 @@
+"""Held-out perplexity and the lm-evaluation-harness bridge (memorization/downstream.py).
+
+Runs offline on a tiny Llama with a locally trained tokenizer; the lm-eval tests use the
+project's shipped task data/lm_eval_tasks/goldfish_mc and fail if anything opens a socket.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import math
+import os
+import random
+import socket
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+import numpy as np
+import pytest
+import torch
+
+from memorization import downstream as ds
+from memorization.mia import MissingTokenizerError
+
+REPO = Path(__file__).resolve().parents[1]
+WORDS = ("amber basil cedar delta ember fjord grove harbor island jasper kelp lumen meadow "
+         "nectar orchid pebble quartz river saffron tundra umber violet willow").split()
+
+
+def _text(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n)).capitalize() + "."
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Tiny models run faster on one intra-op thread on a shared 2-core machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
+@contextlib.contextmanager
+def no_network():
+    """Make any attempt to open a network connection fail loudly."""
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"network access attempted: {args[:2]}")
+
+    saved = socket.socket.connect, socket.create_connection, socket.getaddrinfo
+    socket.socket.connect, socket.create_connection, socket.getaddrinfo = refuse, refuse, refuse
+    try:
+        yield
+    finally:
+        socket.socket.connect, socket.create_connection, socket.getaddrinfo = saved
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    """A tiny LlamaForCausalLM (max length 64) + byte-level BPE tokenizer, saved to disk."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    root = tmp_path_factory.mktemp("downstream")
+    rng = random.Random(0)
+    corpus = [_text(rng, 40) for _ in range(200)]
+    tk = Tokenizer(models.BPE(unk_token=None))
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    tk.train_from_iterator(corpus, trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<s>", "</s>", "<pad>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>",
+                                  pad_token="<pad>")
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(
+        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id)).eval()
+    path = root / "ckpt"
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    texts = [_text(rng, n) for n in (5, 12, 30, 45)]
+    (root / "heldout.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    return {"root": root, "path": path, "model": model, "tok": tok, "texts": texts}
+
+
+def _manual_nll(model, ids: list[int]) -> np.ndarray:
+    """Per-token NLL of ids[1:] with the whole document as context, one doc at a time."""
+    x = torch.tensor([ids])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(x).logits[0, :-1].double(), -1)
+    return -logp.gather(1, x[0, 1:, None])[:, 0].numpy()
+
+
+# --------------------------------------------------------------------------- perplexity
+
+
+@pytest.mark.parametrize("n,L,S", [(1, 8, 4), (2, 8, 4), (8, 8, 4), (9, 8, 4), (50, 8, 3),
+                                   (50, 8, 7), (50, 8, 1), (17, 4, 3), (17, 2, 1)])
+def test_windows_score_every_token_once(n, L, S):
+    spans = ds.window_spans(n, L, S)
+    scored = [t for b, e, f in spans for t in range(b + f, e)]
+    assert scored == list(range(1, n))
+    assert len(spans) == (0 if n < 2 else 1 + max(0, math.ceil((n - L) / S)))
+    for i, (b, e, f) in enumerate(spans):
+        assert 0 < e - b <= L and 1 <= f < e - b
+        if i > 0:  # later windows are full-length and keep >= L - S tokens of context
+            assert e - b == L and f >= L - S
+
+
+def test_window_arguments_validated():
+    with pytest.raises(ValueError, match="stride"):
+        ds.window_spans(10, 8, 8)  # the first token of a disjoint window has no context
+    with pytest.raises(ValueError, match="max_length"):
+        ds.window_spans(10, 1, 1)
+
+
+def test_perplexity_is_exp_mean_nll(ckpt):
+    model, tok = ckpt["model"], ckpt["tok"]
+    docs = [[tok.bos_token_id] + tok(t, add_special_tokens=False)["input_ids"]
+            for t in ckpt["texts"][:3]]
+    assert all(len(d) <= 64 for d in docs)
+    with one_thread():
+        out = ds.perplexity(model, docs, batch_size=2)
+        nll = np.concatenate([_manual_nll(model, d) for d in docs])
+    # token-weighted: all tokens pooled, not a mean of per-document perplexities
+    assert out["n_tokens"] == nll.size == sum(len(d) - 1 for d in docs)
+    assert out["nll"] == pytest.approx(nll.mean(), rel=1e-5)
+    assert out["perplexity"] == pytest.approx(math.exp(nll.mean()), rel=1e-5)
+    np.testing.assert_allclose(out["doc_nll"], [_manual_nll(model, d).mean() for d in docs],
+                               rtol=1e-5)
+
+
+def test_sliding_window_equals_single_window_when_text_fits(ckpt):
+    model, tok = ckpt["model"], ckpt["tok"]
+    doc = tok(ckpt["texts"][2], add_special_tokens=False)["input_ids"]
+    n = len(doc)
+    with one_thread():
+        single = ds.perplexity(model, [doc], max_length=n, stride=n - 1)
+        for L, S in [(n, 1), (n, n // 2), (64, 7), (64, None)]:
+            other = ds.perplexity(model, [doc], max_length=L, stride=S)
+            assert other["n_windows"] == 1
+            assert other["perplexity"] == pytest.approx(single["perplexity"], rel=1e-5)
+
+
+def test_sliding_window_matches_manual_windows(ckpt):
+    """A long document: each token is scored with exactly its window's context."""
+    model, tok = ckpt["model"], ckpt["tok"]
+    doc = tok(" ".join(ckpt["texts"]), add_special_tokens=False)["input_ids"][:90]
+    L, S = 16, 6
+    with one_thread():
+        out = ds.perplexity(model, [doc, doc[:10]], max_length=L, stride=S, batch_size=5)
+        manual = []
+        for d in (doc, doc[:10]):
+            for b, e, f in ds.window_spans(len(d), L, S):
+                manual.append(_manual_nll(model, d[b:e])[f - 1:])
+    manual = np.concatenate(manual)
+    assert out["n_tokens"] == manual.size == len(doc) - 1 + 9
+    assert out["nll"] == pytest.approx(manual.mean(), rel=1e-5)
+
+
+def test_perplexity_sources(ckpt, tmp_path):
+    texts, ids = ds.load_perplexity_docs(ckpt["root"] / "heldout.jsonl")
+    assert texts == ckpt["texts"] and ids is None
+    (tmp_path / "a.txt").write_text("one document\nover two lines")
+    assert ds.load_perplexity_docs(tmp_path / "a.txt")[0] == ["one document\nover two lines"]
+    manifest = {"version": 1, "targets": [],
+                "nonmembers": [{"id": "n0", "text": "x y", "token_ids": [5, 6, 7]},
+                               {"id": "n1", "text": "z", "token_ids": [8, 9]}]}
+    (tmp_path / "m.json").write_text(json.dumps(manifest))
+    texts, ids = ds.load_perplexity_docs(tmp_path / "m.json")
+    assert ids == [[5, 6, 7], [8, 9]]
+    with one_thread():
+        out = ds.evaluate_perplexity(ckpt["model"], ckpt["tok"], tmp_path / "m.json")
+    assert out["n_tokens"] == 3 + 2  # BOS prepended: [bos,5,6,7] and [bos,8,9]
+    with pytest.raises(FileNotFoundError):
+        ds.load_perplexity_docs(tmp_path / "missing.jsonl")
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def test_missing_tokenizer_is_a_clear_error(ckpt, tmp_path):
+    bare = tmp_path / "bare"
+    ckpt["model"].save_pretrained(bare)
+    with pytest.raises(MissingTokenizerError, match=r"no tokenizer.*save_pretrained"):
+        ds.run_downstream(bare, perplexity_source=ckpt["root"] / "heldout.jsonl",
+                          device="cpu")
+    cli = _load_cli()
+    assert cli.main(["--model", str(bare), "--perplexity",
+                     str(ckpt["root"] / "heldout.jsonl"), "--device", "cpu"]) == 2
+    # --tokenizer points at a directory that has one
+    rep = ds.run_downstream(bare, perplexity_source=ckpt["root"] / "heldout.jsonl",
+                            device="cpu", tokenizer_path=ckpt["path"])
+    assert rep["perplexity"]["n_tokens"] > 0
+
+
+def _load_cli():
+    spec = importlib.util.spec_from_file_location("_cli_downstream",
+                                                  REPO / "eval" / "downstream.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# --------------------------------------------------------------------------- lm-eval
+
+
+def _need_lm_eval():
+    pytest.importorskip("lm_eval", reason="lm-eval not installed: pip install "
+                        "'lm-eval>=0.4,<0.5' to test the lm-evaluation-harness bridge")
+    pytest.importorskip("accelerate", reason="lm-eval's HF backend needs accelerate "
+                        "(pip install accelerate, or lm-eval[hf])")
+
+
+def test_shipped_task_is_well_formed():
+    import yaml
+
+    task_dir = ds.DEFAULT_TASK_DIR / "goldfish_mc"
+    cfg = yaml.safe_load((task_dir / "goldfish_mc.yaml").read_text())
+    assert cfg["task"] == ds.LOCAL_TASK and cfg["dataset_path"] == "json"
+    data = task_dir / cfg["dataset_kwargs"]["data_files"]["test"]
+    rows = [json.loads(x) for x in data.read_text().splitlines() if x.strip()]
+    assert 20 <= len(rows) <= 40
+    assert len({r["question"] for r in rows}) == len(rows)
+    for r in rows:
+        assert len(r["choices"]) == 4 and 0 <= r["answer"] < 4
+        assert len(set(r["choices"])) == 4
+
+
+@pytest.fixture(scope="module")
+def downstream_report(ckpt):
+    """One end-to-end run: perplexity + the shipped task + a misspelt task, fully offline."""
+    _need_lm_eval()
+    with no_network(), one_thread():
+        return ds.run_downstream(
+            ckpt["path"], perplexity_source=ckpt["root"] / "heldout.jsonl",
+            tasks=["goldfish_mc", "goldfish_mcq"], include_defaults=False, device="cpu",
+            out_dir=ckpt["root"] / "out")
+
+
+def test_lm_eval_runs_shipped_task_offline(downstream_report, ckpt):
+    res = downstream_report["lm_eval"]["results"]["goldfish_mc"]
+    assert 0.0 <= res["acc"] <= 1.0 and 0.0 <= res["acc_norm"] <= 1.0
+    assert downstream_report["lm_eval"]["n_samples"]["goldfish_mc"] == 32
+    assert (ckpt["root"] / "out" / "downstream.json").exists()
+    assert "| goldfish_mc | 32 |" in (ckpt["root"] / "out" / "downstream.md").read_text()
+
+
+def test_unknown_task_is_reported_and_the_rest_goes_on(downstream_report):
+    err = downstream_report["lm_eval"]["errors"]["goldfish_mcq"]
+    assert "unknown lm-eval task 'goldfish_mcq'" in err
+    assert "did you mean: goldfish_mc" in err and "--list-tasks" in err
+    assert "goldfish_mc" in downstream_report["lm_eval"]["results"]  # other task ran
+    assert downstream_report["perplexity"]["perplexity"] > 1.0  # perplexity ran too
+
+
+def test_cli_end_to_end(ckpt, tmp_path, capsys):
+    _need_lm_eval()
+    cli = _load_cli()
+    with no_network(), one_thread():
+        rc = cli.main(["--model", str(ckpt["path"]), "--perplexity",
+                       str(ckpt["root"] / "heldout.jsonl"), "--tasks", "goldfish_mc,nope_task",
+                       "--only-include-path", "--limit", "4", "--device", "cpu",
+                       "--out", str(tmp_path)])
+    captured = capsys.readouterr()
+    assert rc == 1  # one task failed, the rest completed
+    assert "| goldfish_mc | 4 |" in captured.out and "Perplexity on" in captured.out
+    assert "unknown lm-eval task 'nope_task'" in captured.err
+    rep = json.loads((tmp_path / "downstream.json").read_text())
+    assert rep["lm_eval"]["n_samples"]["goldfish_mc"] == 4
+
+
+@pytest.mark.slow
+def test_unknown_task_against_builtin_index(ckpt):
+    """With lm-eval's ~15k built-in names indexed, a typo suggests the real task."""
+    _need_lm_eval()
+    model, tok = ckpt["model"], ckpt["tok"]
+    with no_network():
+        out = ds.run_lm_eval(model, tok, ["arc_eazy"], include_defaults=None)
+    assert "did you mean: arc_easy" in out["errors"]["arc_eazy"]
+    assert "arc_easy" in ds.list_lm_eval_tasks()
