@@ -104,7 +104,7 @@ def load_cli(name: str):
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
+def mia_env(tmp_path_factory):
     """Reference (untrained) checkpoint, target checkpoint overfitted on the members, and a
     manifest with members (exposures 1 and 3), controls (exposures 0) and nonmembers."""
     root = tmp_path_factory.mktemp("mia")
@@ -200,11 +200,11 @@ def test_report_orients_scores_and_breaks_down_by_exposure():
 # --------------------------------------------------------------------------- scores
 
 
-def test_scores_match_per_document_reference(setup):
+def test_scores_match_per_document_reference(mia_env):
     """Batched, padded scores equal an unbatched per-document computation."""
-    model, ids = setup["model"], setup["ids"][:5]
-    texts = setup["texts"][:5]
-    s = mia.mia_scores(model, setup["tok"], ids, batch_size=3, texts=texts, k=0.2)
+    model, ids = mia_env["model"], mia_env["ids"][:5]
+    texts = mia_env["texts"][:5]
+    s = mia.mia_scores(model, mia_env["tok"], ids, batch_size=3, texts=texts, k=0.2)
     for i, d in enumerate(ids):
         x = torch.tensor([d])
         with torch.no_grad():
@@ -219,10 +219,10 @@ def test_scores_match_per_document_reference(setup):
         assert s["n_tokens"][i] == len(d) - 1
 
 
-def test_overfit_members_are_detected(setup):
-    model, tok, ids = setup["model"], setup["tok"], setup["ids"]
-    mem = [ids[i] for i in setup["members"]]
-    non = [ids[i] for i in setup["nonmembers"]]
+def test_overfit_members_are_detected(mia_env):
+    model, tok, ids = mia_env["model"], mia_env["tok"], mia_env["ids"]
+    mem = [ids[i] for i in mia_env["members"]]
+    non = [ids[i] for i in mia_env["nonmembers"]]
     sm = mia.mia_scores(model, tok, mem, batch_size=8)
     sn = mia.mia_scores(model, tok, non, batch_size=8)
     assert sm["loss"].mean() < sn["loss"].mean()
@@ -233,13 +233,13 @@ def test_overfit_members_are_detected(setup):
         assert rep["scores"][name]["auc"] > 0.8, (name, rep["scores"][name])
 
 
-def test_reference_difference(setup):
+def test_reference_difference(mia_env):
     from transformers import AutoModelForCausalLM
 
-    model, tok, ids = setup["model"], setup["tok"], setup["ids"]
-    ref = AutoModelForCausalLM.from_pretrained(setup["ref"]).eval()
-    mem = [ids[i] for i in setup["members"]]
-    non = [ids[i] for i in setup["nonmembers"]]
+    model, tok, ids = mia_env["model"], mia_env["tok"], mia_env["ids"]
+    ref = AutoModelForCausalLM.from_pretrained(mia_env["ref"]).eval()
+    mem = [ids[i] for i in mia_env["members"]]
+    non = [ids[i] for i in mia_env["nonmembers"]]
     sm = mia.mia_scores(model, tok, mem, batch_size=5, reference_model=ref)
     sn = mia.mia_scores(model, tok, non, batch_size=5, reference_model=ref)
     direct = mia.mia_scores(ref, tok, mem, batch_size=5)["loss"]
@@ -251,8 +251,8 @@ def test_reference_difference(setup):
     np.testing.assert_allclose(self_ref["ref_diff"], 0.0, atol=1e-6)
 
 
-def test_bos_and_truncation(setup):
-    model, tok, ids = setup["model"], setup["tok"], setup["ids"]
+def test_bos_and_truncation(mia_env):
+    model, tok, ids = mia_env["model"], mia_env["tok"], mia_env["ids"]
     no_bos = [d[1:] for d in ids[:3]]
     with_bos = mia.mia_scores(model, tok, no_bos, add_bos=True)
     plain = mia.mia_scores(model, tok, ids[:3])
@@ -268,8 +268,8 @@ def test_bos_and_truncation(setup):
 # --------------------------------------------------------------------------- end to end
 
 
-def test_run_mia_end_to_end(setup, tmp_path):
-    rep = mia.run_mia(setup["target"], setup["manifest"], setup["ref"], out_dir=tmp_path,
+def test_run_mia_end_to_end(mia_env, tmp_path):
+    rep = mia.run_mia(mia_env["target"], mia_env["manifest"], mia_env["ref"], out_dir=tmp_path,
                       batch_size=8, device="cpu")
     assert rep["n_targets"] == 20 and rep["n_nonmembers"] == 20
     for name in ("loss", "zlib", "min_k", "ref_diff"):
@@ -286,27 +286,27 @@ def test_run_mia_end_to_end(setup, tmp_path):
     assert json.loads((tmp_path / "mia.json").read_text())["scores"]["loss"]["auc"] > 0.8
 
 
-def test_cli(setup, tmp_path, capsys):
+def test_cli(mia_env, tmp_path, capsys):
     cli = load_cli("mia")
-    rc = cli.main(["--model", str(setup["target"]), "--manifest", str(setup["manifest"]),
-                   "--reference-model", str(setup["ref"]), "--out", str(tmp_path),
+    rc = cli.main(["--model", str(mia_env["target"]), "--manifest", str(mia_env["manifest"]),
+                   "--reference-model", str(mia_env["ref"]), "--out", str(tmp_path),
                    "--device", "cpu"])
     assert rc == 0
     assert "| `ref_diff` |" in capsys.readouterr().out
     assert (tmp_path / "mia.json").exists()
     # a bad path is a clear error with exit code 2, not a traceback
     assert cli.main(["--model", str(tmp_path / "nope"), "--manifest",
-                     str(setup["manifest"])]) == 2
+                     str(mia_env["manifest"])]) == 2
     assert "not a Hugging Face checkpoint" in capsys.readouterr().err
 
 
-def test_missing_tokenizer_is_clear(setup, tmp_path):
+def test_missing_tokenizer_is_clear(mia_env, tmp_path):
     from transformers import AutoModelForCausalLM
 
     bare = tmp_path / "bare"
-    AutoModelForCausalLM.from_pretrained(setup["ref"]).save_pretrained(bare)
+    AutoModelForCausalLM.from_pretrained(mia_env["ref"]).save_pretrained(bare)
     with pytest.raises(mia.MissingTokenizerError, match="no tokenizer"):
         mia.load_checkpoint(bare, device="cpu")
     # MIA itself only needs token ids: a manifest with token_ids works without a tokenizer
-    rep = mia.run_mia(bare, setup["manifest"], device="cpu")
+    rep = mia.run_mia(bare, mia_env["manifest"], device="cpu")
     assert "loss" in rep["scores"]
