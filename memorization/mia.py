@@ -91,6 +91,9 @@ SCORE_DESCRIPTIONS: dict[str, str] = {
 #: training sequence in this project (Llama 3.1 declares 131072 positions).
 DEFAULT_MAX_LENGTH_CAP = 4096
 
+# Logit elements converted to float32 log-probs at once (2^28 floats = 1 GiB).
+_LOGIT_CHUNK_ELEMENTS = 1 << 28
+
 Docs = Sequence[Sequence[int]] | Sequence[torch.Tensor] | torch.Tensor
 
 __all__ = [
@@ -275,11 +278,15 @@ def sequence_token_logprobs(
     tokens.  Computed as ``-cross_entropy(logits[:, :-1], x[:, 1:])`` over the whole batch.
     """
     out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
-    logits = out.logits[:, :-1].float()
+    logits = out.logits[:, :-1]
     targets = input_ids[:, 1:]
-    nll = F.cross_entropy(
-        logits.reshape(-1, logits.size(-1)), targets.reshape(-1), reduction="none"
-    ).view_as(targets)
+    # The float32 upcast + log-softmax inside cross_entropy need ~2 extra copies of the logits;
+    # at a 128k vocabulary that is GBs per row, so large batches are converted in row groups.
+    rows = max(1, _LOGIT_CHUNK_ELEMENTS // max(1, logits.size(1) * logits.size(2)))
+    nll = torch.cat([
+        F.cross_entropy(chunk.float().transpose(1, 2), tgt, reduction="none")
+        for chunk, tgt in zip(logits.split(rows), targets.split(rows))
+    ])
     valid = attention_mask[:, 1:].bool() & attention_mask[:, :-1].bool()
     return -nll, valid
 

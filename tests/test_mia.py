@@ -219,6 +219,16 @@ def test_scores_match_per_document_reference(mia_env):
         assert s["n_tokens"][i] == len(d) - 1
 
 
+def test_row_chunked_logprobs_match(mia_env, monkeypatch):
+    """Large batches are converted to log-probs in row groups; the result is unchanged."""
+    model, ids = mia_env["model"], mia_env["ids"][:6]
+    full = mia.mia_scores(model, None, ids, batch_size=6)
+    monkeypatch.setattr(mia, "_LOGIT_CHUNK_ELEMENTS", 1)  # one row at a time
+    rows = mia.mia_scores(model, None, ids, batch_size=6)
+    np.testing.assert_allclose(rows["loss"], full["loss"], rtol=1e-6)
+    np.testing.assert_allclose(rows["min_k"], full["min_k"], rtol=1e-6)
+
+
 def test_overfit_members_are_detected(mia_env):
     model, tok, ids = mia_env["model"], mia_env["tok"], mia_env["ids"]
     mem = [ids[i] for i in mia_env["members"]]
