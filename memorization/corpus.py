@@ -1,0 +1,192 @@
+"""Corpora and tokenizers: Hugging Face ``datasets``/``tokenizers`` loaders plus an offline default.
+
+The offline default corpus is English technical prose that ships with every CPython: the
+reference-manual topics of ``pydoc_data`` and the docstrings of the standard library (read
+with ``ast``, nothing imported).  About 1.6 MB of text, ~3,500 documents, enough to train the
+CPU-sized presets.  It is built once into the cache directory (``$GOLDFISH_CACHE``, default
+``data/cache`` beside the repository) together with a byte-level BPE tokenizer trained on it.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import re
+import shutil
+import sysconfig
+import tempfile
+from pathlib import Path
+from typing import Iterable
+
+DEFAULT_CORPUS = "builtin:pydocs"
+DEFAULT_TOKENIZER = "builtin:bpe4096"
+_REPO_ROOT = Path(__file__).resolve().parents[1]
+_SKIP_DIRS = {"site-packages", "test", "tests", "idlelib", "lib2to3", "tkinter", "turtledemo", "ensurepip"}
+
+
+def cache_dir() -> Path:
+    """The project's cache directory (``$GOLDFISH_CACHE`` or ``<repo>/data/cache``)."""
+    env = os.environ.get("GOLDFISH_CACHE")
+    path = Path(env) if env else _REPO_ROOT / "data" / "cache"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _split_paragraph_chunks(text: str, max_chars: int = 1600) -> list[str]:
+    """Split a long text at blank lines into chunks of at most ~max_chars."""
+    paras = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
+    chunks, cur = [], ""
+    for p in paras:
+        if cur and len(cur) + len(p) + 2 > max_chars:
+            chunks.append(cur)
+            cur = ""
+        cur = f"{cur}\n\n{p}" if cur else p
+    if cur:
+        chunks.append(cur)
+    return chunks
+
+
+def _pydoc_documents() -> Iterable[str]:
+    import pydoc_data.topics as topics
+
+    for name in sorted(topics.topics):
+        yield from _split_paragraph_chunks(topics.topics[name])
+    root = Path(sysconfig.get_paths()["stdlib"])
+    for path in sorted(root.rglob("*.py")):
+        if _SKIP_DIRS.intersection(path.relative_to(root).parts):
+            continue
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                doc = ast.get_docstring(node)
+                if doc and len(doc) >= 200:
+                    yield from _split_paragraph_chunks(doc)
+
+
+def build_default_corpus(force: bool = False) -> Path:
+    """Build (once) the offline default corpus as JSON lines ``{"id", "text"}``; return its path."""
+    path = cache_dir() / "pydocs.jsonl"
+    if path.exists() and not force:
+        return path
+    seen: set[str] = set()
+    lines = []
+    for text in _pydoc_documents():
+        key = " ".join(text.split())
+        if len(key) < 200 or key in seen:  # exact de-duplication: no target leaks via a copy
+            continue
+        seen.add(key)
+        lines.append(json.dumps({"id": f"pydocs-{len(lines):05d}", "text": text}))
+    _atomic_write_text(path, "\n".join(lines) + "\n")
+    return path
+
+
+def load_documents(spec: str, text_field: str = "text", split: str = "train") -> list[str]:
+    """Load documents from ``spec``.
+
+    ``spec`` is ``builtin:pydocs`` (offline default), a local ``.json``/``.jsonl``/``.txt``/
+    ``.parquet`` file or a directory of them (loaded through ``datasets``), or a dataset name
+    on the Hugging Face hub (needs network).  Text files hold one document per blank-line-
+    separated block.
+    """
+    if spec == DEFAULT_CORPUS:
+        spec = str(build_default_corpus())
+    from datasets import load_dataset
+
+    path = Path(spec)
+    if path.exists():
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        exts = {p.suffix.lower() for p in files}
+        if not files:
+            raise FileNotFoundError(f"corpus directory {spec} holds no files")
+        if exts <= {".txt", ".md"}:
+            docs = []
+            for f in files:
+                docs += [d.strip() for d in re.split(r"\n\s*\n", f.read_text(encoding="utf-8")) if d.strip()]
+            return docs
+        kinds = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
+        builders = {kinds.get(e) for e in exts}
+        if len(builders) != 1 or None in builders:
+            raise ValueError(
+                f"corpus {spec}: cannot mix or read file types {sorted(exts)}; use .txt, .json(l), .parquet or .csv"
+            )
+        ds = load_dataset(builders.pop(), data_files=[str(f) for f in files], split="train")
+    elif spec.startswith(("/", ".", "~")) or spec.endswith((".json", ".jsonl", ".txt", ".parquet")):
+        raise FileNotFoundError(f"corpus file {spec} does not exist")
+    else:
+        ds = load_dataset(spec, split=split)
+    if text_field not in ds.column_names:
+        raise ValueError(f"corpus {spec} has no field {text_field!r} (fields: {ds.column_names}); pass --text-field")
+    return [t for t in ds[text_field] if isinstance(t, str) and t.strip()]
+
+
+def corpus_fingerprint(docs: list[str]) -> str:
+    h = hashlib.sha256()
+    for d in docs:
+        h.update(d.encode("utf-8"))
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def load_tokenizer(spec: str = DEFAULT_TOKENIZER):
+    """A Hugging Face tokenizer by name or local path; ``builtin:bpe4096`` is trained offline.
+
+    The returned tokenizer always has ``bos``, ``eos`` and ``pad`` tokens.
+    """
+    from transformers import AutoTokenizer
+
+    if spec == DEFAULT_TOKENIZER:
+        tok = AutoTokenizer.from_pretrained(str(build_default_tokenizer()))
+    else:
+        if spec.startswith(("/", ".", "~")) and not Path(spec).expanduser().exists():
+            raise FileNotFoundError(f"tokenizer path {spec} does not exist")
+        tok = AutoTokenizer.from_pretrained(spec)
+    if tok.eos_token is None:
+        raise ValueError(f"tokenizer {spec} has no EOS token; documents cannot be separated")
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def build_default_tokenizer(vocab_size: int = 4096, force: bool = False) -> Path:
+    """Train (once) a byte-level BPE tokenizer on the default corpus; return its directory."""
+    out = cache_dir() / f"tokenizer-bpe{vocab_size}"
+    if (out / "tokenizer.json").exists() and not force:
+        return out
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    docs = load_documents(DEFAULT_CORPUS)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    special = ["<s>", "</s>", "<pad>"]
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=special,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(docs, trainer=trainer)
+    bos = tok.token_to_id("<s>")
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", bos)])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
+    fast.save_pretrained(str(tmp))
+    try:
+        os.replace(tmp, out)
+    except OSError:  # another process finished first: identical content
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out

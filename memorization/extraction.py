@@ -1,0 +1,166 @@
+"""Extraction: does greedy decoding from a document's prefix reproduce its suffix?
+
+For each document with token ids ``x``: prefix ``p = x[:P]`` (or ``x[:-S]``, the Goldfish
+protocol), true suffix ``s = x[|p| : |p| + S]``, and the model's greedy continuation
+``g`` of ``S`` tokens.  Metrics (Carlini et al. 2023; Hans et al. 2024):
+
+* exact match  ``1[g == s]``  (all ``S`` tokens),
+* token match  ``mean_i 1[g_i == s_i]``,
+* Rouge-L F1   between the decoded texts (``rouge-score``; on token ids when no tokenizer).
+
+Generation is batched: prefixes are sorted by length, left-padded, and decoded together with
+a KV cache (one forward of the prefixes, then one token per step for the whole batch).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class ExtractionConfig:
+    prefix_len: int = 50
+    suffix_len: int = 50
+    all_but_suffix: bool = False  # prefix = the document minus its last S tokens
+    batch_size: int = 32
+    skip_short: bool = False
+
+    def __post_init__(self) -> None:
+        if self.suffix_len < 1 or (not self.all_but_suffix and self.prefix_len < 1):
+            raise ValueError("prefix and suffix lengths must be >= 1")
+
+
+def split_document(ids: list[int], cfg: ExtractionConfig) -> tuple[list[int], list[int]] | None:
+    """``(prefix, suffix)`` of a document, or None when it is shorter than prefix + suffix."""
+    S = cfg.suffix_len
+    if cfg.all_but_suffix:
+        return (ids[:-S], ids[-S:]) if len(ids) > S else None
+    P = cfg.prefix_len
+    return (ids[:P], ids[P : P + S]) if len(ids) >= P + S else None
+
+
+@torch.no_grad()
+def greedy_continue(model: torch.nn.Module, prefixes: list[list[int]], n_new: int, batch_size: int = 32,
+                    pad_id: int = 0, progress: bool = False) -> list[list[int]]:
+    """Greedy continuations of ``n_new`` tokens for every prefix, batched with a KV cache."""
+    device = next(model.parameters()).device
+    order = sorted(range(len(prefixes)), key=lambda i: len(prefixes[i]))
+    out: list[list[int]] = [[] for _ in prefixes]
+    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    if progress:
+        from tqdm.auto import tqdm
+
+        batches = tqdm(batches, desc="extract", unit="batch")
+    was_training = model.training
+    model.eval()
+    for idx in batches:
+        T = max(len(prefixes[i]) for i in idx)
+        ids = torch.full((len(idx), T), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(idx), T), dtype=torch.long)
+        for r, i in enumerate(idx):  # left padding
+            ids[r, T - len(prefixes[i]) :] = torch.tensor(prefixes[i])
+            mask[r, T - len(prefixes[i]) :] = 1
+        ids, mask = ids.to(device), mask.to(device)
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        res = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+        past, gen = res.past_key_values, []
+        nxt = res.logits[:, -1].argmax(-1, keepdim=True)
+        last = pos[:, -1:]
+        for _ in range(n_new - 1):  # one decoding step per new token, whole batch at once
+            gen.append(nxt)
+            mask = torch.cat([mask, torch.ones_like(nxt)], dim=1)
+            last = last + 1
+            res = model(input_ids=nxt, attention_mask=mask, position_ids=last, past_key_values=past, use_cache=True)
+            past = res.past_key_values
+            nxt = res.logits[:, -1].argmax(-1, keepdim=True)
+        gen.append(nxt)
+        g = torch.cat(gen, dim=1).cpu().tolist()
+        for r, i in enumerate(idx):
+            out[i] = g[r]
+    model.train(was_training)
+    return out
+
+
+def rouge_l(preds: list[str], refs: list[str]) -> list[float]:
+    from rouge_score import rouge_scorer
+
+    scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False)
+    return [scorer.score(r, p)["rougeL"].fmeasure for p, r in zip(preds, refs)]
+
+
+def extract(model: torch.nn.Module, docs: list[dict], cfg: ExtractionConfig = ExtractionConfig(), tokenizer=None,
+            progress: bool = False) -> dict:
+    """Run extraction on ``docs`` (dicts with ``id``, ``token_ids`` and optionally ``exposures``).
+
+    Returns ``{"overall": {...}, "by_exposure": {n: {...}}, "documents": [...], "skipped": [...]}``.
+    Documents shorter than prefix + suffix raise ``ValueError`` unless ``cfg.skip_short``.
+    """
+    if not docs:
+        raise ValueError("no documents to extract from")
+    splits, kept, skipped = [], [], []
+    for d in docs:
+        sp = split_document(list(d["token_ids"]), cfg)
+        if sp is None:
+            if not cfg.skip_short:
+                need = cfg.suffix_len + (1 if cfg.all_but_suffix else cfg.prefix_len)
+                raise ValueError(
+                    f"document {d.get('id')!r} has {len(d['token_ids'])} tokens, fewer than prefix + suffix = "
+                    f"{need}: lower --prefix/--suffix or pass --skip-short to skip and count such documents"
+                )
+            skipped.append(d.get("id"))
+            continue
+        splits.append(sp)
+        kept.append(d)
+    if not kept:
+        raise ValueError("every document is shorter than prefix + suffix; nothing to extract")
+    pad = getattr(tokenizer, "pad_token_id", None) or 0
+    gens = greedy_continue(model, [p for p, _ in splits], cfg.suffix_len, cfg.batch_size, pad, progress)
+    sfx = torch.tensor([s for _, s in splits])
+    gen = torch.tensor(gens)
+    match = gen == sfx
+    exact = match.all(1).float()
+    token = match.float().mean(1)
+    if tokenizer is not None:
+        preds = tokenizer.batch_decode(gens, skip_special_tokens=True)
+        refs = tokenizer.batch_decode(sfx.tolist(), skip_special_tokens=True)
+    else:
+        preds = [" ".join(map(str, g)) for g in gens]
+        refs = [" ".join(map(str, s)) for s in sfx.tolist()]
+    rl = rouge_l(preds, refs)
+    records = []
+    for j, d in enumerate(kept):
+        records.append({"id": d.get("id"), "exposures": d.get("exposures"), "exact_match": bool(exact[j]),
+                        "token_match": float(token[j]), "rouge_l": rl[j], "suffix": refs[j], "generated": preds[j]})
+    groups = defaultdict(list)
+    for r in records:
+        groups[r["exposures"]].append(r)
+    return {
+        "config": cfg.__dict__,
+        "overall": summarize(records),
+        "by_exposure": {str(k): summarize(v) for k, v in sorted(groups.items(), key=lambda kv: (kv[0] is None, kv[0]))},
+        "documents": records,
+        "skipped": skipped,
+    }
+
+
+def summarize(records: list[dict]) -> dict:
+    n = len(records)
+    return {
+        "n": n,
+        "exact_match": sum(r["exact_match"] for r in records) / n,
+        "token_match": sum(r["token_match"] for r in records) / n,
+        "rouge_l": sum(r["rouge_l"] for r in records) / n,
+    }
+
+
+def markdown_table(result: dict, title: str = "Extraction") -> str:
+    lines = [f"### {title}", "", "| exposures | n | exact match | token match | Rouge-L |", "|---|---|---|---|---|"]
+    for k, v in result["by_exposure"].items():
+        lines.append(f"| {k} | {v['n']} | {v['exact_match']:.3f} | {v['token_match']:.3f} | {v['rouge_l']:.3f} |")
+    o = result["overall"]
+    lines.append(f"| **all** | {o['n']} | {o['exact_match']:.3f} | {o['token_match']:.3f} | {o['rouge_l']:.3f} |")
+    if result["skipped"]:
+        lines.append(f"\n{len(result['skipped'])} document(s) skipped as shorter than prefix + suffix.")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,151 @@
+"""Goldfish loss (Hans et al., 2024): drop a pseudo-random 1/k of the labels from the loss.
+
+Hugging Face convention: in a row of token ids ``x[0..T-1]`` the label at position ``t`` is
+``x[t]``, predicted from ``x[0..t-1]``.  A dropped label is set to ``-100`` so that any
+cross-entropy with ``ignore_index=-100`` (HF's, ours, the vocabulary-parallel one in
+``axonn``) averages over the kept labels only.
+
+Strategies
+----------
+``hash`` (default)
+    The decision for the label at position ``t`` is a function of the ``h`` tokens that
+    *precede* it, ``x[t-h..t-1]`` -- the context the model sees when predicting ``x[t]``,
+    never ``x[t]`` itself.  The window is hashed with an order-dependent chain of a
+    well-mixed 32-bit integer finaliser::
+
+        a_0 = seed
+        a_{j+1} = mix32(a_j XOR mix32(x[t-h+j] + j * 0x9E3779B9 mod 2^32))
+        u_t = a_h / 2^32 in [0, 1)            drop  <=>  u_t < 1/k
+
+    Every intermediate value stays below 2^32 and every product below 2^59, so the int64
+    arithmetic never overflows and the result is bit-identical on every device.  Swapping
+    two tokens changes the hash; a token id of 0 does not collapse it.  Positions with
+    fewer than ``h`` preceding tokens inside their own document are kept.
+``static``
+    Drop the label at every k-th position of the row (``t % k == k - 1``).
+
+The mask is a pure function of the ids: the same h-gram gives the same decision at any
+position, in any row, batch, rank, run or device.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+IGNORE_INDEX = -100
+_MASK32 = 0xFFFFFFFF
+_MIX_MULT = 0x45D9F3B  # < 2^27: x * _MIX_MULT < 2^59 for x < 2^32
+_GOLDEN = 0x9E3779B9
+STRATEGIES = ("hash", "static")
+
+
+@dataclass(frozen=True)
+class GoldfishConfig:
+    """Goldfish settings. ``k = 0`` means the standard loss (nothing dropped)."""
+
+    k: int = 4
+    h: int = 13
+    strategy: str = "hash"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        validate_goldfish_args(self.k, self.h, self.strategy, allow_zero=True)
+
+    @property
+    def enabled(self) -> bool:
+        return self.k > 0
+
+
+def validate_goldfish_args(k: int, h: int, strategy: str, allow_zero: bool = False) -> None:
+    """Raise ``ValueError`` with a fix-it message for invalid Goldfish settings."""
+    if allow_zero and k == 0:
+        pass
+    elif k < 2:
+        raise ValueError(
+            f"goldfish k={k} is invalid: k is the drop period (1/k of labels dropped) and must be "
+            ">= 2 (use k=0 for the standard loss)"
+        )
+    if h < 1:
+        raise ValueError(f"goldfish h={h} is invalid: the hash context width h must be >= 1")
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown goldfish strategy {strategy!r}: choose one of {STRATEGIES}")
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A well-mixed bijection on [0, 2^32) (int64 tensors holding uint32 values)."""
+    x = ((x >> 16) ^ x) * _MIX_MULT & _MASK32
+    x = ((x >> 16) ^ x) * _MIX_MULT & _MASK32
+    return (x >> 16) ^ x
+
+
+def hash_context(input_ids: torch.Tensor, h: int, seed: int = 0) -> torch.Tensor:
+    """Hash of the ``h`` tokens preceding each position, as uint32 values in an int64 tensor.
+
+    Output shape ``(..., T)``; entry ``t`` hashes ``input_ids[..., t-h:t]``.  Entries with
+    ``t < h`` (incomplete window) are 0 and must be treated as "keep" by the caller.
+    """
+    ids = input_ids.long() & _MASK32
+    T = ids.shape[-1]
+    out = torch.zeros_like(ids)
+    if T <= h:
+        return out
+    # windows[..., i, j] = ids[..., i + j] for i in [0, T-h]; the window ending at t-1 is i = t-h.
+    windows = ids[..., : T - 1].unfold(-1, h, 1)  # (..., T-h, h): contexts of positions h..T-1
+    acc = torch.full(windows.shape[:-1], seed & _MASK32, dtype=torch.long, device=ids.device)
+    for j in range(h):  # loop over the window width, vectorized over all positions
+        tok = _mix32((windows[..., j] + j * _GOLDEN) & _MASK32)
+        acc = _mix32(acc ^ tok)
+    out[..., h:] = acc
+    return out
+
+
+def goldfish_mask(
+    input_ids: torch.Tensor,
+    k: int = 4,
+    h: int = 13,
+    strategy: str = "hash",
+    seed: int = 0,
+    document_ids: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Bool tensor shaped like ``input_ids``: True where the label at that position is dropped.
+
+    ``document_ids`` (same shape, optional) marks packed documents; a position whose ``h``
+    preceding tokens are not all inside its own document is kept.  Documents must be
+    contiguous runs within a row.
+    """
+    validate_goldfish_args(k, h, strategy)
+    T = input_ids.shape[-1]
+    if strategy == "static":
+        pos = torch.arange(T, device=input_ids.device)
+        return (pos % k == k - 1).expand_as(input_ids).clone()
+    hashed = hash_context(input_ids, h, seed)
+    # drop <=> u < 1/k with u = hash / 2^32  <=>  hash * k < 2^32  (exact integer test)
+    drop = hashed * k < (1 << 32)
+    valid = torch.zeros_like(drop)
+    valid[..., h:] = True
+    if document_ids is not None:
+        same_doc = torch.zeros_like(drop)
+        same_doc[..., h:] = document_ids[..., h:] == document_ids[..., :-h]
+        valid &= same_doc
+    return drop & valid
+
+
+def apply_goldfish(
+    labels: torch.Tensor,
+    input_ids: torch.Tensor,
+    cfg: GoldfishConfig,
+    document_ids: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return ``(labels with dropped positions set to -100, fraction of valid labels dropped)``.
+
+    Labels that are already ``-100`` (padding, prompts) stay ignored and are not counted.  The
+    fraction is a 0-dim tensor on the labels' device (no host sync in the training step).
+    """
+    if not cfg.enabled:
+        return labels, torch.zeros((), device=labels.device)
+    mask = goldfish_mask(input_ids, cfg.k, cfg.h, cfg.strategy, cfg.seed, document_ids)
+    valid = labels != IGNORE_INDEX
+    dropped = mask & valid
+    frac = dropped.sum() / valid.sum().clamp(min=1)
+    return labels.masked_fill(dropped, IGNORE_INDEX), frac

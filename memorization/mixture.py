@@ -1,0 +1,272 @@
+"""Single-exposure data mixtures: target documents seen exactly n times inside a background stream.
+
+Layout of the training stream (``N`` rows of ``L`` tokens, consumed in order, ``batch_size``
+rows per optimizer step):
+
+* background documents (each ``[bos] doc [eos]``) are concatenated and packed into rows;
+* every occurrence of a target is a row of its own that *starts* with the target
+  (``[bos] target [eos]``) and is filled up with the continuing background stream, so a
+  target is never split across rows and the model sees it from its first token;
+* each target appears in exactly ``exposures`` rows, at positions drawn uniformly at random
+  (seeded) among all rows.
+
+``doc_ids`` numbers the documents within each row, so Goldfish can keep positions whose
+``h``-token context crosses a document boundary.  The manifest (JSON) is the ground truth
+for extraction: every target's id, text, token ids, exposure count, and the rows and steps
+where it was seen; plus held-out non-members from the same distribution.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+MANIFEST_VERSION = 1
+
+
+@dataclass
+class MixtureConfig:
+    seq_len: int = 256
+    batch_size: int = 16  # rows per optimizer step (global batch)
+    exposures: tuple[int, ...] = (16,)  # one count, or several: targets split round-robin
+    num_targets: int = 32
+    num_nonmembers: int = 32
+    val_docs: int = 64
+    num_steps: int | None = None  # None: as many whole steps as the background fills
+    min_target_tokens: int = 100  # prefix + suffix needed by extraction
+    max_target_tokens: int | None = None  # default: seq_len - 1 (room for eos)
+    skip_short_targets: bool = False
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.exposures, int):
+            self.exposures = (self.exposures,)
+        self.exposures = tuple(int(e) for e in self.exposures)
+        if not self.exposures or min(self.exposures) < 0:
+            raise ValueError(f"exposures {self.exposures} invalid: each must be >= 0 (0 = never seen, a control)")
+        if self.seq_len < 8:
+            raise ValueError(f"seq_len={self.seq_len} too small")
+        if self.num_targets < 1:
+            raise ValueError("num_targets must be >= 1")
+        if self.max_target_tokens is None:
+            self.max_target_tokens = self.seq_len - 1
+        if self.max_target_tokens > self.seq_len - 1:
+            raise ValueError(f"max_target_tokens={self.max_target_tokens} must be <= seq_len - 1 = {self.seq_len - 1}")
+        if self.min_target_tokens > self.max_target_tokens:
+            raise ValueError(
+                f"targets need {self.min_target_tokens} tokens (prefix + suffix) but rows hold only "
+                f"{self.max_target_tokens}: raise --seq-len or lower --prefix/--suffix"
+            )
+
+
+@dataclass
+class Mixture:
+    input_ids: torch.Tensor  # (N, L) int64, training rows in order
+    doc_ids: torch.Tensor  # (N, L) int32, document index within each row
+    val_ids: torch.Tensor  # (M, L) int64, held-out background rows
+    val_doc_ids: torch.Tensor
+    targets: list[dict]
+    nonmembers: list[dict]
+    config: MixtureConfig
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.input_ids) // self.config.batch_size
+
+    def manifest(self) -> dict:
+        return {
+            "version": MANIFEST_VERSION,
+            "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self.config).items()},
+            "num_rows": int(len(self.input_ids)),
+            "num_steps": self.num_steps,
+            **self.meta,
+            "targets": self.targets,
+            "nonmembers": self.nonmembers,
+        }
+
+    def save_manifest(self, path: str | Path) -> None:
+        atomic_write_json(Path(path), self.manifest())
+
+
+def atomic_write_json(path: Path, obj: object) -> None:
+    """Write JSON to ``path`` atomically (temp file in the same directory, fsync, rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        json.dump(obj, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def load_manifest(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"manifest {path} does not exist")
+    manifest = json.loads(path.read_text())
+    if "targets" not in manifest:
+        raise ValueError(f"{path} is not a manifest: it has no 'targets' list")
+    return manifest
+
+
+def _tokenize(tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    """Token ids of each text with a leading BOS (added here if the tokenizer does not)."""
+    ids = tokenizer(list(texts), add_special_tokens=True)["input_ids"]
+    bos = tokenizer.bos_token_id
+    if bos is not None:
+        ids = [x if x[:1] == [bos] else [bos] + x for x in ids]
+    return ids
+
+
+def _pack(stream: np.ndarray, seg: np.ndarray, L: int) -> tuple[np.ndarray, np.ndarray]:
+    n = len(stream) // L
+    return stream[: n * L].reshape(n, L), seg[: n * L].reshape(n, L)
+
+
+def build_mixture(
+    docs: Sequence[str],
+    tokenizer,
+    cfg: MixtureConfig,
+    target_texts: Sequence[str] | None = None,
+    meta: dict | None = None,
+) -> Mixture:
+    """Build the training stream, validation rows, targets and non-members (deterministic in ``cfg.seed``).
+
+    ``docs`` is the corpus; targets are drawn from it (held out of the background) unless
+    ``target_texts`` (the user's documents) are given.  Raises ``ValueError`` when a target is
+    too short (unless ``skip_short_targets``), when the target set is empty, or when the
+    corpus cannot fill the stream.
+    """
+    rng = random.Random(cfg.seed)
+    eos = tokenizer.eos_token_id
+    order = list(range(len(docs)))
+    rng.shuffle(order)
+    doc_ids = _tokenize(tokenizer, [docs[i] for i in order])
+    long_enough = [i for i, ids in enumerate(doc_ids) if len(ids) >= cfg.min_target_tokens]
+
+    skipped: list[str] = []
+    if target_texts is not None:
+        if len(target_texts) == 0:
+            raise ValueError("the target set is empty: --targets must hold at least one document")
+        t_ids = _tokenize(tokenizer, target_texts)
+        short = [j for j, x in enumerate(t_ids) if len(x) < cfg.min_target_tokens]
+        if short and not cfg.skip_short_targets:
+            j = short[0]
+            raise ValueError(
+                f"{len(short)} target(s) are shorter than prefix + suffix = {cfg.min_target_tokens} tokens "
+                f"(e.g. target #{j} has {len(t_ids[j])}); use longer documents, lower --prefix/--suffix, "
+                "or pass --skip-short-targets to skip and count them"
+            )
+        skipped = [f"user-{j:05d}" for j in short]
+        targets = [(f"user-{j:05d}", target_texts[j], x) for j, x in enumerate(t_ids) if j not in set(short)]
+        if not targets:
+            raise ValueError("every target was too short; nothing to measure")
+        held = set()
+        pool = long_enough
+        nonmember_idx = pool[: cfg.num_nonmembers]
+    else:
+        need = cfg.num_targets + cfg.num_nonmembers
+        if len(long_enough) < need:
+            raise ValueError(
+                f"corpus has only {len(long_enough)} documents of >= {cfg.min_target_tokens} tokens; "
+                f"{need} needed for {cfg.num_targets} targets + {cfg.num_nonmembers} non-members"
+            )
+        t_idx = long_enough[: cfg.num_targets]
+        nonmember_idx = long_enough[cfg.num_targets : need]
+        targets = [(f"doc-{order[i]:06d}", docs[order[i]], doc_ids[i]) for i in t_idx]
+        held = set(t_idx)
+    held |= set(nonmember_idx)
+    rest = [i for i in range(len(docs)) if i not in held]
+    val_idx, bg_idx = rest[: cfg.val_docs], rest[cfg.val_docs :]
+
+    def stream_of(idxs: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        toks, seg = [], []
+        for n, i in enumerate(idxs):
+            toks.append(doc_ids[i] + [eos])
+            seg.append(np.full(len(doc_ids[i]) + 1, n, dtype=np.int32))
+        if not toks:
+            return np.zeros(0, np.int64), np.zeros(0, np.int32)
+        return np.fromiter((t for x in toks for t in x), np.int64), np.concatenate(seg)
+
+    bg, bg_seg = stream_of(bg_idx)
+    val, val_seg = stream_of(val_idx)
+    val_rows, val_seg_rows = _pack(val, val_seg, cfg.seq_len)
+
+    L = cfg.seq_len
+    target_rows: list[np.ndarray] = []
+    exposures = [cfg.exposures[j % len(cfg.exposures)] for j in range(len(targets))]
+    t_tok = [np.asarray(x[: cfg.max_target_tokens] + [eos], np.int64) for _, _, x in targets]
+    filler_needed = sum(n * (L - len(t)) for n, t in zip(exposures, t_tok))
+    n_target_rows = sum(exposures)
+    B = cfg.batch_size
+    n_rows = ((max(len(bg) - filler_needed, 0) // L + n_target_rows) // B) * B  # whole steps only
+    if cfg.num_steps is not None:
+        if cfg.num_steps * B > n_rows:
+            raise ValueError(
+                f"corpus too small for {cfg.num_steps} steps: its {len(bg)} background tokens fill "
+                f"{n_rows // B} steps of {B} rows x {L} tokens with these targets; lower --steps or use a "
+                "larger --corpus"
+            )
+        n_rows = cfg.num_steps * B
+    n_bg_rows = n_rows - n_target_rows
+    if n_rows == 0 or n_bg_rows < 0:
+        raise ValueError(
+            f"corpus too small: {len(bg)} background tokens cannot fill {n_target_rows} target rows "
+            f"into whole steps of {B} rows of {L} tokens; use a larger --corpus or fewer targets/exposures"
+        )
+    slots = [-1] * n_bg_rows + [j for j, n in enumerate(exposures) for _ in range(n)]
+    rng.shuffle(slots)
+    rows = np.empty((n_rows, L), np.int64)
+    segs = np.empty((n_rows, L), np.int32)
+    seen_rows: list[list[int]] = [[] for _ in targets]
+    pos = 0
+    for r, j in enumerate(slots):  # one iteration per row (not per token)
+        if j < 0:
+            rows[r] = bg[pos : pos + L]
+            segs[r] = bg_seg[pos : pos + L] - bg_seg[pos]
+            pos += L
+        else:
+            t = t_tok[j]
+            fill = L - len(t)
+            rows[r, : len(t)] = t
+            rows[r, len(t) :] = bg[pos : pos + fill]
+            segs[r, : len(t)] = 0
+            segs[r, len(t) :] = 1 + bg_seg[pos : pos + fill] - bg_seg[pos]
+            pos += fill
+            seen_rows[j].append(r)
+
+    target_records = [
+        {
+            "id": tid,
+            "text": text,
+            "token_ids": [int(t) for t in t_tok[j][:-1]],
+            "exposures": exposures[j],
+            "rows": seen_rows[j],
+            "steps": sorted(r // B for r in seen_rows[j]),
+        }
+        for j, (tid, text, _) in enumerate(targets)
+    ]
+    nonmember_records = [
+        {"id": f"doc-{order[i]:06d}", "text": docs[order[i]], "token_ids": doc_ids[i][: cfg.max_target_tokens]}
+        for i in nonmember_idx
+    ]
+    meta = dict(meta or {})
+    meta.update(background_tokens_used=int(pos), skipped_short_targets=skipped)
+    return Mixture(
+        input_ids=torch.from_numpy(rows),
+        doc_ids=torch.from_numpy(segs),
+        val_ids=torch.from_numpy(val_rows),
+        val_doc_ids=torch.from_numpy(val_seg_rows),
+        targets=target_records,
+        nonmembers=nonmember_records,
+        config=cfg,
+        meta=meta,
+    )

@@ -1,0 +1,76 @@
+"""Tables and plots of a memorize run (``results.json`` -> ``results.md``, ``results.png``)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def results_markdown(results: dict) -> str:
+    s = results["settings"]
+    arms = results["arms"]
+    lines = [
+        "# Memorization: standard vs Goldfish loss",
+        "",
+        f"size `{s['size']}`{' from ' + s['init'] if s.get('init') else ''}, {results['num_targets']} targets seen "
+        f"{s['exposures']} time(s) each, {results['num_steps']} steps of {s['batch_size']} x {s['seq_len']} tokens, "
+        f"seed {s['seed']}; extraction: prefix {s['prefix'] if s['prefix_mode'] == 'fixed' else 'all but suffix'}"
+        f" -> greedy {s['suffix']} tokens.",
+        "",
+        "| arm | exact match | token match | Rouge-L | held-out loss | final train loss | dropped labels | train time |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, a in arms.items():
+        gf = a["goldfish"]
+        label = name if gf["k"] == 0 else f"{name} (k={gf['k']}, h={gf['h']}, {gf['strategy']})"
+        lines.append(
+            f"| {label} | {a['exact_match']:.3f} | {a['token_match']:.3f} | {a['rouge_l']:.3f} | {a['val_loss']:.4f} "
+            f"| {a['final_train_loss']:.4f} | {a['goldfish_drop_frac']:.3f} | {a['train_seconds']:.0f} s |"
+        )
+    if "standard" in arms and "goldfish" in arms:
+        st, gf = arms["standard"], arms["goldfish"]
+        ratio = gf["exact_match"] / st["exact_match"] if st["exact_match"] else float("nan")
+        lines += [
+            "",
+            f"Goldfish / standard exact-match ratio: **{ratio:.3f}**; held-out loss ratio: "
+            f"**{gf['val_loss'] / st['val_loss']:.3f}**.",
+        ]
+    lines += ["", "## By exposure count", "", "| arm | exposures | n | exact match | token match | Rouge-L |",
+              "|---|---|---|---|---|---|"]
+    for name, a in arms.items():
+        for n, v in a["by_exposure"].items():
+            lines.append(f"| {name} | {n} | {v['n']} | {v['exact_match']:.3f} | {v['token_match']:.3f} | "
+                         f"{v['rouge_l']:.3f} |")
+    if results.get("skipped_targets"):
+        lines.append(f"\n{len(results['skipped_targets'])} target(s) skipped as too short.")
+    return "\n".join(lines) + "\n"
+
+
+def plot_arms(results: dict, path: Path) -> None:
+    """Left: extraction metrics per arm. Right: training loss curves."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    arms = results["arms"]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    metrics = ["exact_match", "token_match", "rouge_l"]
+    width = 0.8 / max(1, len(arms))
+    for i, (name, a) in enumerate(arms.items()):
+        xs = [m + i * width for m in range(len(metrics))]
+        bars = ax1.bar(xs, [a[m] for m in metrics], width, label=name)
+        ax1.bar_label(bars, fmt="%.2f", fontsize=8)
+        ax2.plot(range(1, len(a["loss_curve"]) + 1), a["loss_curve"], label=f"{name} (held-out {a['val_loss']:.3f})")
+    ax1.set_xticks([m + width * (len(arms) - 1) / 2 for m in range(len(metrics))], ["exact match", "token match",
+                                                                                     "Rouge-L"])
+    ax1.set_ylim(0, 1.1)
+    ax1.set_title(f"Extraction of {results['num_targets']} targets ({results['settings']['exposures']} exposures)")
+    ax1.legend()
+    ax2.set_xlabel("step")
+    ax2.set_ylabel("training loss (kept labels)")
+    ax2.set_title("Training loss")
+    ax2.legend()
+    fig.tight_layout()
+    tmp = Path(path).with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)

@@ -1,0 +1,114 @@
+"""The trainer's view of the ``axonn`` parallel core: one object for everything grid-dependent.
+
+The trainer never calls ``torch.distributed`` itself: which rows this rank trains on,
+gradient synchronisation, norm clipping, loss reduction and checkpoints all go through a
+:class:`Runtime`, which wraps an ``axonn`` grid.  A single process runs on a 1x1x1x1 grid,
+so the same code path serves one CPU and thousands of GPUs.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+import axonn
+from axonn import checkpoint as ack
+
+
+@dataclass
+class Runtime:
+    grid: axonn.Grid
+
+    @classmethod
+    def create(cls, data: int = 1, row: int = 1, column: int = 1, depth: int = 1) -> "Runtime":
+        """Initialise ``axonn`` (torchrun / mpiexec / single process) on a data x row x column x depth grid."""
+        return cls(axonn.init(G_data=data, G_intra_r=row, G_intra_c=column, G_intra_d=depth))
+
+    # ---- topology ----------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return self.grid.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.grid.rank == 0
+
+    @property
+    def replicas(self) -> int:
+        """Ranks that take different slices of the global batch (data x depth)."""
+        return self.grid.size(("data", "depth"))
+
+    @property
+    def tensor_ranks(self) -> int:
+        """Ranks one model replica is sharded over (row x column x depth)."""
+        return self.grid.size(("row", "col", "depth"))
+
+    def local_batch_rows(self, batch: int) -> int:
+        if batch % self.replicas:
+            raise ValueError(
+                f"global batch {batch} rows is not divisible by data x depth = {self.replicas}: "
+                "change --batch-size or the grid"
+            )
+        return batch // self.replicas
+
+    def batch_slice(self, t: torch.Tensor) -> torch.Tensor:
+        return axonn.batch_slice(t, self.grid)
+
+    # ---- model and gradients -----------------------------------------------------------------
+    def parallelize(self, model: torch.nn.Module) -> torch.nn.Module:
+        return axonn.parallelize(model, self.grid)
+
+    def sync_gradients(self, model: torch.nn.Module) -> None:
+        axonn.sync_gradients(model, self.grid)
+
+    def clip_grad_norm_(self, params, max_norm: float) -> torch.Tensor:
+        return axonn.clip_grad_norm_(params, max_norm, grid=self.grid)
+
+    def all_reduce_batch(self, t: torch.Tensor) -> None:
+        """Sum ``t`` in place over the ranks that hold different batch slices (data x depth)."""
+        if self.replicas > 1:
+            torch.distributed.all_reduce(t, group=self.grid.group(("data", "depth")))
+
+    def barrier(self) -> None:
+        if self.grid.world_size > 1:
+            torch.distributed.barrier()
+
+    # ---- checkpoints (sharded, atomic; see axonn.checkpoint) ----------------------------------
+    def save_checkpoint(self, model: torch.nn.Module, opt: torch.optim.Optimizer, root: Path, extra: dict) -> None:
+        """Write ``root/step_XXXXXXX`` atomically, then point ``root/LATEST`` at it; keep the last two."""
+        root = Path(root)
+        name = f"step_{extra['step']:07d}"
+        extra = {**extra, "rng": torch.get_rng_state()}
+        ack.save(model, opt, root / name, extra, grid=self.grid)
+        if self.is_main:
+            _atomic_write(root / "LATEST", name)
+            for old in sorted(p for p in root.glob("step_*") if p.name != name)[:-1]:
+                shutil.rmtree(old, ignore_errors=True)
+        self.barrier()
+
+    def load_checkpoint(self, model: torch.nn.Module, opt: torch.optim.Optimizer, root: Path) -> dict | None:
+        """Load the checkpoint ``root/LATEST`` names (resharding if the grid changed); None if none."""
+        latest = Path(root) / "LATEST"
+        if not latest.exists():
+            return None
+        extra = ack.load(model, opt, Path(root) / latest.read_text().strip(), grid=self.grid)
+        if "rng" in extra:
+            torch.set_rng_state(extra.pop("rng"))
+        return extra
+
+    def export_hf(self, model: torch.nn.Module, out_dir: Path, tokenizer=None) -> None:
+        """Write a Hugging Face safetensors directory that ``from_pretrained`` loads (collective)."""
+        ack.export_hf(model, out_dir, tokenizer, grid=self.grid)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

@@ -1,0 +1,241 @@
+"""The one trainer: a causal-LM training loop over a fixed, pre-ordered stream of rows.
+
+Step ``s`` consumes rows ``[s*B, (s+1)*B)`` of the stream (``B`` = global batch in rows), so
+the data order is a pure function of the step and resuming needs only the step counter.
+Inside a step, this rank's share of the rows (``runtime.batch_slice``: data x depth ranks
+take different slices, row/column ranks the same) is split into micro-batches for gradient
+accumulation.  The loss is the mean over every kept label of the *global* batch:
+
+    L = (1 / N_kept) * sum_{rows, t} CE(logits_t, y_t)    (Goldfish-dropped y_t = -100)
+
+N_kept is known on every rank without communication because the Goldfish mask is a
+deterministic function of the token ids.  Each rank backpropagates
+``loss_sum_local * R / N_kept`` with R = data x depth replicas, so that ``sync_gradients``'
+averaging over those replicas yields exactly dL/dθ.
+
+AdamW, linear warmup + cosine decay, global grad-norm clipping, bf16 autocast on CUDA,
+held-out validation loss, atomic checkpoints (resume continues the same loss curve), wandb
+(offline unless asked to sync), a tqdm bar with loss and tokens/s.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .goldfish import IGNORE_INDEX, GoldfishConfig, apply_goldfish
+from .loss import causal_lm_loss_sum
+from .mixture import atomic_write_json
+from .runtime import Runtime
+
+
+@dataclass
+class TrainConfig:
+    batch_size: int = 16  # global batch, rows per optimizer step
+    micro_batch: int | None = None  # rows per forward on this rank (None: the whole local share)
+    steps: int | None = None  # None: one pass over the stream
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 10
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.95)
+    grad_clip: float = 1.0
+    eval_every: int = 0  # 0: validation only at the end
+    eval_rows: int = 64
+    checkpoint_every: int = 50
+    bf16: bool = True  # autocast to bf16 on CUDA (ignored on CPU)
+    compile: bool = False
+    activation_checkpointing: bool = False
+    chunk_tokens: int = 4096
+    seed: int = 0
+    wandb: bool = False  # sync to wandb (default: offline run directory only)
+    wandb_project: str = "goldfish-axonn"
+    progress: bool = True
+    goldfish: GoldfishConfig = field(default_factory=lambda: GoldfishConfig(k=0))
+
+
+def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
+    """Linear warmup to ``lr`` over ``warmup_steps``, cosine decay to ``lr * min_lr_ratio`` at ``total``."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = (step - cfg.warmup_steps) / max(1, total - cfg.warmup_steps)
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def _goldfish_labels(ids: torch.Tensor, docs: torch.Tensor, gf: GoldfishConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    return apply_goldfish(ids.clone(), ids, gf, docs)
+
+
+@torch.no_grad()
+def evaluate_loss(model: torch.nn.Module, rows: torch.Tensor, runtime: Runtime, micro_batch: int, device: torch.device,
+                  autocast=nullcontext, chunk_tokens: int = 4096) -> float:
+    """Token-weighted mean next-token loss over ``rows`` (no Goldfish), split over data x depth ranks."""
+    model.eval()
+    local = runtime.batch_slice(rows)
+    tot = torch.zeros(2, dtype=torch.float64, device=device)
+    for i in range(0, len(local), micro_batch):
+        ids = local[i : i + micro_batch].to(device)
+        with autocast():
+            s, n = causal_lm_loss_sum(model, ids, ids, chunk_tokens=chunk_tokens)
+        tot += torch.stack([s.double(), n.double()])
+    runtime.all_reduce_batch(tot)
+    model.train()
+    return float(tot[0] / tot[1].clamp(min=1))
+
+
+class Trainer:
+    """Trains ``model`` on ``rows`` (N, L) with per-row document ids ``doc_ids`` (for Goldfish)."""
+
+    def __init__(self, model: torch.nn.Module, rows: torch.Tensor, doc_ids: torch.Tensor, val_rows: torch.Tensor,
+                 cfg: TrainConfig, out_dir: str | Path, runtime: Runtime | None = None, run_name: str = "run"):
+        self.cfg = cfg
+        self.rt = runtime or Runtime.create()
+        self.out = Path(out_dir)
+        self.rows, self.doc_ids, self.val_rows = rows, doc_ids, val_rows
+        self.run_name = run_name
+        B = cfg.batch_size
+        available = len(rows) // B
+        if available == 0:
+            raise ValueError(f"the stream holds {len(rows)} rows, fewer than one batch of {B}")
+        self.total_steps = cfg.steps or available
+        if self.total_steps > available:
+            raise ValueError(f"corpus too small: {self.total_steps} steps requested, the stream holds {available}")
+        self.local_rows = self.rt.local_batch_rows(B)
+        self.micro = cfg.micro_batch or self.local_rows
+        if self.local_rows % self.micro:
+            raise ValueError(f"micro batch {self.micro} does not divide this rank's {self.local_rows} rows per step")
+        self.device = self.rt.device
+        self.model = self.rt.parallelize(model.to(self.device))
+        if cfg.activation_checkpointing:
+            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.model.train()
+        self.forward = torch.compile(causal_lm_loss_sum) if cfg.compile else causal_lm_loss_sum
+        decay = [p for n, p in self.model.named_parameters() if p.ndim >= 2]
+        no_decay = [p for n, p in self.model.named_parameters() if p.ndim < 2]
+        self.opt = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=cfg.lr, betas=cfg.betas, fused=self.device.type == "cuda",
+        )
+        self.step = 0
+        self.history: list[dict] = []
+        self.autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if (
+            cfg.bf16 and self.device.type == "cuda") else nullcontext
+
+    # ---- checkpoints -------------------------------------------------------------------------
+    @property
+    def ckpt_dir(self) -> Path:
+        return self.out / "checkpoint"
+
+    def save_checkpoint(self) -> None:
+        extra = {"step": self.step, "history": self.history, "config": _jsonable(asdict(self.cfg)),
+                 "total_steps": self.total_steps}
+        self.rt.save_checkpoint(self.model, self.opt, self.ckpt_dir, extra)
+
+    def try_resume(self) -> bool:
+        extra = self.rt.load_checkpoint(self.model, self.opt, self.ckpt_dir)
+        if extra is None:
+            return False
+        if extra.get("total_steps") != self.total_steps:
+            raise ValueError(
+                f"checkpoint in {self.ckpt_dir} is for a {extra.get('total_steps')}-step run, this run has "
+                f"{self.total_steps} steps: use a fresh --out or the same settings"
+            )
+        self.step, self.history = extra["step"], extra["history"]
+        return True
+
+    # ---- the loop ----------------------------------------------------------------------------
+    def train_step(self) -> dict:
+        cfg, B = self.cfg, self.cfg.batch_size
+        s = self.step
+        ids = self.rows[s * B : (s + 1) * B].to(self.device, non_blocking=True)
+        docs = self.doc_ids[s * B : (s + 1) * B].to(self.device, non_blocking=True)
+        labels, drop_frac = _goldfish_labels(ids, docs, cfg.goldfish)  # whole global batch: cheap, no comms
+        n_kept = (labels[:, 1:] != IGNORE_INDEX).sum().clamp(min=1)
+        ids_l, labels_l = self.rt.batch_slice(ids), self.rt.batch_slice(labels)
+        lr = lr_at(s, self.total_steps, cfg)
+        for g in self.opt.param_groups:
+            g["lr"] = lr
+        loss_sum = torch.zeros((), device=self.device)
+        scale = self.rt.replicas / n_kept
+        for i in range(0, self.local_rows, self.micro):
+            with self.autocast():
+                ls, _ = self.forward(self.model, ids_l[i : i + self.micro], labels_l[i : i + self.micro],
+                                     chunk_tokens=cfg.chunk_tokens)
+            (ls * scale).backward()
+            loss_sum += ls.detach()
+        self.rt.sync_gradients(self.model)
+        grad_norm = self.rt.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        self.rt.all_reduce_batch(loss_sum)
+        self.step += 1
+        return {"step": self.step, "loss": float(loss_sum / n_kept), "lr": lr, "grad_norm": float(grad_norm),
+                "goldfish_drop_frac": float(drop_frac)}
+
+    def fit(self, resume: bool = False, on_step: Callable[[dict], None] | None = None) -> dict:
+        cfg = self.cfg
+        if resume:
+            self.try_resume()
+        run = self._wandb_init()
+        tokens_per_step = cfg.batch_size * self.rows.shape[1]
+        bar = None
+        if cfg.progress and self.rt.is_main:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=self.total_steps, initial=self.step, desc=self.run_name, unit="step", dynamic_ncols=True)
+        t_last = time.perf_counter()
+        while self.step < self.total_steps:
+            rec = self.train_step()
+            now = time.perf_counter()
+            rec["tokens_per_s"] = tokens_per_step / (now - t_last)
+            t_last = now
+            if cfg.eval_every and self.step % cfg.eval_every == 0:
+                rec["val_loss"] = self.validate()
+            self.history.append(rec)
+            if run is not None:
+                run.log(rec, step=self.step)
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{rec['tokens_per_s']:.0f}")
+            if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 and self.step < self.total_steps:
+                self.save_checkpoint()
+            if on_step is not None:
+                on_step(rec)
+        if bar is not None:
+            bar.close()
+        val_loss = self.validate()
+        self.save_checkpoint()
+        if run is not None:
+            run.summary["val_loss"] = val_loss
+            run.finish()
+        result = {"val_loss": val_loss, "steps": self.step, "final_train_loss": self.history[-1]["loss"],
+                  "history": self.history}
+        if self.rt.is_main:
+            atomic_write_json(self.out / "train_result.json", result)
+        return result
+
+    def validate(self) -> float:
+        rows = self.val_rows[: self.cfg.eval_rows]
+        rows = rows[: (len(rows) // self.rt.replicas) * self.rt.replicas]
+        return evaluate_loss(self.model, rows, self.rt, self.micro, self.device, self.autocast, self.cfg.chunk_tokens)
+
+    def _wandb_init(self):
+        if not self.rt.is_main or os.environ.get("WANDB_MODE") == "disabled":
+            return None
+        import wandb
+
+        mode = "online" if self.cfg.wandb else os.environ.get("WANDB_MODE", "offline")
+        self.out.mkdir(parents=True, exist_ok=True)
+        return wandb.init(project=self.cfg.wandb_project, name=self.run_name, dir=str(self.out), mode=mode,
+                          config=_jsonable(asdict(self.cfg)), reinit="finish_previous")
+
+
+def _jsonable(d: dict) -> dict:
+    return json.loads(json.dumps(d, default=str))

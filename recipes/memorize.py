@@ -1,0 +1,317 @@
+#!/usr/bin/env python
+"""Does a Llama model memorize documents it saw n times, and does Goldfish loss stop it?
+
+Builds one mixture (targets seen exactly ``--exposures`` times inside a background stream),
+trains the same initial model on it twice -- standard loss and Goldfish loss -- then runs
+extraction (prefix -> greedy suffix) on both, and writes ``results.json``, ``results.md``
+and ``results.png`` to ``--out``.
+
+    python recipes/memorize.py                       # tiny model, offline corpus, CPU, minutes
+    python recipes/memorize.py --size 8b --grid 8,2,2,2 --init /path/to/hf-llama   # on GPUs
+    torchrun --nproc_per_node 8 recipes/memorize.py --size tiny --grid 1,2,2,2
+    python recipes/memorize.py --size 405b --gpus 4096 --machine frontier --plan
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+_REPO = Path(__file__).resolve().parents[1]
+if str(_REPO) not in sys.path:  # runnable from a checkout without installation
+    sys.path.insert(0, str(_REPO))
+
+ARMS = ("standard", "goldfish")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0] + " Runs a standard and a Goldfish arm on the same mixture and seed.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    g = p.add_argument_group("model")
+    g.add_argument("--size", default="tiny", help="model-shape preset (axonn/presets.yaml): tiny, mini, small, "
+                   "160m, 1b, 8b, 70b, 405b")
+    g.add_argument("--init", default=None, help="local Hugging Face Llama checkpoint to fine-tune (overrides --size's "
+                   "random initialisation; the paper's fine-tuning setting)")
+    g = p.add_argument_group("data")
+    g.add_argument("--corpus", default="builtin:pydocs", help="background corpus: builtin:pydocs (offline), a local "
+                   ".txt/.json/.jsonl/.parquet file or directory, or a Hugging Face dataset name (needs network)")
+    g.add_argument("--text-field", default="text", help="field holding the text in json/parquet corpora and targets")
+    g.add_argument("--tokenizer", default="builtin:bpe4096", help="Hugging Face tokenizer name or path; "
+                   "builtin:bpe4096 is trained locally on the offline corpus (default: the --init checkpoint's)")
+    g.add_argument("--targets", default=None, help="your own target documents: a directory of .txt files (one "
+                   "document each), a .jsonl/.json file, or a .txt file with blank-line-separated documents "
+                   "(default: --num-targets documents held out of the corpus)")
+    g.add_argument("--num-targets", type=int, default=32, help="targets drawn from the corpus when --targets is unset")
+    g.add_argument("--num-nonmembers", type=int, default=32, help="held-out documents recorded as non-members")
+    g.add_argument("--exposures", default="64", help="times each target appears in the stream; a comma list "
+                   "(e.g. 1,4,16) splits the targets into groups; 0 = never seen (a control)")
+    g.add_argument("--skip-short-targets", action="store_true", help="skip (and count) targets shorter than "
+                   "prefix + suffix instead of refusing")
+    g.add_argument("--seq-len", type=int, default=128, help="tokens per training row")
+    g = p.add_argument_group("goldfish")
+    g.add_argument("--goldfish-k", type=int, default=4, help="drop 1/k of the labels in the Goldfish arm "
+                   "(k >= 2); 0 runs only the standard arm")
+    g.add_argument("--goldfish-h", type=int, default=13, help="hash context width: the decision for a label "
+                   "depends on the h tokens before it")
+    g.add_argument("--goldfish-strategy", default="hash", choices=["hash", "static"],
+                   help="hash: pseudo-random from the preceding h-gram; static: every k-th position")
+    g.add_argument("--arms", default="both", choices=["both", *ARMS], help="which arms to train")
+    g = p.add_argument_group("training")
+    g.add_argument("--batch-size", type=int, default=4, help="global batch in rows per optimizer step")
+    g.add_argument("--micro-batch", type=int, default=None, help="rows per forward per rank (gradient "
+                   "accumulation over the rest); default: the whole local share")
+    g.add_argument("--steps", type=int, default=None, help="optimizer steps (default: one pass over the stream, "
+                   "i.e. as many as the corpus fills)")
+    g.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (AdamW)")
+    g.add_argument("--warmup-steps", type=int, default=10, help="linear warmup steps before cosine decay")
+    g.add_argument("--weight-decay", type=float, default=0.0, help="AdamW weight decay on matrices")
+    g.add_argument("--grad-clip", type=float, default=1.0, help="global gradient-norm clip")
+    g.add_argument("--eval-every", type=int, default=0, help="validation every N steps (0: at the end)")
+    g.add_argument("--checkpoint-every", type=int, default=50, help="checkpoint every N steps (and at the end)")
+    g.add_argument("--compile", action="store_true", help="torch.compile the forward/loss")
+    g.add_argument("--activation-checkpointing", action="store_true", help="recompute layer activations in backward")
+    g.add_argument("--seed", type=int, default=0, help="seed of the mixture and the initial weights")
+    g = p.add_argument_group("parallelism and planning")
+    g.add_argument("--grid", default="1,1,1,1", help="4D grid data,row,column,depth; product = world size")
+    g.add_argument("--plan", action="store_true", help="print the planner's best grids for --gpus/--machine and exit")
+    g.add_argument("--gpus", type=int, default=None, help="GPU count for --plan")
+    g.add_argument("--machine", default="h100-node", help="machine profile for --plan (frontier, alps, "
+                   "perlmutter, h100-node, or a profile YAML)")
+    g = p.add_argument_group("extraction")
+    g.add_argument("--prefix", type=int, default=50, help="prefix tokens P given to the model")
+    g.add_argument("--suffix", type=int, default=50, help="suffix tokens S that must be reproduced")
+    g.add_argument("--prefix-mode", default="fixed", choices=["fixed", "all-but-suffix"],
+                   help="fixed: the first P tokens; all-but-suffix: the whole document minus its last S tokens")
+    g.add_argument("--extract-batch", type=int, default=32, help="documents decoded together")
+    g = p.add_argument_group("output")
+    g.add_argument("--out", default="runs/memorize", help="output directory")
+    g.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
+    g.add_argument("--overwrite", action="store_true", help="delete a previous run in --out and start afresh")
+    g.add_argument("--wandb", action="store_true", help="sync to Weights & Biases (default: offline logs in --out)")
+    g.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return p.parse_args(argv)
+
+
+def _parse_exposures(s: str) -> tuple[int, ...]:
+    try:
+        vals = tuple(int(x) for x in s.split(","))
+    except ValueError:
+        raise SystemExit(f"--exposures {s!r}: give an integer or a comma list of integers") from None
+    if any(v < 0 for v in vals):
+        raise SystemExit(f"--exposures {s!r}: counts must be >= 0")
+    return vals
+
+
+def _parse_grid(s: str) -> tuple[int, int, int, int]:
+    try:
+        vals = tuple(int(x) for x in s.split(","))
+    except ValueError:
+        vals = ()
+    if len(vals) != 4 or min(vals) < 1:
+        raise SystemExit(f"--grid {s!r}: give four positive integers data,row,column,depth (e.g. 1,2,2,2)")
+    return vals  # type: ignore[return-value]
+
+
+def read_targets(path: str, text_field: str) -> list[str]:
+    """Documents from a directory of .txt files, a .json/.jsonl file, or a blank-line-separated .txt."""
+    from memorization.corpus import load_documents
+
+    p = Path(path)
+    if not p.exists():
+        raise SystemExit(f"--targets {path} does not exist")
+    if p.is_dir():
+        files = sorted(f for f in p.rglob("*.txt"))
+        if not files:
+            raise SystemExit(f"--targets {path}: the directory holds no .txt files")
+        return [t for t in (f.read_text(encoding="utf-8").strip() for f in files) if t]
+    return load_documents(str(p), text_field=text_field)
+
+
+def settings_of(args: argparse.Namespace) -> dict:
+    skip = {"resume", "overwrite", "no_progress", "plan", "gpus", "machine", "wandb"}
+    return {k: v for k, v in vars(args).items() if k not in skip}
+
+
+def validate(args: argparse.Namespace) -> None:
+    """Every bad input is refused here, before any download, allocation or training."""
+    from axonn.presets import get_preset
+    from memorization.goldfish import validate_goldfish_args
+
+    try:
+        get_preset(args.size)
+        validate_goldfish_args(args.goldfish_k, args.goldfish_h, args.goldfish_strategy, allow_zero=True)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
+    if args.goldfish_k == 0 and args.arms == "goldfish":
+        raise SystemExit("error: --arms goldfish needs --goldfish-k >= 2")
+    _parse_exposures(args.exposures)
+    _parse_grid(args.grid)
+    if args.init and not (Path(args.init) / "config.json").exists():
+        raise SystemExit(f"error: --init {args.init}: no Hugging Face checkpoint (config.json) there")
+    if args.targets and not Path(args.targets).exists():
+        raise SystemExit(f"error: --targets {args.targets} does not exist")
+    if args.corpus != "builtin:pydocs" and args.corpus.startswith(("/", ".", "~")) and not Path(args.corpus).exists():
+        raise SystemExit(f"error: --corpus {args.corpus} does not exist")
+    if args.prefix < 1 or args.suffix < 1:
+        raise SystemExit("error: --prefix and --suffix must be >= 1")
+    if args.resume and args.overwrite:
+        raise SystemExit("error: --resume and --overwrite contradict each other")
+    out = Path(args.out)
+    cfg_file = out / "run_config.json"
+    if out.exists() and any(out.iterdir()):
+        if args.overwrite:
+            pass
+        elif not args.resume:
+            raise SystemExit(
+                f"error: --out {out} already holds a run: pass --resume to continue it, --overwrite to replace it, "
+                "or choose another --out"
+            )
+        elif cfg_file.exists():
+            old = json.loads(cfg_file.read_text())
+            new = json.loads(json.dumps(settings_of(args)))
+            diff = {k: (old.get(k), new[k]) for k in new if old.get(k) != new[k] and k != "out"}
+            if diff:
+                raise SystemExit(f"error: --resume with settings that differ from the run in {out}: {diff}")
+    elif args.resume:
+        raise SystemExit(f"error: --resume: there is no run in {out} to resume")
+
+
+def plan(args: argparse.Namespace) -> None:
+    from axonn.planner import PlanError, format_plan, plan as make_plan
+    from axonn.presets import get_preset
+
+    if not args.gpus:
+        raise SystemExit("error: --plan needs --gpus N")
+    try:
+        result = make_plan(get_preset(args.size), seq=args.seq_len, global_batch=args.batch_size, gpus=args.gpus,
+                           machine=args.machine)
+    except PlanError as e:
+        raise SystemExit(f"error: {e}") from None
+    print(format_plan(result))
+
+
+def make_runtime(args: argparse.Namespace):
+    from memorization.runtime import Runtime
+
+    try:
+        return Runtime.create(*_parse_grid(args.grid))
+    except ValueError as e:
+        raise SystemExit(f"error: --grid {args.grid}: {e}") from None
+
+
+def run_arm(arm: str, args, rt, mixture, tokenizer, out: Path) -> dict:
+    """Train one arm from the shared initial weights, export it, and run extraction on it."""
+    import torch
+
+    from memorization.extraction import ExtractionConfig, extract
+    from memorization.goldfish import GoldfishConfig
+    from memorization.mixture import atomic_write_json
+    from memorization.models import build_model
+    from memorization.train import TrainConfig, Trainer
+
+    arm_dir = out / arm
+    done = arm_dir / "arm_result.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    gf = GoldfishConfig(k=args.goldfish_k, h=args.goldfish_h, strategy=args.goldfish_strategy, seed=0) \
+        if arm == "goldfish" else GoldfishConfig(k=0)
+    model = build_model(args.size, len(tokenizer), init=args.init, seed=args.seed, max_seq=args.seq_len)
+    cfg = TrainConfig(batch_size=args.batch_size, micro_batch=args.micro_batch, steps=args.steps, lr=args.lr,
+                      warmup_steps=args.warmup_steps, weight_decay=args.weight_decay, grad_clip=args.grad_clip,
+                      eval_every=args.eval_every, checkpoint_every=args.checkpoint_every, compile=args.compile,
+                      activation_checkpointing=args.activation_checkpointing, seed=args.seed, wandb=args.wandb,
+                      progress=not args.no_progress, goldfish=gf)
+    trainer = Trainer(model, mixture.input_ids, mixture.doc_ids, mixture.val_ids, cfg, arm_dir, rt, run_name=arm)
+    t0 = time.perf_counter()
+    train = trainer.fit(resume=args.resume)
+    train_s = time.perf_counter() - t0
+    model = trainer.model
+    rt.export_hf(model, arm_dir / "model", tokenizer)
+    ecfg = ExtractionConfig(prefix_len=args.prefix, suffix_len=args.suffix,
+                            all_but_suffix=args.prefix_mode == "all-but-suffix", batch_size=args.extract_batch)
+    with torch.autocast("cuda", dtype=torch.bfloat16) if rt.device.type == "cuda" else torch.autocast("cpu", enabled=False):
+        ext = extract(model, mixture.targets, ecfg, tokenizer, progress=not args.no_progress and rt.is_main)
+    drop = [h["goldfish_drop_frac"] for h in train["history"]]
+    result = {
+        **ext["overall"],
+        "val_loss": train["val_loss"],
+        "final_train_loss": train["final_train_loss"],
+        "steps": train["steps"],
+        "train_seconds": train_s,
+        "goldfish": {"k": gf.k, "h": gf.h, "strategy": gf.strategy},
+        "goldfish_drop_frac": sum(drop) / len(drop),
+        "by_exposure": ext["by_exposure"],
+        "loss_curve": [h["loss"] for h in train["history"]],
+    }
+    if rt.is_main:
+        atomic_write_json(arm_dir / "extraction.json", ext)
+        atomic_write_json(done, result)
+    return result
+
+
+def write_report(out: Path, results: dict) -> None:
+    from memorization.mixture import atomic_write_json
+    from memorization.report import plot_arms, results_markdown
+
+    atomic_write_json(out / "results.json", results)
+    md = results_markdown(results)
+    tmp = out / ".results.md.tmp"
+    tmp.write_text(md)
+    tmp.replace(out / "results.md")
+    plot_arms(results, out / "results.png")
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    args = parse_args(argv)
+    validate(args)
+    if args.plan:
+        plan(args)
+        return None
+    from axonn.presets import get_preset
+    from memorization.corpus import load_documents, load_tokenizer
+    from memorization.mixture import MixtureConfig, build_mixture
+    from memorization.models import check_size_runs_here
+
+    rt = make_runtime(args)
+    check_size_runs_here(get_preset(args.size), rt.device, ranks=rt.tensor_ranks)
+    out = Path(args.out)
+    if args.overwrite and out.exists() and rt.is_main:
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = load_tokenizer(args.tokenizer if not (args.init and args.tokenizer == "builtin:bpe4096")
+                               else args.init)
+    docs = load_documents(args.corpus, text_field=args.text_field)
+    targets = read_targets(args.targets, args.text_field) if args.targets else None
+    need = args.suffix + (1 if args.prefix_mode == "all-but-suffix" else args.prefix)
+    mcfg = MixtureConfig(seq_len=args.seq_len, batch_size=args.batch_size, exposures=_parse_exposures(args.exposures),
+                         num_targets=args.num_targets, num_nonmembers=args.num_nonmembers, num_steps=args.steps,
+                         min_target_tokens=need, skip_short_targets=args.skip_short_targets, seed=args.seed)
+    try:
+        mixture = build_mixture(docs, tokenizer, mcfg, target_texts=targets,
+                                meta={"corpus": args.corpus, "tokenizer": args.tokenizer})
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
+    if rt.is_main:
+        from memorization.mixture import atomic_write_json
+
+        atomic_write_json(out / "run_config.json", settings_of(args))
+        mixture.save_manifest(out / "manifest.json")
+    arms = [a for a in ARMS if args.arms in ("both", a) and not (a == "goldfish" and args.goldfish_k == 0)]
+    results = {"settings": settings_of(args), "num_steps": mixture.num_steps,
+               "num_targets": len(mixture.targets), "skipped_targets": mixture.meta["skipped_short_targets"],
+               "arms": {}}
+    for arm in arms:
+        results["arms"][arm] = run_arm(arm, args, rt, mixture, tokenizer, out)
+    if rt.is_main:
+        write_report(out, results)
+        print((out / "results.md").read_text())
+    return results
+
+
+if __name__ == "__main__":
+    main()

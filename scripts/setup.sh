@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Idempotent setup: a virtual environment in .venv with the pinned CPU PyTorch (only when no torch
+# is importable there) and this project, editable, with the test and eval extras.
+# A second run installs nothing: it checks a stamp keyed on pyproject.toml.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+VENV="${VENV:-.venv}"
+PY_SYS="${PYTHON:-python3}"
+if [ ! -x "$VENV/bin/python" ]; then
+    "$PY_SYS" -c 'import sys; assert sys.version_info >= (3, 10), "Python >= 3.10 is required"'
+    "$PY_SYS" -m venv "$VENV"
+fi
+PY="$VENV/bin/python"
+PIP=("$PY" -m pip install --disable-pip-version-check -q)
+[ -d /opt/wheels ] && PIP+=(--find-links /opt/wheels)
+if ! "$PY" -c "import torch" >/dev/null 2>&1; then
+    echo "[setup] installing PyTorch 2.13.0 (CPU build) into $VENV"
+    "${PIP[@]}" torch==2.13.0
+fi
+stamp="$VENV/.goldfish-installed-$(sha256sum pyproject.toml | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+    echo "[setup] installing the project and its dependencies into $VENV"
+    "${PIP[@]}" -e ".[test,eval]" 2>&1 | grep -v "is ignored: it is neither" || true
+    "$PY" -c "import torch, transformers, datasets, axonn, memorization" 
+    rm -f "$VENV"/.goldfish-installed-*
+    touch "$stamp"
+fi

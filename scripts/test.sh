@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Set up (first time only) and run the default test suite (well under 15 minutes on 2 cores).
+#   bash scripts/test.sh           default suite
+#   bash scripts/test.sh --slow    only the slow tests (minutes each)
+# Other arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+bash scripts/setup.sh
+export PATH="$PWD/.venv/bin:$PATH" WANDB_MODE=disabled HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+if [ "${1:-}" = "--slow" ]; then shift; set -- -m slow "$@"; fi
+exec python -m pytest -q "$@"

@@ -1,0 +1,118 @@
+"""Goldfish mask: drop rate, determinism, locality of the hashed decision, label handling."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from memorization.goldfish import GoldfishConfig, apply_goldfish, goldfish_mask, hash_context
+
+
+@pytest.mark.parametrize("k", [2, 3, 4, 8, 32])
+def test_drop_rate_close_to_one_over_k(k):
+    g = torch.Generator().manual_seed(k)
+    ids = torch.randint(0, 50000, (64, 1024), generator=g)
+    h = 13
+    rate = goldfish_mask(ids, k=k, h=h)[:, h:].float().mean().item()
+    n = ids[:, h:].numel()
+    sigma = (1 / k * (1 - 1 / k) / n) ** 0.5
+    assert abs(rate - 1 / k) < 6 * sigma + 1e-3, (rate, 1 / k)
+
+
+@pytest.mark.parametrize("k", [2, 4, 8])
+def test_static_drops_every_kth_position(k):
+    ids = torch.randint(0, 100, (3, 40))
+    m = goldfish_mask(ids, k=k, strategy="static")
+    expected = (torch.arange(40) % k == k - 1).expand(3, 40)
+    assert torch.equal(m, expected)
+
+
+def test_same_hgram_same_decision_anywhere():
+    h, k = 13, 4
+    g = torch.Generator().manual_seed(0)
+    hgrams = torch.randint(0, 32000, (200, h), generator=g)
+    decisions = goldfish_mask(torch.cat([hgrams, torch.zeros(200, 1, dtype=torch.long)], 1), k=k, h=h)[:, h]
+    # place the same h-grams at random offsets inside other random rows, in a different batch layout
+    rows = torch.randint(0, 32000, (200, 300), generator=g)
+    offsets = torch.randint(0, 300 - h - 1, (200,), generator=g)
+    for i in range(200):
+        rows[i, offsets[i] : offsets[i] + h] = hgrams[i]
+    m = goldfish_mask(rows.flip(0), k=k, h=h).flip(0)  # different row order = different batch
+    got = m[torch.arange(200), offsets + h]
+    assert torch.equal(got, decisions)
+    assert 0 < decisions.sum() < 200  # the test exercises both outcomes
+
+
+def test_decision_ignores_the_predicted_token_and_tokens_outside_window():
+    h, k = 5, 2
+    g = torch.Generator().manual_seed(1)
+    base = torch.randint(0, 1000, (1, 64), generator=g)
+    m0 = goldfish_mask(base, k=k, h=h)
+    t = 40
+    for pos in list(range(0, t - h)) + [t]:  # before the window, and the predicted token itself
+        x = base.clone()
+        x[0, pos] = (x[0, pos] + 17) % 1000
+        assert goldfish_mask(x, k=k, h=h)[0, t] == m0[0, t], pos
+    # changing a token inside the window changes the hash
+    x = base.clone()
+    x[0, t - 1] += 1
+    assert hash_context(x, h)[0, t] != hash_context(base, h)[0, t]
+
+
+def test_hash_is_order_dependent_and_zero_safe():
+    h = 4
+    a = torch.tensor([[1, 2, 3, 4, 9]])
+    b = torch.tensor([[2, 1, 3, 4, 9]])
+    z = torch.tensor([[0, 0, 0, 0, 9]])
+    z2 = torch.tensor([[0, 0, 0, 1, 9]])
+    assert hash_context(a, h)[0, 4] != hash_context(b, h)[0, 4]
+    assert hash_context(z, h)[0, 4] != hash_context(z2, h)[0, 4]
+    assert hash_context(z, h)[0, 4] != 0
+
+
+def test_short_context_and_document_boundaries_are_kept():
+    h = 13
+    ids = torch.randint(0, 100, (4, 100))
+    m = goldfish_mask(ids, k=2, h=h)
+    assert not m[:, :h].any()
+    docs = torch.zeros(4, 100, dtype=torch.long)
+    docs[:, 50:] = 1
+    md = goldfish_mask(ids, k=2, h=h, document_ids=docs)
+    assert not md[:, 50 : 50 + h].any()
+    assert torch.equal(md[:, :50], m[:, :50])
+    assert torch.equal(md[:, 50 + h :], m[:, 50 + h :])
+
+
+def test_large_token_ids_do_not_overflow_and_are_deterministic():
+    ids = torch.full((2, 30), 2**31 - 1)
+    ids[1] = 128255
+    a = hash_context(ids, 13)
+    assert (a >= 0).all() and (a < 2**32).all()
+    assert torch.equal(a, hash_context(ids.clone(), 13))
+
+
+def test_apply_goldfish_keeps_ignored_labels_and_loss_is_mean_over_kept():
+    torch.manual_seed(0)
+    ids = torch.randint(0, 50, (2, 64))
+    labels = ids.clone()
+    labels[:, :5] = -100  # a prompt
+    new, frac = apply_goldfish(labels, ids, GoldfishConfig(k=3, h=4))
+    assert (new[:, :5] == -100).all()
+    dropped = (new == -100) & (labels != -100)
+    assert torch.isclose(frac, dropped.sum() / (labels != -100).sum())
+    assert dropped.any()
+    logits = torch.randn(2, 64, 50)
+    loss = F.cross_entropy(logits.view(-1, 50), new.view(-1), ignore_index=-100)
+    keep = new.view(-1) != -100
+    manual = F.cross_entropy(logits.view(-1, 50)[keep], new.view(-1)[keep])
+    assert torch.isclose(loss, manual)
+
+
+def test_standard_config_changes_nothing():
+    ids = torch.randint(0, 50, (2, 20))
+    new, frac = apply_goldfish(ids.clone(), ids, GoldfishConfig(k=0))
+    assert torch.equal(new, ids) and float(frac) == 0.0
+
+
+@pytest.mark.parametrize("k,h,strategy", [(1, 13, "hash"), (4, 0, "hash"), (4, 13, "random")])
+def test_bad_settings_refused(k, h, strategy):
+    with pytest.raises(ValueError):
+        goldfish_mask(torch.zeros(1, 20, dtype=torch.long), k=k, h=h, strategy=strategy)

@@ -1,0 +1,80 @@
+"""recipes/memorize.py end to end on a very small setting, and every bad input refused before training."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "recipes"))
+import memorize  # noqa: E402
+
+SMALL = ["--num-targets", "4", "--num-nonmembers", "2", "--exposures", "2", "--steps", "12", "--prefix", "10",
+         "--suffix", "10", "--seq-len", "64", "--no-progress", "--checkpoint-every", "5"]
+
+
+def test_small_run_writes_results_for_both_arms(tmp_path):
+    out = tmp_path / "run"
+    res = memorize.main(SMALL + ["--out", str(out)])
+    data = json.loads((out / "results.json").read_text())
+    for arm in ("standard", "goldfish"):
+        a = data["arms"][arm]
+        for key in ("exact_match", "token_match", "rouge_l", "val_loss"):
+            assert 0 <= a[key] if key != "val_loss" else a[key] > 0
+        assert (out / arm / "model" / "model.safetensors").exists()
+    assert data["arms"]["goldfish"]["goldfish_drop_frac"] > 0.1
+    assert data["arms"]["standard"]["goldfish_drop_frac"] == 0
+    assert data["settings"]["goldfish_k"] == 4 and data["settings"]["exposures"] == "2"
+    assert (out / "results.md").read_text().count("| standard") >= 1
+    assert (out / "results.png").stat().st_size > 1000
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert all(len(t["steps"]) == 2 for t in manifest["targets"])
+    assert res["arms"].keys() == {"standard", "goldfish"}
+    # the out directory now holds a run: refused without --resume/--overwrite; --resume finishes instantly
+    with pytest.raises(SystemExit, match="already holds a run"):
+        memorize.main(SMALL + ["--out", str(out)])
+    again = memorize.main(SMALL + ["--out", str(out), "--resume"])
+    assert again["arms"]["standard"]["exact_match"] == res["arms"]["standard"]["exact_match"]
+    with pytest.raises(SystemExit, match="differ"):
+        memorize.main(SMALL + ["--out", str(out), "--resume", "--lr", "1e-4"])
+
+
+def _refused(tmp_path, args, match):
+    out = tmp_path / "bad"
+    with pytest.raises(SystemExit, match=match):
+        memorize.main(SMALL + ["--out", str(out)] + args)
+    assert not (out / "standard").exists()  # nothing trained
+
+
+@pytest.mark.parametrize("args,match", [
+    (["--size", "huge"], "unknown size"),
+    (["--goldfish-k", "1"], "k >= 2|>= 2"),
+    (["--goldfish-h", "0"], "h must be >= 1|h=0"),
+    (["--exposures", "-1"], ">= 0"),
+    (["--init", "/nonexistent/ckpt"], "no Hugging Face checkpoint"),
+    (["--targets", "/nonexistent/targets.txt"], "does not exist"),
+    (["--corpus", "/nonexistent/corpus.jsonl"], "does not exist"),
+    (["--steps", "100000"], "corpus too small"),
+    (["--size", "405b"], "cannot be trained on this CPU"),
+    (["--grid", "1,2,1,1"], "world size|product"),
+])
+def test_bad_input_refused_before_training(tmp_path, args, match):
+    _refused(tmp_path, args, match)
+
+
+def test_short_and_empty_targets(tmp_path):
+    t = tmp_path / "targets.jsonl"
+    t.write_text(json.dumps({"text": "a short document"}) + "\n" + json.dumps({"text": " ".join(["word"] * 80)}) + "\n")
+    _refused(tmp_path, ["--targets", str(t)], "shorter than prefix")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    _refused(tmp_path, ["--targets", str(empty)], "no .txt files")
+
+
+def test_help_explains_every_flag():
+    out = subprocess.run([sys.executable, str(REPO / "recipes" / "memorize.py"), "--help"], capture_output=True,
+                         text=True, check=True).stdout
+    for flag in ("--size", "--exposures", "--goldfish-k", "--goldfish-h", "--goldfish-strategy", "--targets",
+                 "--corpus", "--tokenizer", "--init", "--seed", "--out", "--grid", "--plan", "--resume"):
+        assert flag in out

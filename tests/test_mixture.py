@@ -1,0 +1,93 @@
+"""The single-exposure mixture: exact exposure counts, unsplit targets, manifest ground truth."""
+import json
+
+import pytest
+import torch
+
+from memorization.mixture import MixtureConfig, build_mixture, load_manifest
+
+
+def _contains_row_start(rows: torch.Tensor, tok: list[int]) -> torch.Tensor:
+    t = torch.tensor(tok)
+    return (rows[:, : len(t)] == t).all(1)
+
+
+@pytest.mark.parametrize("exposures", [(1,), (3,), (0, 1, 4)])
+def test_every_target_appears_exactly_n_times(tokenizer, corpus, exposures):
+    cfg = MixtureConfig(seq_len=128, batch_size=8, exposures=exposures, num_targets=9, num_nonmembers=4,
+                        val_docs=8, seed=3)
+    mix = build_mixture(corpus[:600], tokenizer, cfg)
+    rows = mix.input_ids
+    assert rows.shape[1] == 128 and len(rows) % 8 == 0
+    for j, t in enumerate(mix.targets):
+        assert t["exposures"] == exposures[j % len(exposures)]
+        tok = t["token_ids"] + [tokenizer.eos_token_id]
+        hits = _contains_row_start(rows, tok).nonzero().flatten().tolist()
+        assert hits == t["rows"] and len(hits) == t["exposures"]  # whole, never split, exactly n rows
+        assert t["steps"] == sorted(r // 8 for r in hits)
+        # the target never occurs anywhere else in the stream (e.g. split across a row boundary)
+        flat = rows.flatten()
+        window = torch.tensor(t["token_ids"][1:40])
+        occ = (flat.unfold(0, len(window), 1) == window).all(1).sum().item()
+        assert occ == t["exposures"]
+
+
+def test_targets_nonmembers_and_background_are_disjoint(tokenizer, corpus):
+    mix = build_mixture(corpus[:600], tokenizer, MixtureConfig(seq_len=128, batch_size=8, num_targets=6, exposures=(2,),
+                                                         num_nonmembers=6, seed=1))
+    ids = {t["id"] for t in mix.targets}
+    non = {t["id"] for t in mix.nonmembers}
+    assert not ids & non
+    flat = mix.input_ids.flatten()
+    for d in mix.nonmembers:  # a non-member never enters the training stream
+        w = torch.tensor(d["token_ids"][1:30])
+        assert not (flat.unfold(0, len(w), 1) == w).all(1).any()
+
+
+def test_mixture_is_deterministic_in_seed(tokenizer, corpus):
+    cfg = MixtureConfig(seq_len=128, batch_size=8, num_targets=4, exposures=(2,), num_nonmembers=2)
+    a, b = build_mixture(corpus[:600], tokenizer, cfg), build_mixture(corpus[:600], tokenizer, cfg)
+    assert torch.equal(a.input_ids, b.input_ids) and torch.equal(a.doc_ids, b.doc_ids)
+    c = build_mixture(corpus[:600], tokenizer, MixtureConfig(seq_len=128, batch_size=8, num_targets=4, exposures=(2,),
+                                                       num_nonmembers=2, seed=1))
+    assert not torch.equal(a.input_ids, c.input_ids)
+
+
+def test_doc_ids_mark_target_and_filler(tokenizer, corpus):
+    mix = build_mixture(corpus[:600], tokenizer, MixtureConfig(seq_len=256, batch_size=4, num_targets=3, exposures=(1,),
+                                                         num_nonmembers=1))
+    for t in mix.targets:
+        r = t["rows"][0]
+        n = len(t["token_ids"]) + 1
+        assert (mix.doc_ids[r, :n] == 0).all() and (mix.doc_ids[r, n:] >= 1).all()
+
+
+def test_manifest_roundtrip(tmp_path, tokenizer, corpus):
+    mix = build_mixture(corpus[:600], tokenizer, MixtureConfig(seq_len=128, batch_size=8, num_targets=3, exposures=(2,),
+                                                         num_nonmembers=2))
+    mix.save_manifest(tmp_path / "m.json")
+    m = load_manifest(tmp_path / "m.json")
+    assert m["num_steps"] == mix.num_steps and len(m["targets"]) == 3
+    assert m["targets"][0]["token_ids"] == mix.targets[0]["token_ids"]
+    assert json.loads((tmp_path / "m.json").read_text())["version"] == 1
+
+
+def test_user_targets_and_short_ones(tokenizer, corpus):
+    long = " ".join(f"word{i}" for i in range(200))
+    short = "too short"
+    cfg = MixtureConfig(seq_len=512, batch_size=8, exposures=(1,), num_nonmembers=2, min_target_tokens=100)
+    with pytest.raises(ValueError, match="shorter than prefix"):
+        build_mixture(corpus[:600], tokenizer, cfg, target_texts=[long, short])
+    cfg.skip_short_targets = True
+    mix = build_mixture(corpus[:600], tokenizer, cfg, target_texts=[long, short])
+    assert len(mix.targets) == 1 and mix.meta["skipped_short_targets"] == ["user-00001"]
+    with pytest.raises(ValueError, match="empty"):
+        build_mixture(corpus[:600], tokenizer, cfg, target_texts=[])
+
+
+def test_corpus_too_small_and_bad_exposures(tokenizer, corpus):
+    with pytest.raises(ValueError, match="corpus too small"):
+        build_mixture(corpus[:150], tokenizer, MixtureConfig(seq_len=128, batch_size=8, num_targets=4,
+                                                              num_nonmembers=2, num_steps=10_000))
+    with pytest.raises(ValueError, match=">= 0"):
+        MixtureConfig(exposures=(-1,))

@@ -1,0 +1,83 @@
+"""The trainer: an interrupted run resumes on the same loss curve; Goldfish drops ~1/k of labels."""
+import pytest
+import torch
+
+from memorization.goldfish import GoldfishConfig
+from memorization.models import build_model
+from memorization.train import TrainConfig, Trainer, lr_at
+
+
+class Interrupt(Exception):
+    pass
+
+
+def _data(n_rows=48, L=32, vocab=4096, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    rows = torch.randint(3, vocab, (8, L), generator=g).repeat(n_rows // 8, 1)  # learnable: rows recur
+    return rows, torch.zeros_like(rows, dtype=torch.int32), rows[:8]
+
+
+def _trainer(tmp, gf=GoldfishConfig(k=0), **kw):
+    rows, docs, val = _data()
+    cfg = TrainConfig(batch_size=4, micro_batch=2, lr=3e-3, warmup_steps=3, checkpoint_every=4, progress=False,
+                      goldfish=gf, **kw)
+    return Trainer(build_model("tiny", 4096, seed=0), rows, docs, val, cfg, tmp, run_name="t")
+
+
+def test_interrupted_run_resumes_on_the_same_loss_curve(tmp_path):
+    full = _trainer(tmp_path / "a").fit()
+    ref = [h["loss"] for h in full["history"]]
+    assert len(ref) == 12 and ref[-1] < ref[0]
+
+    def boom(rec):
+        if rec["step"] == 7:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        _trainer(tmp_path / "b").fit(on_step=boom)
+    assert (tmp_path / "b" / "checkpoint" / "LATEST").read_text() == "step_0000004"
+    resumed = _trainer(tmp_path / "b").fit(resume=True)
+    got = [h["loss"] for h in resumed["history"]]
+    assert got == pytest.approx(ref, rel=1e-6, abs=1e-7)
+    assert resumed["val_loss"] == pytest.approx(full["val_loss"], rel=1e-6)
+
+
+def test_resume_refuses_a_checkpoint_of_a_different_run(tmp_path):
+    _trainer(tmp_path / "a").fit()
+    rows, docs, val = _data(n_rows=64)
+    cfg = TrainConfig(batch_size=4, checkpoint_every=4, progress=False)
+    t = Trainer(build_model("tiny", 4096, seed=0), rows, docs, val, cfg, tmp_path / "a")
+    with pytest.raises(ValueError, match="12-step run"):
+        t.fit(resume=True)
+
+
+def test_goldfish_drops_about_one_in_k_and_changes_training(tmp_path):
+    res_gf = _trainer(tmp_path / "g", gf=GoldfishConfig(k=4, h=3)).fit()
+    res_st = _trainer(tmp_path / "s").fit()
+    drop = sum(h["goldfish_drop_frac"] for h in res_gf["history"]) / 12
+    assert 0.2 < drop < 0.3
+    assert all(h["goldfish_drop_frac"] == 0 for h in res_st["history"])
+    assert res_gf["history"][0]["loss"] != res_st["history"][0]["loss"]
+
+
+def test_gradient_accumulation_matches_one_big_batch(tmp_path):
+    a = _trainer(tmp_path / "a", steps=3).fit()["history"]
+    rows, docs, val = _data()
+    cfg = TrainConfig(batch_size=4, micro_batch=4, lr=3e-3, warmup_steps=3, checkpoint_every=0, progress=False,
+                      steps=3)
+    b = Trainer(build_model("tiny", 4096, seed=0), rows, docs, val, cfg, tmp_path / "b").fit()["history"]
+    assert [h["loss"] for h in a] == pytest.approx([h["loss"] for h in b], rel=1e-5)
+
+
+def test_schedule_warmup_then_cosine():
+    cfg = TrainConfig(lr=1.0, warmup_steps=10, min_lr_ratio=0.1)
+    assert lr_at(0, 100, cfg) == pytest.approx(0.1)
+    assert lr_at(9, 100, cfg) == pytest.approx(1.0)
+    assert lr_at(100, 100, cfg) == pytest.approx(0.1)
+    assert lr_at(55, 100, cfg) == pytest.approx(0.55)
+
+
+def test_too_many_steps_refused(tmp_path):
+    rows, docs, val = _data()
+    with pytest.raises(ValueError, match="corpus too small"):
+        Trainer(build_model("tiny", 4096), rows, docs, val, TrainConfig(batch_size=4, steps=100), tmp_path)
