@@ -1,0 +1,535 @@
+"""A resumable grid of memorize runs (sizes x exposures x Goldfish k x h) and its aggregation.
+
+One *cell* is one ``recipes/memorize.py`` run: a model size and one exposure count (every
+target of the run is seen that many times).  The standard arm is shared: for a (size,
+exposures) pair the first Goldfish setting runs with ``--arms both`` (standard + goldfish,
+same mixture and seed) and every further (k, h) runs ``--arms goldfish`` only, on the same
+mixture (the mixture depends only on the seed, the targets and the exposures, never on k).
+Without any k >= 2 a cell runs the standard arm alone.
+
+Resumability:
+
+* a finished cell writes ``cells/<name>/cell.json`` atomically (write to a temporary file,
+  then rename); a second sweep invocation skips every cell whose ``cell.json`` says ``ok``
+  (when it was evaluated with other evaluation flags, only the evaluations are redone);
+* an interrupted cell has no ``cell.json`` (or an ``error`` one) and is run again with
+  memorize's ``--resume`` (its finished arms are not re-trained, an interrupted arm continues
+  from its last checkpoint);
+* post-training evaluations (perplexity, MIA, lm-eval, HPC code) are cached per arm in
+  ``cells/<name>/<arm>/sweep_eval.json`` (also atomic), so they are not repeated either;
+* a failing cell (a memorize error, an exception) is recorded in its ``cell.json`` with the
+  error and traceback, and the sweep goes on; failed cells are retried on the next run.
+
+The aggregated ``results.json`` holds every cell record and a flat table of *rows*, one per
+(size, exposures, arm, k, h); :mod:`memorization.sweep_report` turns it into the report.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import itertools
+import json
+import logging
+import shlex
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from memorization.mixture import atomic_write_json
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parents[1]
+MEMORIZE_PY = REPO / "recipes" / "memorize.py"
+HPC_CODE_PY = REPO / "eval" / "hpc_code.py"
+
+#: memorize options the sweep sets itself per cell; refused as pass-through options.
+RESERVED_OPTIONS = ("--size", "--exposures", "--goldfish-k", "--goldfish-h", "--arms", "--out", "--resume",
+                    "--overwrite", "--plan", "--gpus", "--machine")
+
+#: MIA scores shown in the report (ref_diff needs a reference model the sweep does not have).
+MIA_SCORES = ("loss", "zlib", "min_k")
+
+
+class SweepError(ValueError):
+    """A bad sweep specification (refused before anything runs)."""
+
+
+# --------------------------------------------------------------------------- grid
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One memorize run of the sweep.
+
+    ``goldfish_k == 0`` means standard loss only; ``arms`` is memorize's ``--arms``
+    (``both``: standard + goldfish k, ``goldfish``: an extra k sharing the standard arm of the
+    (size, exposures) cell that runs ``both``, ``standard``: no Goldfish k in the grid).
+    """
+
+    size: str
+    exposures: int
+    goldfish_k: int
+    goldfish_h: int
+    arms: str
+
+    @property
+    def name(self) -> str:
+        base = f"{self.size}-e{self.exposures}"
+        return f"{base}-standard" if self.goldfish_k == 0 else f"{base}-k{self.goldfish_k}-h{self.goldfish_h}"
+
+    @property
+    def arm_names(self) -> tuple[str, ...]:
+        return {"both": ("standard", "goldfish"), "standard": ("standard",), "goldfish": ("goldfish",)}[self.arms]
+
+    def memorize_argv(self, out: Path, extra: Sequence[str] = ()) -> list[str]:
+        """The memorize.py command line of this cell (without ``--resume``/``--overwrite``)."""
+        return ["--size", self.size, "--exposures", str(self.exposures), "--goldfish-k", str(self.goldfish_k),
+                "--goldfish-h", str(self.goldfish_h), "--arms", self.arms, "--out", str(out), *extra]
+
+
+def parse_int_list(text: str | Sequence[int], what: str, minimum: int = 0) -> tuple[int, ...]:
+    """``"16,32,64"`` -> ``(16, 32, 64)`` (order kept, duplicates dropped); clear errors otherwise."""
+    if isinstance(text, str):
+        try:
+            vals = [int(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise SweepError(f"{what} {text!r}: give a comma list of integers") from None
+    else:
+        vals = [int(x) for x in text]
+    if not vals:
+        raise SweepError(f"{what}: empty list")
+    bad = [v for v in vals if v < minimum]
+    if bad:
+        raise SweepError(f"{what}: values must be >= {minimum} (got {bad})")
+    return tuple(dict.fromkeys(vals))
+
+
+def parse_str_list(text: str | Sequence[str], what: str) -> tuple[str, ...]:
+    vals = [x.strip() for x in text.split(",")] if isinstance(text, str) else [str(x) for x in text]
+    vals = [v for v in vals if v]
+    if not vals:
+        raise SweepError(f"{what}: empty list")
+    return tuple(dict.fromkeys(vals))
+
+
+def expand_grid(sizes: Sequence[str], exposures: Sequence[int], ks: Sequence[int],
+                hs: Sequence[int] = (13,)) -> list[Cell]:
+    """All cells of sizes x exposures x (k, h), sharing one standard arm per (size, exposures).
+
+    ``ks`` may hold 0 (the standard arm) and Goldfish k's >= 2; ``hs`` are hash widths >= 1
+    (they only multiply the Goldfish settings).  Raises :class:`SweepError` on k = 1 or
+    negatives, exposures < 1, or an empty list.
+    """
+    sizes = parse_str_list(sizes, "--sizes")
+    exposures = parse_int_list(exposures, "--exposures", minimum=1)
+    ks = parse_int_list(ks, "--goldfish-k", minimum=0)
+    hs = parse_int_list(hs, "--goldfish-h", minimum=1)
+    if 1 in ks:
+        raise SweepError("--goldfish-k: k = 1 would drop every label; use 0 (standard) or k >= 2")
+    gf = [(k, h) for k in ks if k >= 2 for h in hs]
+    standard = 0 in ks
+    cells = []
+    for size, e in itertools.product(sizes, exposures):
+        if not gf:
+            cells.append(Cell(size, e, 0, hs[0], "standard"))
+            continue
+        for i, (k, h) in enumerate(gf):
+            cells.append(Cell(size, e, k, h, "both" if (i == 0 and standard) else "goldfish"))
+    return cells
+
+
+def check_passthrough(extra: Sequence[str]) -> list[str]:
+    """Refuse memorize options the sweep sets itself, and unknown ones (via memorize's parser)."""
+    extra = list(extra)
+    for tok in extra:
+        name = tok.split("=", 1)[0]
+        if name in RESERVED_OPTIONS:
+            raise SweepError(f"{name} is set by the sweep per cell; use the sweep's own flag (see --help)")
+        if name.startswith("--") and name.replace("_", "-") != name:
+            raise SweepError(f"unknown option {name}")
+    memorize = load_memorize()
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            memorize.parse_args(extra + ["--out", "unused"])
+    except SystemExit:
+        msg = err.getvalue().strip().splitlines()
+        raise SweepError(f"bad memorize option in {' '.join(extra)!r}: {msg[-1] if msg else 'invalid'}") from None
+    return extra
+
+
+_MEMORIZE = None
+
+
+def load_memorize():
+    """``recipes/memorize.py`` as a module (it is a script, not a package member)."""
+    global _MEMORIZE
+    if _MEMORIZE is None:
+        if "memorize" in sys.modules and getattr(sys.modules["memorize"], "__file__", None) == str(MEMORIZE_PY):
+            _MEMORIZE = sys.modules["memorize"]
+        else:
+            spec = importlib.util.spec_from_file_location("_sweep_memorize", MEMORIZE_PY)
+            mod = importlib.util.module_from_spec(spec)
+            assert spec.loader is not None
+            sys.modules["_sweep_memorize"] = mod
+            spec.loader.exec_module(mod)
+            _MEMORIZE = mod
+    return _MEMORIZE
+
+
+# --------------------------------------------------------------------------- evaluations
+
+
+@dataclass
+class EvalOptions:
+    """Which post-training evaluations every arm gets (perplexity always: it is cheap)."""
+
+    mia: bool = False
+    downstream: bool = False
+    downstream_tasks: tuple[str, ...] = ("goldfish_mc",)
+    downstream_limit: int | None = None
+    hpc_code: bool = False
+    hpc_problems: tuple[str, ...] = ("*_serial",)
+    hpc_max_new_tokens: int = 64
+    hpc_samples: int = 1
+    batch_size: int = 8
+    device: str = "cpu"
+
+
+def _mia_summary(report: dict) -> dict:
+    scores = report["scores"]
+    return {
+        name: {"auc": s["auc"], "tpr_at_fpr": s["tpr_at_fpr"],
+               "by_exposure": {e: v["auc"] for e, v in (s.get("by_exposure") or {}).items()}}
+        for name, s in scores.items()
+    } | {"fpr_target": report["fpr_target"], "n_targets": report["n_targets"],
+         "n_nonmembers": report["n_nonmembers"]}
+
+
+def roc_points(scores_jsonl: Path, max_points: int = 200) -> dict:
+    """ROC curves (oriented: higher = member) of each MIA score from ``mia_scores.jsonl``, trained targets only."""
+    import numpy as np
+
+    from memorization.mia import SCORE_DIRECTIONS, roc_curve
+
+    rows = [json.loads(x) for x in scores_jsonl.read_text().splitlines() if x.strip()]
+    members = [r for r in rows if r["split"] == "target" and (r.get("exposures") or 0) >= 1]
+    non = [r for r in rows if r["split"] == "nonmember"]
+    out = {}
+    for name in MIA_SCORES:
+        sign = SCORE_DIRECTIONS[name]
+        pos = np.array([sign * r[name] for r in members if r.get(name) is not None], dtype=np.float64)
+        neg = np.array([sign * r[name] for r in non if r.get(name) is not None], dtype=np.float64)
+        if pos.size == 0 or neg.size == 0:
+            continue
+        fpr, tpr, _ = roc_curve(pos, neg)
+        idx = np.unique(np.linspace(0, len(fpr) - 1, min(len(fpr), max_points)).round().astype(int))
+        out[name] = {"fpr": fpr[idx].round(5).tolist(), "tpr": tpr[idx].round(5).tolist()}
+    return out
+
+
+def evaluate_arm(arm_dir: Path, manifest: Path, opts: EvalOptions) -> dict:
+    """Perplexity (held-out nonmembers), and optionally MIA, lm-eval and HPC-code pass@k, of one arm.
+
+    Each evaluation that fails is recorded under ``errors`` and the others still run.
+    """
+    from memorization.downstream import run_downstream
+
+    model = arm_dir / "model"
+    out: dict[str, Any] = {"errors": {}}
+    t0 = time.perf_counter()
+    try:
+        rep = run_downstream(model, perplexity_source=manifest,
+                             tasks=list(opts.downstream_tasks) if opts.downstream else None,
+                             limit=opts.downstream_limit, batch_size=opts.batch_size, device=opts.device,
+                             dtype="float32")
+        if "perplexity" in rep:
+            p = rep["perplexity"]
+            out["perplexity"] = {"perplexity": p["perplexity"], "nll": p["nll"], "n_tokens": p["n_tokens"]}
+        if rep.get("perplexity_error"):
+            out["errors"]["perplexity"] = rep["perplexity_error"]
+        if opts.downstream:
+            lm = rep.get("lm_eval") or {}
+            out["downstream"] = lm.get("results", {})
+            for t, msg in (lm.get("errors") or {}).items():
+                out["errors"][f"downstream:{t}"] = msg
+    except Exception as e:  # noqa: BLE001 - recorded, the rest goes on
+        out["errors"]["perplexity/downstream"] = f"{type(e).__name__}: {e}"
+    out["seconds_quality"] = time.perf_counter() - t0
+    if opts.mia:
+        from memorization.mia import run_mia
+
+        t0 = time.perf_counter()
+        try:
+            rep = run_mia(model, manifest, out_dir=arm_dir / "mia", batch_size=opts.batch_size,
+                          device=opts.device, dtype="float32")
+            out["mia"] = _mia_summary(rep)
+            out["mia"]["roc"] = roc_points(arm_dir / "mia" / "mia_scores.jsonl")
+        except Exception as e:  # noqa: BLE001
+            out["errors"]["mia"] = f"{type(e).__name__}: {e}"
+        out["seconds_mia"] = time.perf_counter() - t0
+    if opts.hpc_code:
+        t0 = time.perf_counter()
+        try:
+            out["hpc_code"] = run_hpc_code(model, arm_dir / "hpc_code.json", opts)
+        except Exception as e:  # noqa: BLE001
+            out["errors"]["hpc_code"] = f"{type(e).__name__}: {e}"
+        out["seconds_hpc_code"] = time.perf_counter() - t0
+    return out
+
+
+def run_hpc_code(model: Path, output: Path, opts: EvalOptions) -> dict:
+    """``eval/hpc_code.py --model`` (greedy, ``--quick``) in a subprocess; returns its pass/build@1."""
+    cmd = [sys.executable, str(HPC_CODE_PY), "--model", str(model), "--quick", "--temperature", "0",
+           "--samples", str(opts.hpc_samples), "--max-new-tokens", str(opts.hpc_max_new_tokens),
+           "--workers", "1", "--no-progress", "--output", str(output), "--device", opts.device]
+    if opts.hpc_problems:
+        cmd += ["--problems", *opts.hpc_problems]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    if proc.returncode != 0 or not output.exists():
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+        raise RuntimeError(f"eval/hpc_code.py exited {proc.returncode}: {' | '.join(tail)}")
+    rep = json.loads(output.read_text())
+    return {k: rep.get(k) for k in ("problems", "pass@1", "build@1", "speedup@1", "samples_per_problem")}
+
+
+# --------------------------------------------------------------------------- cells
+
+
+def _cell_done(path: Path) -> dict | None:
+    if not path.exists():
+        return None
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return rec if rec.get("status") == "ok" else None
+
+
+def run_cell(cell: Cell, root: Path, extra: Sequence[str], opts: EvalOptions,
+             memorize_main: Callable[[list[str]], dict | None] | None = None) -> dict:
+    """Run (or resume) one cell and its evaluations; returns its record (also in ``cell.json``).
+
+    Never raises for a failing run (except ``KeyboardInterrupt``): the error is recorded.
+    """
+    cell_dir = root / "cells" / cell.name
+    record_path = cell_dir / "cell.json"
+    done = _cell_done(record_path)
+    if done is not None and done.get("eval_options") == _opts_key(opts):
+        return {**done, "cached": True}
+    prev = None
+    if record_path.exists():
+        with contextlib.suppress(OSError, json.JSONDecodeError):
+            prev = json.loads(record_path.read_text())
+    attempts = int((prev or {}).get("attempts", 0)) + 1
+    memorize_main = memorize_main or load_memorize().main
+    argv = cell.memorize_argv(cell_dir, [*extra, "--no-progress"])
+    if (cell_dir / "run_config.json").exists():
+        argv.append("--resume")
+    elif cell_dir.exists() and any(cell_dir.iterdir()):
+        argv.append("--overwrite")  # failed/died before memorize recorded its settings: nothing to keep
+    rec: dict[str, Any] = {"cell": asdict(cell), "name": cell.name, "dir": str(cell_dir.relative_to(root)),
+                           "memorize_argv": argv, "attempts": attempts, "eval_options": _opts_key(opts),
+                           "started_at": time.time()}
+    t0 = time.perf_counter()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # memorize prints its markdown table
+            results = memorize_main(argv)
+        if not results or not results.get("arms"):
+            raise RuntimeError("memorize returned no results")
+        arms = {}
+        for arm, a in results["arms"].items():
+            arm_eval_path = cell_dir / arm / "sweep_eval.json"
+            ev = json.loads(arm_eval_path.read_text()) if arm_eval_path.exists() else None
+            if ev is None or ev.get("options") != _opts_key(opts):
+                ev = {"options": _opts_key(opts), **evaluate_arm(cell_dir / arm, cell_dir / "manifest.json", opts)}
+                atomic_write_json(arm_eval_path, ev)
+            arms[arm] = {"memorize": a, "eval": ev}
+        rec.update(status="ok", num_steps=results.get("num_steps"), num_targets=results.get("num_targets"),
+                   settings=results.get("settings"), arms=arms)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - SystemExit from memorize's validation included
+        msg = str(e) if not isinstance(e, SystemExit) else str(e.code)
+        rec.update(status="error", error=f"{type(e).__name__}: {msg}", traceback=traceback.format_exc(limit=8))
+        log.error("cell %s failed: %s", cell.name, rec["error"])
+    rec["seconds"] = time.perf_counter() - t0
+    rec["finished_at"] = time.time()
+    atomic_write_json(record_path, rec)
+    return {**rec, "cached": False}
+
+
+def _opts_key(opts: EvalOptions) -> dict:
+    return json.loads(json.dumps(asdict(opts)))
+
+
+# --------------------------------------------------------------------------- aggregation
+
+
+def arm_rows(records: Sequence[dict]) -> list[dict]:
+    """One flat row per (size, exposures, arm, k, h) of the successful cells."""
+    rows = []
+    for rec in records:
+        if rec.get("status") != "ok":
+            continue
+        c = rec["cell"]
+        for arm, a in rec["arms"].items():
+            m, ev = a["memorize"], a["eval"]
+            gf = m.get("goldfish", {})
+            row = {
+                "cell": rec["name"], "size": c["size"], "exposures": c["exposures"], "arm": arm,
+                "k": gf.get("k", 0) if arm == "goldfish" else 0, "h": gf.get("h") if arm == "goldfish" else None,
+                "exact_match": m["exact_match"], "token_match": m["token_match"], "rouge_l": m["rouge_l"],
+                "val_loss": m["val_loss"], "final_train_loss": m["final_train_loss"], "steps": m["steps"],
+                "train_seconds": m["train_seconds"], "goldfish_drop_frac": m["goldfish_drop_frac"],
+                "perplexity": (ev.get("perplexity") or {}).get("perplexity"),
+                "eval_errors": ev.get("errors") or {},
+            }
+            mia = ev.get("mia") or {}
+            for s in MIA_SCORES:
+                row[f"mia_auc_{s}"] = (mia.get(s) or {}).get("auc")
+                row[f"mia_tpr_{s}"] = (mia.get(s) or {}).get("tpr_at_fpr")
+            for task, metrics in (ev.get("downstream") or {}).items():
+                for key in ("acc", "acc_norm"):
+                    if isinstance(metrics.get(key), (int, float)):
+                        row[f"{task}_{key}"] = metrics[key]
+            hpc = ev.get("hpc_code") or {}
+            if hpc:
+                row["hpc_pass@1"] = hpc.get("pass@1")
+                row["hpc_build@1"] = hpc.get("build@1")
+            rows.append(row)
+    rows.sort(key=lambda r: (r["size"], r["exposures"], r["k"], r["h"] or 0))
+    return rows
+
+
+@dataclass
+class SweepSummary:
+    """What one sweep invocation did."""
+
+    ran: list[str] = field(default_factory=list)
+    cached: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def aggregate(root: Path, cells: Sequence[Cell], meta: dict) -> dict:
+    """Collect every cell record of the grid into ``root/results.json`` (atomically); returns it."""
+    records = []
+    for cell in cells:
+        p = root / "cells" / cell.name / "cell.json"
+        if p.exists():
+            with contextlib.suppress(OSError, json.JSONDecodeError):
+                records.append(json.loads(p.read_text()))
+                continue
+        records.append({"name": cell.name, "cell": asdict(cell), "status": "pending"})
+    data = {**meta, "cells": records, "rows": arm_rows(records)}
+    atomic_write_json(root / "results.json", data)
+    return data
+
+
+def run_sweep(cells: Sequence[Cell], root: Path, extra: Sequence[str], opts: EvalOptions, meta: dict,
+              progress: bool = True,
+              memorize_main: Callable[[list[str]], dict | None] | None = None) -> tuple[dict, SweepSummary]:
+    """Run every cell in order (finished ones are skipped), aggregating after each; returns (results, summary)."""
+    from tqdm.auto import tqdm
+
+    root.mkdir(parents=True, exist_ok=True)
+    summary = SweepSummary()
+    t0 = time.perf_counter()
+    bar = tqdm(cells, desc="sweep", unit="cell", disable=not progress)
+    for cell in bar:
+        bar.set_postfix_str(cell.name)
+        rec = run_cell(cell, root, extra, opts, memorize_main=memorize_main)
+        if rec["cached"]:
+            summary.cached.append(cell.name)
+        else:
+            summary.ran.append(cell.name)
+            aggregate(root, cells, meta)
+        if rec["status"] != "ok":
+            summary.failed.append(cell.name)
+    summary.seconds = time.perf_counter() - t0
+    return aggregate(root, cells, meta), summary
+
+
+# --------------------------------------------------------------------------- Slurm jobs
+
+
+def _load_job_generator():
+    path = REPO / "recipes" / "jobs" / "generate.py"
+    name = "_sweep_jobs_generate"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    sys.modules[name] = mod  # dataclasses look their module up in sys.modules
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _pop_option(extra: list[str], name: str) -> str | None:
+    """Remove ``name VALUE`` / ``name=VALUE`` from ``extra``; returns the (last) value."""
+    val = None
+    out: list[str] = []
+    i = 0
+    while i < len(extra):
+        tok = extra[i]
+        if tok == name and i + 1 < len(extra):
+            val, i = extra[i + 1], i + 2
+            continue
+        if tok.startswith(name + "="):
+            val, i = tok.split("=", 1)[1], i + 1
+            continue
+        out.append(tok)
+        i += 1
+    extra[:] = out
+    return val
+
+
+def emit_jobs(cells: Sequence[Cell], out_dir: Path, machine: str, extra: Sequence[str], *,
+              gpus: int | None = None, nodes: int | None = None, account: str = "ACCOUNT",
+              time_limit: str = "02:00:00", run_root: str = "runs/sweep-jobs") -> list[Path]:
+    """One Slurm script per cell via ``recipes/jobs/generate.py``'s :func:`generate_job`.
+
+    Scripts go to ``out_dir/<size>-e<exposures>-.../`` (generate names a job by size, machine,
+    k and GPUs only, so each cell gets its own directory and run root).  Also writes
+    ``out_dir/jobs.json`` (cell -> script) and ``out_dir/submit_all.sh``.  ``--seq-len`` and
+    ``--batch-size`` of ``extra`` become the job's sequence length and global batch; the other
+    options are appended to the memorize command.
+    """
+    gen = _load_job_generator()
+    extra = list(extra)
+    kwargs: dict[str, Any] = {}
+    seq = _pop_option(extra, "--seq-len")
+    batch = _pop_option(extra, "--batch-size")
+    mb = _pop_option(extra, "--micro-batch")
+    if seq is not None:
+        kwargs["seq"] = int(seq)
+    if batch is not None:
+        kwargs["global_batch"] = int(batch)
+    if mb is not None:
+        kwargs["micro_batch"] = int(mb)
+    paths, index = [], []
+    for cell in cells:
+        args = [*extra, "--goldfish-h", str(cell.goldfish_h)]
+        if cell.arms != "both":
+            args += ["--arms", cell.arms]
+        path = gen.generate_job(machine, cell.size, gpus=gpus, nodes=nodes, goldfish_k=cell.goldfish_k,
+                                exposures=cell.exposures, time=time_limit, account=account,
+                                out_dir=str(out_dir / cell.name), run_root=f"{run_root}/{cell.name}",
+                                extra_args=" ".join(shlex.quote(a) for a in args), **kwargs)
+        paths.append(path)
+        index.append({"cell": cell.name, **asdict(cell), "script": str(path)})
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out_dir / "jobs.json", index)
+    lines = ["#!/bin/bash", "# submit every cell of the sweep (generated by recipes/sweep.py --emit-jobs)", "set -e"]
+    lines += [f"sbatch {shlex.quote(str(p))}" for p in paths]
+    (out_dir / "submit_all.sh").write_text("\n".join(lines) + "\n")
+    (out_dir / "submit_all.sh").chmod(0o755)
+    return paths

@@ -1,0 +1,170 @@
+#!/usr/bin/env python
+"""Sweep memorize over model sizes x exposure counts x Goldfish k (x h) and report it all in one place.
+
+Each cell is one recipes/memorize.py run at one size and one exposure count; the standard arm
+is trained once per (size, exposures) and shared by every Goldfish k/h. Finished cells are
+never re-run, an interrupted cell resumes (memorize --resume), a failing cell is recorded and
+the sweep goes on. The report (DIR/report.md, DIR/report.html with embedded PNG plots,
+DIR/results.json) has extraction, Rouge-L, held-out loss and perplexity, and optionally MIA
+AUCs, lm-eval scores and HPC-code pass@1.
+
+    python recipes/sweep.py --sizes tiny,mini --exposures 16,32,64 --goldfish-k 0,4 --mia --out runs/sweep
+    python recipes/sweep.py --sizes tiny --exposures 2,4 --goldfish-k 0,4 --steps 12 --num-targets 4 --out /tmp/s
+    python recipes/sweep.py --sizes 8b,70b --exposures 100 --goldfish-k 0,4 --emit-jobs frontier --out jobs/
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import shlex
+import sys
+import time
+from pathlib import Path
+
+_REPO = Path(__file__).resolve().parents[1]
+if str(_REPO) not in sys.path:  # runnable from a checkout without installation
+    sys.path.insert(0, str(_REPO))
+
+EPILOG = """\
+Any other option is passed to every memorize run (see `python recipes/memorize.py --help`),
+e.g. --steps N, --num-targets N, --num-nonmembers N, --seq-len N, --batch-size N, --prefix N,
+--suffix N, --lr X, --seed N, --corpus PATH, --tokenizer NAME, --goldfish-strategy S, --init PATH.
+The sweep sets --size, --exposures, --goldfish-k, --goldfish-h, --arms, --out and --resume itself.
+
+Layout of --out: cells/<size>-e<exposures>-{standard|k<k>-h<h>}/ (a memorize run each, with
+cell.json once finished), results.json (every cell + a flat table), report.md, report.html,
+*.png, command.txt. With --emit-jobs: jobs/ (one Slurm script per cell, jobs.json, submit_all.sh).
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=EPILOG, allow_abbrev=False,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = p.add_argument_group("grid")
+    g.add_argument("--sizes", default="tiny", help="comma list of model-size presets (axonn/presets.yaml), "
+                   "e.g. tiny,mini (default: tiny)")
+    g.add_argument("--exposures", default="16,32,64", help="comma list of exposure counts; one memorize run per "
+                   "count, every target of the run seen that often (default: 16,32,64)")
+    g.add_argument("--goldfish-k", default="0,4", help="comma list of Goldfish k; 0 = the standard loss arm, "
+                   "k >= 2 drops 1/k of the labels (default: 0,4)")
+    g.add_argument("--goldfish-h", default="13", help="comma list of Goldfish hash widths h (default: 13)")
+    g = p.add_argument_group("evaluations (held-out perplexity always runs)")
+    g.add_argument("--mia", action="store_true", help="membership inference per arm (loss/zlib/min-k AUC, "
+                   "TPR@1%%FPR, ROC) of the targets against the held-out nonmembers")
+    g.add_argument("--downstream", action="store_true", help="lm-eval tasks per arm (slow; default task: the "
+                   "shipped offline goldfish_mc)")
+    g.add_argument("--downstream-tasks", default="goldfish_mc", help="comma list of lm-eval tasks for "
+                   "--downstream (default: goldfish_mc)")
+    g.add_argument("--downstream-limit", type=int, default=None, help="at most N examples per lm-eval task")
+    g.add_argument("--hpc-code", action="store_true", help="HPC-code pass@1 per arm via eval/hpc_code.py "
+                   "--model (greedy, --quick); a tiny model scores 0, the point is the pipeline")
+    g.add_argument("--hpc-problems", default="*_serial", help="comma list of problem globs for --hpc-code "
+                   "(default: *_serial)")
+    g.add_argument("--hpc-max-new-tokens", type=int, default=64, help="generation cap for --hpc-code "
+                   "(default: 64)")
+    g.add_argument("--eval-batch-size", type=int, default=8, help="documents per forward in the evaluations")
+    g = p.add_argument_group("output")
+    g.add_argument("--out", default="runs/sweep", help="sweep directory (default: runs/sweep); rerunning with "
+                   "the same --out resumes the sweep")
+    g.add_argument("--report-only", action="store_true", help="rebuild the report from --out's finished cells "
+                   "without running anything")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar over the cells")
+    g = p.add_argument_group("at scale: Slurm jobs instead of local runs")
+    g.add_argument("--emit-jobs", metavar="MACHINE", default=None, help="write one Slurm script per cell for "
+                   "MACHINE (frontier, alps, perlmutter, perlmutter-40) via recipes/jobs/generate.py into "
+                   "OUT/jobs/ and run nothing")
+    g.add_argument("--gpus", type=int, default=None, help="GPUs per job (default: the paper's count per size)")
+    g.add_argument("--nodes", type=int, default=None, help="nodes per job (instead of --gpus)")
+    g.add_argument("--account", default="ACCOUNT", help="Slurm account for --emit-jobs")
+    g.add_argument("--time", default="02:00:00", help="Slurm time limit per job for --emit-jobs")
+    g.add_argument("--run-root", default="runs/sweep-jobs", help="where the jobs write their runs (on the cluster)")
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
+    """Sweep flags and the memorize pass-through options (validated by memorize's own parser)."""
+    from memorization.sweep import SweepError, check_passthrough
+
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    try:
+        extra = check_passthrough(extra)
+    except SweepError as e:
+        parser.error(str(e))
+    return args, extra
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run (or emit) the sweep and write its report; returns ``{"results", "summary", "report"}``."""
+    from memorization.sweep import EvalOptions, SweepError, aggregate, expand_grid, run_sweep
+    from memorization.sweep_report import write_report
+
+    args, extra = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        cells = expand_grid(args.sizes, args.exposures, args.goldfish_k, args.goldfish_h)
+        _check_sizes(args.sizes)
+    except SweepError as e:
+        raise SystemExit(f"error: {e}") from None
+    out = Path(args.out)
+    command = "python recipes/sweep.py " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    if args.emit_jobs:
+        from memorization.sweep import emit_jobs
+
+        try:
+            paths = emit_jobs(cells, out / "jobs", args.emit_jobs, extra, gpus=args.gpus, nodes=args.nodes,
+                              account=args.account, time_limit=args.time, run_root=args.run_root)
+        except ValueError as e:
+            raise SystemExit(f"error: --emit-jobs {args.emit_jobs}: {e}") from None
+        print(f"wrote {len(paths)} job scripts to {out / 'jobs'} (submit: bash {out / 'jobs' / 'submit_all.sh'})")
+        return {"jobs": paths}
+    opts = EvalOptions(mia=args.mia, downstream=args.downstream,
+                       downstream_tasks=tuple(t for t in args.downstream_tasks.split(",") if t),
+                       downstream_limit=args.downstream_limit, hpc_code=args.hpc_code,
+                       hpc_problems=tuple(t for t in args.hpc_problems.split(",") if t),
+                       hpc_max_new_tokens=args.hpc_max_new_tokens, batch_size=args.eval_batch_size)
+    meta = {"command": command,
+            "grid": {"sizes": args.sizes.split(","), "exposures": [c for c in dict.fromkeys(
+                     int(x) for x in args.exposures.split(","))],
+                     "goldfish_k": args.goldfish_k, "goldfish_h": args.goldfish_h},
+            "memorize_options": extra, "evaluations": {"mia": args.mia, "downstream": args.downstream,
+                                                       "hpc_code": args.hpc_code}}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "command.txt").write_text(command + "\n")
+    if args.report_only:
+        results = aggregate(out, cells, meta)
+        summary = None
+    else:
+        os.environ.setdefault("WANDB_MODE", "disabled")
+        results, summary = run_sweep(cells, out, extra, opts, meta, progress=not args.no_progress)
+        print(f"sweep: {len(summary.ran)} cell(s) run, {len(summary.cached)} already done, "
+              f"{len(summary.failed)} failed, {summary.seconds / 60:.1f} min", file=sys.stderr)
+    ok = [c for c in results["cells"] if c.get("status") == "ok"]
+    results["timing"] = {"cells_seconds": sum(c.get("seconds", 0) for c in ok),
+                         "host": f"{platform.machine()}, {os.cpu_count()} CPU cores", "written_at": time.time()}
+    from memorization.mixture import atomic_write_json
+
+    atomic_write_json(out / "results.json", results)
+    paths = write_report(results, out)
+    print(f"report: {paths['markdown']} and {paths['html']}", file=sys.stderr)
+    return {"results": results, "summary": summary, "report": paths}
+
+
+def _check_sizes(sizes: str) -> None:
+    from axonn.presets import get_preset
+    from memorization.sweep import SweepError
+
+    for s in sizes.split(","):
+        if not s.strip():
+            continue
+        try:
+            get_preset(s.strip())
+        except ValueError as e:
+            raise SweepError(f"--sizes: {e}") from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+"""recipes/sweep.py: grid expansion, a micro sweep end to end, resumability, failures, --emit-jobs."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "recipes"))
+import sweep as sweep_cli  # noqa: E402
+
+from memorization import sweep as sw  # noqa: E402
+
+MICRO = ["--num-targets", "4", "--num-nonmembers", "2", "--steps", "12", "--prefix", "10", "--suffix", "10",
+         "--seq-len", "64", "--checkpoint-every", "5"]
+# 100000 exposures cannot fit into 12 steps: memorize refuses that cell, the sweep records it and goes on
+GRID = ["--sizes", "tiny", "--exposures", "2,4,100000", "--goldfish-k", "0,4"]
+
+
+# --------------------------------------------------------------------------- grid
+
+
+def test_grid_shares_the_standard_arm():
+    cells = sw.expand_grid("tiny,mini", "16,32", "0,4,8", "13")
+    assert [c.name for c in cells[:2]] == ["tiny-e16-k4-h13", "tiny-e16-k8-h13"]
+    assert len(cells) == 2 * 2 * 2
+    both = [c for c in cells if c.arms == "both"]
+    assert len(both) == 4 and all(c.goldfish_k == 4 for c in both)  # one standard arm per (size, exposures)
+    assert all(c.arms == "goldfish" for c in cells if c.goldfish_k == 8)
+    assert cells[0].memorize_argv(Path("d"))[:10] == ["--size", "tiny", "--exposures", "16", "--goldfish-k", "4",
+                                                      "--goldfish-h", "13", "--arms", "both"]
+
+
+def test_grid_variants():
+    only_std = sw.expand_grid(["tiny"], [8, 16], [0])
+    assert [(c.name, c.arms) for c in only_std] == [("tiny-e8-standard", "standard"), ("tiny-e16-standard", "standard")]
+    no_std = sw.expand_grid("tiny", "8", "4")
+    assert [c.arms for c in no_std] == ["goldfish"]
+    hs = sw.expand_grid("tiny", "8", "0,4", "7,13")
+    assert [(c.name, c.arms) for c in hs] == [("tiny-e8-k4-h7", "both"), ("tiny-e8-k4-h13", "goldfish")]
+    assert len(sw.expand_grid("tiny,tiny", "8,8", "0,4,4")) == 1  # duplicates dropped
+
+
+@pytest.mark.parametrize("args,match", [
+    (("tiny", "8", "1"), "k = 1"),
+    (("tiny", "0", "0,4"), ">= 1"),
+    (("tiny", "8", "0,-2"), ">= 0"),
+    (("tiny", "8,x", "0"), "comma list"),
+    (("", "8", "0"), "empty"),
+    (("tiny", "8", "4", "0"), ">= 1"),
+])
+def test_grid_refuses_bad_values(args, match):
+    with pytest.raises(sw.SweepError, match=match):
+        sw.expand_grid(*args)
+
+
+@pytest.mark.parametrize("extra,match", [
+    (["--size", "mini"], "set by the sweep"),
+    (["--out=x"], "set by the sweep"),
+    (["--stepz", "3"], "bad memorize option"),
+    (["--steps", "abc"], "bad memorize option"),
+])
+def test_passthrough_checked(extra, match):
+    with pytest.raises(sw.SweepError, match=match):
+        sw.check_passthrough(extra)
+    assert sw.check_passthrough(["--steps", "12", "--seq-len", "64"]) == ["--steps", "12", "--seq-len", "64"]
+
+
+def test_cli_refuses_bad_grid(tmp_path):
+    with pytest.raises(SystemExit, match="unknown size"):
+        sweep_cli.main(["--sizes", "huge", "--out", str(tmp_path / "s")])
+    with pytest.raises(SystemExit):
+        sweep_cli.main(["--sizes", "tiny", "--arms", "both", "--out", str(tmp_path / "s")])
+    assert not (tmp_path / "s" / "cells").exists()
+
+
+# --------------------------------------------------------------------------- micro sweep
+
+
+@pytest.fixture(scope="module")
+def micro(tmp_path_factory):
+    """First invocation interrupted inside the e4 cell, second completes it, third re-runs nothing."""
+    out = tmp_path_factory.mktemp("sweep")
+    cells = sw.expand_grid("tiny", "2,4,100000", "0,4")
+    real = sw.load_memorize().main
+    calls: list[list[str]] = []
+
+    def interrupted(argv):
+        calls.append(argv)
+        res = real(argv)
+        if "tiny-e4-k4-h13" in argv[argv.index("--out") + 1]:
+            raise KeyboardInterrupt  # e.g. Ctrl-C after training, during the evaluations
+        return res
+
+    with pytest.raises(KeyboardInterrupt):
+        sw.run_sweep(cells, out, MICRO, sw.EvalOptions(mia=True), {"command": "test"}, progress=False,
+                     memorize_main=interrupted)
+    state = {
+        "after_interrupt": {c.name: (out / "cells" / c.name / "cell.json").exists() for c in cells},
+        "interrupted_results": (out / "cells" / "tiny-e4-k4-h13" / "results.json").exists(),
+    }
+    second = sweep_cli.main(GRID + MICRO + ["--mia", "--no-progress", "--out", str(out)])
+    mtimes = {p: p.stat().st_mtime_ns for p in (out / "cells").glob("*/cell.json")}
+    models = {p: p.stat().st_mtime_ns for p in (out / "cells").glob("*/*/model/model.safetensors")}
+    third = sweep_cli.main(GRID + MICRO + ["--mia", "--no-progress", "--out", str(out)])
+    return {"out": out, "state": state, "second": second, "third": third, "mtimes": mtimes, "models": models,
+            "calls": calls}
+
+
+def test_interrupted_cell_leaves_no_result_and_resumes(micro):
+    st = micro["state"]["after_interrupt"]
+    assert st == {"tiny-e2-k4-h13": True, "tiny-e4-k4-h13": False, "tiny-e100000-k4-h13": False}
+    assert micro["state"]["interrupted_results"]  # memorize had finished: its arms are reused
+    s2 = micro["second"]["summary"]
+    assert s2.cached == ["tiny-e2-k4-h13"] and s2.ran == ["tiny-e4-k4-h13", "tiny-e100000-k4-h13"]
+    rec = json.loads((micro["out"] / "cells" / "tiny-e4-k4-h13" / "cell.json").read_text())
+    assert rec["status"] == "ok" and "--resume" in rec["memorize_argv"]
+    assert not list(micro["out"].rglob("*.tmp"))
+
+
+def test_second_invocation_reruns_no_finished_cell(micro):
+    s3 = micro["third"]["summary"]
+    assert s3.cached == ["tiny-e2-k4-h13", "tiny-e4-k4-h13"]
+    assert s3.ran == ["tiny-e100000-k4-h13"]  # only the failed cell is retried
+    for p, t in micro["mtimes"].items():
+        if "e100000" not in str(p):
+            assert p.stat().st_mtime_ns == t
+    for p, t in micro["models"].items():
+        assert p.stat().st_mtime_ns == t
+    assert len(micro["models"]) == 4
+
+
+def test_failing_cell_recorded_rest_goes_on(micro):
+    res = micro["third"]["results"]
+    failed = [c for c in res["cells"] if c["status"] == "error"]
+    assert [c["name"] for c in failed] == ["tiny-e100000-k4-h13"]
+    assert "corpus too small" in failed[0]["error"] and failed[0]["attempts"] == 2
+    md = (micro["out"] / "report.md").read_text()
+    assert "tiny-e100000-k4-h13` failed" in md
+
+
+def test_micro_sweep_report(micro):
+    out = micro["out"]
+    res = json.loads((out / "results.json").read_text())
+    rows = {(r["exposures"], r["arm"], r["k"]) for r in res["rows"]}
+    assert rows == {(2, "standard", 0), (2, "goldfish", 4), (4, "standard", 0), (4, "goldfish", 4)}
+    for r in res["rows"]:
+        assert 0 <= r["exact_match"] <= 1 and r["val_loss"] > 0 and r["perplexity"] > 1
+        assert 0 <= r["mia_auc_loss"] <= 1 and not r["eval_errors"]
+        assert r["steps"] == 12
+    md = (out / "report.md").read_text()
+    for needle in ("| tiny | 2 | standard |", "| tiny | 2 | goldfish k=4 |", "| tiny | 4 | goldfish k=4 |",
+                   "## Membership inference", "AUC loss", "extraction_vs_exposures.png", "mia.png",
+                   "python recipes/sweep.py"):
+        assert needle in md, needle
+    for png in ("extraction_vs_exposures.png", "extraction_quality_vs_k.png", "mia.png"):
+        assert (out / png).stat().st_size > 5000
+    html = (out / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 3 and "<table>" in html and 'src="mia.png"' not in html
+    assert (out / "cells" / "tiny-e2-k4-h13" / "standard" / "mia" / "mia_roc.png").exists()
+
+
+def test_report_only_rebuilds_without_running(micro, tmp_path):
+    out = micro["out"]
+    before = {p: p.stat().st_mtime_ns for p in (out / "cells").glob("*/cell.json")}
+    res = sweep_cli.main(GRID + MICRO + ["--mia", "--report-only", "--out", str(out)])
+    assert res["summary"] is None and len(res["results"]["rows"]) == 4
+    assert before == {p: p.stat().st_mtime_ns for p in (out / "cells").glob("*/cell.json")}
+
+
+# --------------------------------------------------------------------------- jobs and CLI
+
+
+def test_emit_jobs_writes_one_script_per_cell(tmp_path):
+    res = sweep_cli.main(["--sizes", "8b", "--exposures", "50,100", "--goldfish-k", "0,4,8", "--emit-jobs",
+                          "frontier", "--account", "ABC", "--out", str(tmp_path / "s"), "--run-root",
+                          str(tmp_path / "runs"), "--seq-len", "1024", "--steps", "100"])
+    paths = res["jobs"]
+    assert len(paths) == 4 and all(p.exists() for p in paths)
+    texts = {p.parent.name: p.read_text() for p in paths}
+    k4 = texts["8b-e50-k4-h13"]
+    assert "--goldfish-k 4" in k4 and "--exposures 50" in k4 and "--steps 100" in k4 and "--seq-len 1024" in k4
+    assert "--arms" not in k4 and "#SBATCH -A ABC" in k4 or "ABC" in k4
+    assert "--arms goldfish" in texts["8b-e100-k8-h13"]
+    index = json.loads((tmp_path / "s" / "jobs" / "jobs.json").read_text())
+    assert [j["cell"] for j in index] == ["8b-e50-k4-h13", "8b-e50-k8-h13", "8b-e100-k4-h13", "8b-e100-k8-h13"]
+    assert (tmp_path / "s" / "jobs" / "submit_all.sh").read_text().count("sbatch ") == 4
+    assert not (tmp_path / "s" / "cells").exists()  # nothing ran locally
+
+
+def test_help_explains_every_flag():
+    out = subprocess.run([sys.executable, str(REPO / "recipes" / "sweep.py"), "--help"], capture_output=True,
+                         text=True, check=True).stdout
+    for flag in ("--sizes", "--exposures", "--goldfish-k", "--goldfish-h", "--out", "--mia", "--downstream",
+                 "--hpc-code", "--emit-jobs", "--report-only", "--steps", "--num-targets", "--seq-len",
+                 "--batch-size"):
+        assert flag in out, flag
+
+
+@pytest.mark.slow
+def test_downstream_and_hpc_code_pipeline(tmp_path):
+    """lm-eval (goldfish_mc) and HPC-code pass@1 per arm: a tiny model scores ~0, the pipeline runs."""
+    pytest.importorskip("lm_eval")
+    res = sweep_cli.main(["--sizes", "tiny", "--exposures", "2", "--goldfish-k", "0,4", "--downstream",
+                          "--downstream-limit", "8", "--hpc-code", "--hpc-problems", "reduce_array_sum_serial",
+                          "--hpc-max-new-tokens", "16", "--no-progress", "--out", str(tmp_path / "s"), *MICRO])
+    rows = res["results"]["rows"]
+    assert len(rows) == 2
+    for r in rows:
+        assert not r["eval_errors"], r["eval_errors"]
+        assert "goldfish_mc_acc" in r and r["hpc_pass@1"] == 0
+    md = (tmp_path / "s" / "report.md").read_text()
+    assert "goldfish_mc_acc" in md and "hpc_pass@1" in md
