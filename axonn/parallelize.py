@@ -112,6 +112,11 @@ def parallelize(model: nn.Module, grid: Grid | None = None) -> nn.Module:
     if getattr(model, "_axonn_grid", None) is not None:
         raise ValueError("model is already parallelized")
     _check_llama(model, grid)
+    model._axonn_grid = grid
+    if grid.size(("row", "col", "depth")) == 1:
+        # Nothing is sharded: keep HF's own (compile-friendly) modules; every parameter is
+        # replicated, so sync_gradients is a data-parallel all-reduce and checkpoints still work.
+        return model
     inner = model.model
     linears: list[Linear] = []
     for layer in inner.layers:
@@ -143,7 +148,6 @@ def parallelize(model: nn.Module, grid: Grid | None = None) -> nn.Module:
         if isinstance(mod, Linear):
             mod.axonn_name = name
     model.loss_function = _make_loss(grid)
-    model._axonn_grid = grid
     return model
 
 

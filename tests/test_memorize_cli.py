@@ -10,6 +10,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "recipes"))
 import memorize  # noqa: E402
 
+sys.path.insert(0, str(REPO / "eval"))
+import extract as extract_cli  # noqa: E402
+
 SMALL = ["--num-targets", "4", "--num-nonmembers", "2", "--exposures", "2", "--steps", "12", "--prefix", "10",
          "--suffix", "10", "--seq-len", "64", "--no-progress", "--checkpoint-every", "5"]
 
@@ -31,6 +34,15 @@ def test_small_run_writes_results_for_both_arms(tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     assert all(len(t["steps"]) == 2 for t in manifest["targets"])
     assert res["arms"].keys() == {"standard", "goldfish"}
+    # the exported HF checkpoint, read back by eval/extract.py, gives the same extraction numbers
+    for arm in ("standard", "goldfish"):
+        ext = extract_cli.main(["--model", str(out / arm / "model"), "--manifest", str(out / "manifest.json"),
+                                "--prefix", "10", "--suffix", "10", "--no-progress", "--out", str(tmp_path / arm)])
+        for key in ("exact_match", "token_match", "rouge_l"):
+            assert ext["overall"][key] == pytest.approx(res["arms"][arm][key], abs=1e-6)
+    with pytest.raises(SystemExit, match="fewer than prefix"):  # a prefix longer than the documents
+        extract_cli.main(["--model", str(out / "standard" / "model"), "--manifest", str(out / "manifest.json"),
+                          "--prefix", "5000", "--no-progress"])
     # the out directory now holds a run: refused without --resume/--overwrite; --resume finishes instantly
     with pytest.raises(SystemExit, match="already holds a run"):
         memorize.main(SMALL + ["--out", str(out)])

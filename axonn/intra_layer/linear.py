@@ -54,7 +54,10 @@ class _LinearFn(torch.autograd.Function):
         layer = ctx.layer
         x, w_shard = ctx.saved_tensors
         dy = dy.contiguous()
-        w = layer._local_weight(w_shard, backward=True)
+        # under autocast the forward ran in low precision; backward runs outside autocast, so
+        # compute in dy's dtype and hand the weight gradient back in the master weight's dtype
+        w = layer._local_weight(w_shard, backward=True).to(dy.dtype)
+        x = x.to(dy.dtype)
         dx = pending_dx = None
         if ctx.needs_input_grad[0]:
             dx = dy @ w
@@ -65,6 +68,7 @@ class _LinearFn(torch.autograd.Function):
             pad = layer.weight_spec.padded_len - flat.numel()
             if pad:
                 flat = torch.cat([flat, flat.new_zeros(pad)])
+            flat = flat.to(w_shard.dtype)
             if layer.grid.size("depth") == 1:
                 dw = flat
             elif CONFIG.reduce_scatter:

@@ -177,10 +177,9 @@ def make_job(spec: JobSpec) -> Job:
     log_dir = Path(spec.run_root) / "logs"
     log_dir = log_dir if log_dir.is_absolute() else REPO / log_dir
     args = ["--size", spec.size, "--grid", ",".join(map(str, grid)), "--goldfish-k", str(spec.goldfish_k),
-            "--exposures", str(spec.exposures), "--seq", str(spec.seq), "--global-batch", str(spec.global_batch),
+            "--exposures", str(spec.exposures), "--seq-len", str(spec.seq), "--batch-size", str(spec.global_batch),
             "--micro-batch", str(mb), "--out", run_dir, "--resume"]
-    if not spec.activation_checkpointing:
-        args.append("--no-activation-checkpointing")
+    args.append("--activation-checkpointing" if spec.activation_checkpointing else "--no-activation-checkpointing")
     train_args = " ".join(shlex.quote(a) for a in args)
     if spec.extra_args:
         train_args += " " + spec.extra_args

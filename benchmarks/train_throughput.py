@@ -1,0 +1,108 @@
+#!/usr/bin/env python
+"""Training throughput: our trainer (axonn grid 1x1x1x1, Goldfish k=4, chunked CE, fused AdamW,
+torch.compile, SDPA) against plain Hugging Face eager training, in the same run.
+
+    python benchmarks/train_throughput.py                        # GPU: 1b preset, 4 x 2048 tokens, bf16
+    python benchmarks/train_throughput.py --size tiny --seq 128 --batch 8 --steps 5   # CPU smoke run
+
+MFU = tokens/s x (6 N + 12 L h s) / peak, N = parameters that do matmuls (all but the input
+embedding), peak = 989 TFLOP/s (H100 SXM dense bf16) unless --peak-tflops says otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from axonn.presets import get_preset  # noqa: E402
+from benchmarks.common import H100_BF16_PEAK, device, flops_per_token, timed  # noqa: E402
+from memorization.goldfish import GoldfishConfig  # noqa: E402
+from memorization.models import build_model  # noqa: E402
+from memorization.train import TrainConfig, Trainer  # noqa: E402
+
+
+def hf_eager(size: str, rows: torch.Tensor, batch: int, steps: int, warmup: int, dev: torch.device) -> float:
+    """Plain HF: fp32 weights, bf16 autocast, SDPA, fused AdamW, ``model(input_ids, labels).loss``."""
+    model = build_model(size, 32000, seed=0).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=dev.type == "cuda")
+    it = iter(range(10**9))
+
+    def step() -> None:
+        i = next(it) % (len(rows) // batch)
+        x = rows[i * batch : (i + 1) * batch].to(dev)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
+            loss = model(input_ids=x, labels=x).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    s = timed(step, steps, warmup, dev)
+    del model, opt
+    return s
+
+
+def ours(size: str, rows: torch.Tensor, batch: int, steps: int, warmup: int, dev: torch.device, compile: bool,
+         ac: bool) -> float:
+    docs = torch.zeros_like(rows, dtype=torch.int32)
+    cfg = TrainConfig(batch_size=batch, lr=1e-4, checkpoint_every=0, progress=False, compile=compile,
+                      activation_checkpointing=ac, goldfish=GoldfishConfig(k=4, h=13))
+    with tempfile.TemporaryDirectory() as tmp:
+        t = Trainer(build_model(size, 32000, seed=0), rows, docs, rows[:batch], cfg, tmp, run_name="ours")
+        t.total_steps = len(rows) // batch
+
+        def step() -> None:
+            if t.step >= t.total_steps:
+                t.step = 0
+            t.train_step()
+
+        s = timed(step, steps, warmup, dev)
+        del t
+    return s
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--size", default="1b", help="model preset")
+    p.add_argument("--seq", type=int, default=2048, help="sequence length")
+    p.add_argument("--batch", type=int, default=4, help="sequences per step")
+    p.add_argument("--steps", type=int, default=20, help="timed steps")
+    p.add_argument("--warmup", type=int, default=5, help="untimed steps first (compilation happens here)")
+    p.add_argument("--which", default="both", choices=["both", "ours", "hf"], help="what to run")
+    p.add_argument("--no-compile", action="store_true", help="do not torch.compile our step")
+    p.add_argument("--activation-checkpointing", action="store_true", help="recompute activations in backward")
+    p.add_argument("--peak-tflops", type=float, default=H100_BF16_PEAK / 1e12, help="peak for MFU")
+    a = p.parse_args()
+    dev = device()
+    shape = get_preset(a.size)
+    rows = torch.randint(3, 32000, (a.batch * 64, a.seq))
+    tok = a.batch * a.seq
+    fpt = flops_per_token(shape, a.seq)
+    res = {}
+    if a.which in ("both", "hf"):
+        res["HF eager"] = hf_eager(a.size, rows, a.batch, a.steps, a.warmup, dev)
+        gc.collect()
+        if dev.type == "cuda":
+            print(f"HF eager peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+    if a.which in ("both", "ours"):
+        res["ours"] = ours(a.size, rows, a.batch, a.steps, a.warmup, dev, not a.no_compile, a.activation_checkpointing)
+        if dev.type == "cuda":
+            print(f"ours peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
+    print(f"device {dev}, size {a.size} ({shape.num_params() / 1e9:.2f}B), {a.batch} x {a.seq} tokens/step, "
+          f"{fpt / 1e9:.2f} GFLOP/token, peak {a.peak_tflops:.0f} TFLOP/s")
+    for name, s in res.items():
+        tps = tok / s
+        print(f"{name:9s}: {s * 1e3:8.1f} ms/step {tps:10.0f} tok/s  MFU {tps * fpt / (a.peak_tflops * 1e12):6.1%}")
+    if len(res) == 2:
+        print(f"speedup ours / HF eager = {res['HF eager'] / res['ours']:.2f}x  (target >= 1.5x, MFU >= 55% on H100)")
+
+
+if __name__ == "__main__":
+    main()

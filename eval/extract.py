@@ -1,0 +1,101 @@
+#!/usr/bin/env python
+"""Extraction: for each document, give the model a prefix and check whether its greedy continuation
+reproduces the true suffix (exact match of all S tokens, token match fraction, Rouge-L), by exposure count.
+
+    python eval/extract.py --model runs/memorize/standard/model --manifest runs/memorize/manifest.json
+    python eval/extract.py --model ckpt/ --documents docs.jsonl --prefix-mode all-but-suffix --out results/
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="Hugging Face checkpoint directory (config.json + weights)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--manifest", help="manifest.json of a memorize run: its targets (with exposure counts)")
+    src.add_argument("--documents", help="documents to test: .jsonl/.json (field --text-field), a .txt file "
+                     "(blank-line-separated documents) or a directory of .txt files")
+    p.add_argument("--text-field", default="text", help="text field of --documents json(l)")
+    p.add_argument("--include-nonmembers", action="store_true", help="also extract the manifest's held-out "
+                   "non-members (reported as exposure 0)")
+    p.add_argument("--tokenizer", default=None, help="tokenizer (default: the checkpoint's)")
+    p.add_argument("--prefix", type=int, default=50, help="prefix length P in tokens (Carlini et al.: 50)")
+    p.add_argument("--suffix", type=int, default=50, help="suffix length S to reproduce")
+    p.add_argument("--prefix-mode", default="fixed", choices=["fixed", "all-but-suffix"],
+                   help="fixed: the first P tokens; all-but-suffix: the document minus its last S tokens "
+                        "(the Goldfish paper's protocol)")
+    p.add_argument("--skip-short", action="store_true", help="skip (and count) documents shorter than P + S "
+                   "instead of refusing")
+    p.add_argument("--batch-size", type=int, default=32, help="documents decoded together (KV cache)")
+    p.add_argument("--device", default=None, help="cuda, cpu, ... (default: cuda if available)")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                   help="weights dtype (auto: bf16 on CUDA, fp32 on CPU)")
+    p.add_argument("--out", default=None, help="directory for extraction.json and extraction.md")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON instead of a table")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    model_dir = Path(args.model)
+    if not (model_dir / "config.json").exists():
+        raise SystemExit(f"error: --model {args.model}: no Hugging Face checkpoint (config.json) there")
+    src = Path(args.manifest or args.documents)
+    if not src.exists():
+        raise SystemExit(f"error: {src} does not exist")
+    if args.prefix < 1 or args.suffix < 1:
+        raise SystemExit("error: --prefix and --suffix must be >= 1")
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from memorization.extraction import ExtractionConfig, extract, markdown_table
+    from memorization.mixture import atomic_write_json, load_manifest
+
+    try:
+        tok = AutoTokenizer.from_pretrained(args.tokenizer or str(model_dir))
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"error: no tokenizer for {args.tokenizer or model_dir} ({e}); pass --tokenizer") from None
+    if args.manifest:
+        m = load_manifest(src)
+        docs = [dict(t) for t in m["targets"]]
+        if args.include_nonmembers:
+            docs += [{**d, "exposures": 0} for d in m.get("nonmembers", [])]
+    else:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recipes"))
+        from memorize import read_targets
+
+        texts = read_targets(str(src), args.text_field)
+        ids = tok(texts, add_special_tokens=True)["input_ids"]
+        docs = [{"id": f"doc-{i:05d}", "token_ids": x, "exposures": None} for i, x in enumerate(ids)]
+    cfg = ExtractionConfig(prefix_len=args.prefix, suffix_len=args.suffix,
+                           all_but_suffix=args.prefix_mode == "all-but-suffix", batch_size=args.batch_size,
+                           skip_short=args.skip_short)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(
+        args.dtype, torch.bfloat16 if device.type == "cuda" else torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype).to(device).eval()
+    try:
+        res = extract(model, docs, cfg, tok, progress=not args.no_progress)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
+    res["model"], res["source"] = str(model_dir), str(src)
+    md = markdown_table(res, title=f"Extraction: {model_dir}")
+    if args.out:
+        out = Path(args.out)
+        atomic_write_json(out / "extraction.json", res)
+        (out / "extraction.md").write_text(md)
+    print(json.dumps({"overall": res["overall"], "by_exposure": res["by_exposure"]}, indent=1) if args.json else md)
+    return res
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""recipes/memorize.py on a multi-process 4D grid (gloo) follows the single-process run."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "recipes"))
+import memorize  # noqa: E402
+
+SMALL = ["--num-targets", "4", "--num-nonmembers", "2", "--exposures", "2", "--steps", "12", "--prefix", "10",
+         "--suffix", "10", "--seq-len", "64", "--no-progress", "--arms", "standard", "--batch-size", "4"]
+
+
+@pytest.fixture(scope="module")
+def serial(tmp_path_factory):
+    out = tmp_path_factory.mktemp("serial")
+    return memorize.main(SMALL + ["--out", str(out), "--overwrite"])["arms"]["standard"]
+
+
+def _launch(launcher: list[str], grid: str, out: Path) -> dict:
+    env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "AXONN_TIMEOUT": "240"}
+    cmd = launcher + [str(REPO / "recipes" / "memorize.py"), *SMALL, "--grid", grid, "--out", str(out)]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return json.loads((out / "results.json").read_text())["arms"]["standard"]
+
+
+def _same_run(a: dict, b: dict) -> None:
+    assert b["loss_curve"] == pytest.approx(a["loss_curve"], rel=1e-5)
+    assert b["val_loss"] == pytest.approx(a["val_loss"], rel=1e-5)
+    assert b["token_match"] == a["token_match"] and b["exact_match"] == a["exact_match"]
+
+
+def _torchrun(n: int) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(n)]
+
+
+def test_row_and_depth_grid_follows_serial(serial, tmp_path):
+    _same_run(serial, _launch(_torchrun(4), "1,2,1,2", tmp_path / "r"))
+
+
+@pytest.mark.slow
+def test_full_grid_of_eight_ranks_follows_serial(serial, tmp_path):
+    _same_run(serial, _launch(_torchrun(8), "1,2,2,2", tmp_path / "r"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("mpiexec") is None, reason="mpiexec not installed")
+def test_mpiexec_launch_follows_serial(serial, tmp_path):
+    _same_run(serial, _launch(["mpiexec", "-n", "4", sys.executable], "2,1,2,1", tmp_path / "r"))
