@@ -52,7 +52,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "(e.g. 1,4,16) splits the targets into groups; 0 = never seen (a control)")
     g.add_argument("--skip-short-targets", action="store_true", help="skip (and count) targets shorter than "
                    "prefix + suffix instead of refusing")
-    g.add_argument("--seq-len", type=int, default=128, help="tokens per training row")
+    g.add_argument("--seq-len", type=int, default=None, help="tokens per training row (default 128; 2048 with --plan)")
     g = p.add_argument_group("goldfish")
     g.add_argument("--goldfish-k", type=int, default=4, help="drop 1/k of the labels in the Goldfish arm "
                    "(k >= 2); 0 runs only the standard arm")
@@ -62,7 +62,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="hash: pseudo-random from the preceding h-gram; static: every k-th position")
     g.add_argument("--arms", default="both", choices=["both", *ARMS], help="which arms to train")
     g = p.add_argument_group("training")
-    g.add_argument("--batch-size", type=int, default=4, help="global batch in rows per optimizer step")
+    g.add_argument("--batch-size", type=int, default=None, help="global batch in rows per optimizer step "
+                   "(default 4; 1024 with --plan)")
     g.add_argument("--micro-batch", type=int, default=None, help="rows per forward per rank (gradient "
                    "accumulation over the rest); default: the whole local share")
     g.add_argument("--steps", type=int, default=None, help="optimizer steps (default: one pass over the stream, "
@@ -95,7 +96,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--overwrite", action="store_true", help="delete a previous run in --out and start afresh")
     g.add_argument("--wandb", action="store_true", help="sync to Weights & Biases (default: offline logs in --out)")
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.seq_len is None:
+        args.seq_len = 2048 if args.plan else 128
+    if args.batch_size is None:
+        args.batch_size = 1024 if args.plan else 4
+    return args
 
 
 def _parse_exposures(s: str) -> tuple[int, ...]:

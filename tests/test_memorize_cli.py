@@ -90,3 +90,11 @@ def test_help_explains_every_flag():
     for flag in ("--size", "--exposures", "--goldfish-k", "--goldfish-h", "--goldfish-strategy", "--targets",
                  "--corpus", "--tokenizer", "--init", "--seed", "--out", "--grid", "--plan", "--resume"):
         assert flag in out
+
+
+def test_plan_prints_fitting_grids_for_405b_on_frontier(capsys):
+    assert memorize.main(["--size", "405b", "--gpus", "4096", "--machine", "frontier", "--plan"]) is None
+    out = capsys.readouterr().out
+    assert "fitting grid" in out and "rejected" in out
+    with pytest.raises(SystemExit, match="smallest GPU count"):
+        memorize.main(["--size", "405b", "--gpus", "8", "--machine", "frontier", "--plan"])
