@@ -15,13 +15,15 @@ PIP=("$PY" -m pip install --disable-pip-version-check -q)
 [ -d /opt/wheels ] && PIP+=(--find-links /opt/wheels)
 if ! "$PY" -c "import torch" >/dev/null 2>&1; then
     echo "[setup] installing PyTorch 2.13.0 (CPU build) into $VENV"
-    "${PIP[@]}" torch==2.13.0
+    "${PIP[@]}" torch==2.13.0 2>&1 | grep -v "is ignored: it is neither" || true
+    "$PY" -c "import torch" || { echo "[setup] PyTorch install failed" >&2; exit 1; }
 fi
 stamp="$VENV/.goldfish-installed-$(sha256sum pyproject.toml | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
     echo "[setup] installing the project and its dependencies into $VENV"
     "${PIP[@]}" -e ".[test,eval]" 2>&1 | grep -v "is ignored: it is neither" || true
-    "$PY" -c "import torch, transformers, datasets, axonn, memorization" 
+    "$PY" -c "import torch, transformers, datasets, axonn, memorization" \
+        || { echo "[setup] project install failed (see pip's output above)" >&2; exit 1; }
     rm -f "$VENV"/.goldfish-installed-*
     touch "$stamp"
 fi
