@@ -19,6 +19,8 @@ import tempfile
 from pathlib import Path
 from typing import Iterable
 
+from .atomic import atomic_write_text
+
 DEFAULT_CORPUS = "builtin:pydocs"
 DEFAULT_TOKENIZER = "builtin:bpe4096"
 _REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -31,15 +33,6 @@ def cache_dir() -> Path:
     path = Path(env) if env else _REPO_ROOT / "data" / "cache"
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _split_paragraph_chunks(text: str, max_chars: int = 1600) -> list[str]:
@@ -89,7 +82,7 @@ def build_default_corpus(force: bool = False) -> Path:
             continue
         seen.add(key)
         lines.append(json.dumps({"id": f"pydocs-{len(lines):05d}", "text": text}))
-    _atomic_write_text(path, "\n".join(lines) + "\n")
+    atomic_write_text(path, "\n".join(lines) + "\n")
     return path
 
 

@@ -18,15 +18,15 @@ where it was seen; plus held-out non-members from the same distribution.
 from __future__ import annotations
 
 import json
-import os
 import random
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import torch
+
+from .atomic import atomic_write_json
 
 MANIFEST_VERSION = 1
 
@@ -96,17 +96,6 @@ class Mixture:
         atomic_write_json(Path(path), self.manifest())
 
 
-def atomic_write_json(path: Path, obj: object) -> None:
-    """Write JSON to ``path`` atomically (temp file in the same directory, fsync, rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        json.dump(obj, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def load_manifest(path: str | Path) -> dict:
     path = Path(path)
     if not path.exists():
@@ -124,6 +113,36 @@ def _tokenize(tokenizer, texts: Sequence[str]) -> list[list[int]]:
     if bos is not None:
         ids = [x if x[:1] == [bos] else [bos] + x for x in ids]
     return ids
+
+
+OVERLAP_NGRAM = 32
+
+
+def _ngram_hashes(tokens: np.ndarray, n: int) -> np.ndarray:
+    """Polynomial hashes (mod 2^64) of every ``n``-token window of ``tokens``; vectorized over positions."""
+    if len(tokens) < n:
+        return np.zeros(0, np.uint64)
+    t = tokens.astype(np.uint64) + np.uint64(1)
+    h = np.zeros(len(tokens) - n + 1, np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(n):  # loop over the window width, not over tokens
+            h = h * np.uint64(1_000_003) + t[j : len(t) - n + 1 + j]
+    return h
+
+
+def _overlapping(protected: list[list[int]], docs: list[list[int]], n: int) -> set[int]:
+    """Indices of ``docs`` that share at least one ``n``-token span with any ``protected`` document."""
+    if not protected or not docs:
+        return set()
+    bad = np.unique(np.concatenate([_ngram_hashes(np.asarray(x), n) for x in protected]))
+    lengths = np.array([len(d) for d in docs])
+    flat = np.fromiter((t for d in docs for t in d), np.int64, count=int(lengths.sum()))
+    hashes = _ngram_hashes(flat, n)
+    owner = np.repeat(np.arange(len(docs)), lengths)[: len(hashes)]
+    # a window that starts in one document and ends in the next is not a real span of either
+    ends = np.repeat(np.cumsum(lengths), lengths)[: len(hashes)]
+    inside = np.arange(len(hashes)) + n <= ends
+    return set(owner[np.isin(hashes, bad) & inside].tolist())
 
 
 def _pack(stream: np.ndarray, seg: np.ndarray, L: int) -> tuple[np.ndarray, np.ndarray]:
@@ -185,6 +204,11 @@ def build_mixture(
         held = set(t_idx)
     held |= set(nonmember_idx)
     rest = [i for i in range(len(docs)) if i not in held]
+    # near-duplicates: a document sharing any OVERLAP_NGRAM-token span with a target or non-member
+    # would leak it into training (or the held-out loss); drop such documents
+    protected = [x for _, _, x in targets] + [doc_ids[i] for i in nonmember_idx]
+    leaking = _overlapping(protected, [doc_ids[i] for i in rest], OVERLAP_NGRAM)
+    rest = [i for j, i in enumerate(rest) if j not in leaking]
     val_idx, bg_idx = rest[: cfg.val_docs], rest[cfg.val_docs :]
 
     def stream_of(idxs: list[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -201,7 +225,6 @@ def build_mixture(
     val_rows, val_seg_rows = _pack(val, val_seg, cfg.seq_len)
 
     L = cfg.seq_len
-    target_rows: list[np.ndarray] = []
     exposures = [cfg.exposures[j % len(cfg.exposures)] for j in range(len(targets))]
     t_tok = [np.asarray(x[: cfg.max_target_tokens] + [eos], np.int64) for _, _, x in targets]
     filler_needed = sum(n * (L - len(t)) for n, t in zip(exposures, t_tok))
@@ -259,7 +282,8 @@ def build_mixture(
         for i in nonmember_idx
     ]
     meta = dict(meta or {})
-    meta.update(background_tokens_used=int(pos), skipped_short_targets=skipped)
+    meta.update(background_tokens_used=int(pos), skipped_short_targets=skipped,
+                documents_dropped_as_near_duplicates=len(leaking))
     return Mixture(
         input_ids=torch.from_numpy(rows),
         doc_ids=torch.from_numpy(segs),

@@ -7,9 +7,7 @@ so the same code path serves one CPU and thousands of GPUs.
 """
 from __future__ import annotations
 
-import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +15,8 @@ import torch
 
 import axonn
 from axonn import checkpoint as ack
+
+from .atomic import atomic_write_text
 
 
 @dataclass
@@ -85,7 +85,7 @@ class Runtime:
         extra = {**extra, "rng": torch.get_rng_state()}
         ack.save(model, opt, root / name, extra, grid=self.grid)
         if self.is_main:
-            _atomic_write(root / "LATEST", name)
+            atomic_write_text(root / "LATEST", name)
             for old in sorted(p for p in root.glob("step_*") if p.name != name)[:-1]:
                 shutil.rmtree(old, ignore_errors=True)
         self.barrier()
@@ -104,11 +104,3 @@ class Runtime:
         """Write a Hugging Face safetensors directory that ``from_pretrained`` loads (collective)."""
         ack.export_hf(model, out_dir, tokenizer, grid=self.grid)
 
-
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)

@@ -91,3 +91,14 @@ def test_corpus_too_small_and_bad_exposures(tokenizer, corpus):
                                                               num_nonmembers=2, num_steps=10_000))
     with pytest.raises(ValueError, match=">= 0"):
         MixtureConfig(exposures=(-1,))
+
+
+def test_near_duplicates_of_targets_are_kept_out_of_training(tokenizer, corpus):
+    target = " ".join(f"token{i} alpha{i % 7}" for i in range(120))
+    leaky = "Some preamble that differs. " + target[: len(target) // 2] + " and then other text."
+    cfg = MixtureConfig(seq_len=512, batch_size=8, exposures=(1,), num_nonmembers=2, min_target_tokens=100)
+    mix = build_mixture(list(corpus[:400]) + [leaky], tokenizer, cfg, target_texts=[target])
+    assert mix.meta["documents_dropped_as_near_duplicates"] >= 1
+    flat = mix.input_ids.flatten()
+    w = torch.tensor(mix.targets[0]["token_ids"][5:45])
+    assert (flat.unfold(0, len(w), 1) == w).all(1).sum().item() == 1  # only its own single exposure

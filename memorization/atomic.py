@@ -1,0 +1,30 @@
+"""Atomic file writes: a reader sees the old file or the new one, never half of one.
+
+Write to a temporary file in the destination's directory, flush and fsync it, then
+``os.replace`` it over the destination (atomic on POSIX within one file system).
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: str | Path, obj: object) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=1))
