@@ -24,11 +24,11 @@ import math
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from ..communication import all_gather, all_reduce, comm_tag, reduce_scatter
 from ..grid import Grid, get_grid
 from ..sharding import ShardSpec, extract
+from . import autotune
 from .overlap import CONFIG, PENDING_GRADS, STATS
 from .primitives import drop, gather
 
@@ -38,7 +38,7 @@ class _LinearFn(torch.autograd.Function):
     def forward(ctx, x, w_shard, layer):
         with comm_tag(layer.axonn_name):
             w = layer._local_weight(w_shard, backward=False)
-            y = F.linear(x, w)
+            y = autotune.matmul("fwd", x, w)  # F.linear(x, w) unless autotuning is on
             all_reduce(y, layer.in_axis, grid=layer.grid)
         ctx.save_for_backward(x, w_shard)
         ctx.layer = layer
@@ -60,11 +60,13 @@ class _LinearFn(torch.autograd.Function):
         x = x.to(dy.dtype)
         dx = pending_dx = None
         if ctx.needs_input_grad[0]:
-            dx = dy @ w
+            dx = autotune.matmul("dgrad", dy, w)  # dy @ w
             pending_dx = all_reduce(dx, layer.out_axis, async_op=CONFIG.all_reduce, grid=layer.grid)
         dw = None
         if ctx.needs_input_grad[1]:
-            flat = (dy.reshape(-1, layer.local_out).t() @ x.reshape(-1, layer.local_in)).reshape(-1)
+            # dyᵀ @ x
+            flat = autotune.matmul("wgrad", dy.reshape(-1, layer.local_out),
+                                   x.reshape(-1, layer.local_in)).reshape(-1)
             pad = layer.weight_spec.padded_len - flat.numel()
             if pad:
                 flat = torch.cat([flat, flat.new_zeros(pad)])
