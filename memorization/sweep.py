@@ -404,7 +404,6 @@ def arm_rows(records: Sequence[dict]) -> list[dict]:
                 row["hpc_pass@1"] = hpc.get("pass@1")
                 row["hpc_build@1"] = hpc.get("build@1")
             rows.append(row)
-    rows.sort(key=lambda r: (r["size"], r["exposures"], r["k"], r["h"] or 0))
     return rows
 
 

@@ -6,9 +6,9 @@ Figures (PNG files next to the report; the HTML embeds them as base64 so it is o
   per model size, one line per arm (standard, Goldfish k/h);
 * ``extraction_quality_vs_k.png`` -- exact match (left) and held-out loss / perplexity (right)
   against Goldfish k (k = 0 is the standard loss), one line per (size, exposures);
-* ``mia.png`` -- MIA ROC curves of the standard and Goldfish arms of the cell with the most
-  exposures per size (loss score), and the AUC of every arm against exposures;
-  only when the sweep ran ``--mia``.
+* ``mia.png`` -- MIA ROC curves of the standard and Goldfish arms of one cell per size (the
+  exposure count with the largest standard-minus-Goldfish AUC gap), and the AUC of every arm
+  against exposures, for the score of :func:`figure_score`; only when the sweep ran ``--mia``.
 """
 from __future__ import annotations
 
@@ -122,6 +122,8 @@ def plot_extraction_quality_vs_k(rows: list[dict], path: Path) -> bool:
         ax.set_title(title)
         ax.grid(alpha=0.3)
     axes[0].set_ylim(-0.03, 1.03)
+    if has_ppl:
+        axes[2].set_yscale("log")
     axes[0].legend(fontsize=7)
     fig.suptitle("Extraction and quality vs Goldfish k")
     fig.tight_layout()
@@ -130,8 +132,29 @@ def plot_extraction_quality_vs_k(rows: list[dict], path: Path) -> bool:
     return True
 
 
-def plot_mia(rows: list[dict], cells: Sequence[dict], path: Path, score: str = "loss") -> bool:
-    """ROC (``score``) of each arm of the most-exposed cell per size, and AUC vs exposures per arm."""
+def figure_score(rows: list[dict], scores: Sequence[str] = ("loss", "min_k", "zlib")) -> str:
+    """The MIA score the figure shows: the one whose AUC separates the arms most (mean standard-minus-Goldfish
+    AUC over the (size, exposures) pairs that have both arms); ``loss`` on ties or without Goldfish arms.
+
+    A strong attack saturates (AUC 1.0 for both arms when the targets were seen many times), and then
+    only a weaker score still shows the difference; the report's table lists every score.
+    """
+    best, best_gap = scores[0], 0.0
+    for sc in scores:
+        auc: dict[tuple, dict[str, float]] = defaultdict(dict)
+        for r in rows:
+            if r.get(f"mia_auc_{sc}") is not None:
+                auc[(r["size"], r["exposures"])][r["arm"]] = r[f"mia_auc_{sc}"]
+        gaps = [a["standard"] - a["goldfish"] for a in auc.values() if "standard" in a and "goldfish" in a]
+        gap = sum(gaps) / len(gaps) if gaps else 0.0
+        if gap > best_gap + 1e-9:
+            best, best_gap = sc, gap
+    return best
+
+
+def plot_mia(rows: list[dict], cells: Sequence[dict], path: Path, score: str | None = None) -> bool:
+    """ROC (``score``) of each arm of one cell per size (see :func:`roc_exposure`), and AUC vs exposures."""
+    score = score or figure_score(rows)
     with_mia = [r for r in rows if r.get(f"mia_auc_{score}") is not None]
     if not with_mia:
         return False
@@ -141,17 +164,21 @@ def plot_mia(rows: list[dict], cells: Sequence[dict], path: Path, score: str = "
     fig, axes = plt.subplots(1, len(sizes) + 1, figsize=(4.6 * (len(sizes) + 1), 4.2), squeeze=False)
     axes = axes[0]
     for ax, size in zip(axes, sizes):
-        e_max = max(r["exposures"] for r in with_mia if r["size"] == size)
-        for i, r in enumerate(r for r in with_mia if r["size"] == size and r["exposures"] == e_max):
+        e_show = roc_exposure(with_mia, size, score)
+        shown = [r for r in with_mia if r["size"] == size and r["exposures"] == e_show]
+        colors = {lab: f"C{j}" for j, lab in enumerate(sorted({arm_label(r) for r in rows}))}  # as in the others
+        for i, r in enumerate(sorted(shown, key=lambda r: (r["k"], r["h"] or 0))):
             roc = rocs.get((r["size"], r["exposures"], r["arm"], r["k"], r["h"]))
             if roc:
-                ax.plot(roc["fpr"], roc["tpr"], color=f"C{i}", label=f"{arm_label(r)} (AUC {r[f'mia_auc_{score}']:.3f})")
+                ax.plot(roc["fpr"], roc["tpr"], color=colors[arm_label(r)], lw=max(0.8, 2.6 - 0.8 * i),
+                        clip_on=False, zorder=3 - i,
+                        label=f"{arm_label(r)} (AUC {r[f'mia_auc_{score}']:.3f})")
         ax.plot([0, 1], [0, 1], "k--", lw=0.8, label="chance")
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1)
         ax.set_xlabel("false positive rate")
         ax.set_ylabel("true positive rate")
-        ax.set_title(f"MIA ROC ({score}): {size}, {e_max} exposures")
+        ax.set_title(f"MIA ROC ({score}): {size}, {e_show} exposures")
         ax.legend(fontsize=7, loc="lower right")
         ax.grid(alpha=0.3)
     ax = axes[-1]
@@ -177,6 +204,17 @@ def plot_mia(rows: list[dict], cells: Sequence[dict], path: Path, score: str = "
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
+
+
+def roc_exposure(rows: list[dict], size: str, score: str = "loss") -> int:
+    """The exposure count whose ROC the figure shows for ``size``: the largest standard-minus-Goldfish
+    AUC gap (the fewest exposures on ties, where the attack is least saturated)."""
+    by_e: dict[int, dict[str, float]] = defaultdict(dict)
+    for r in rows:
+        if r["size"] == size and r.get(f"mia_auc_{score}") is not None:
+            by_e[r["exposures"]][r["arm"]] = max(by_e[r["exposures"]].get(r["arm"], -1.0), r[f"mia_auc_{score}"])
+    gaps = {e: a.get("standard", 0.0) - a.get("goldfish", a.get("standard", 0.0)) for e, a in by_e.items()}
+    return max(sorted(gaps), key=lambda e: gaps[e])
 
 
 def _rocs(cells: Sequence[dict], score: str) -> dict[tuple, dict]:
@@ -254,6 +292,9 @@ def sweep_markdown(results: dict, figures: Sequence[str]) -> str:
                       _fmt(r["token_match"]), _fmt(r["rouge_l"]), _fmt(r["val_loss"], 4), _fmt(r["perplexity"], 2),
                       _fmt(r["goldfish_drop_frac"]), f"{r['train_seconds']:.0f}", *[_fmt(r.get(k)) for k in extra]])
     lines += _table(header, table)
+    lines += ["", "exact match: fraction of targets whose greedy suffix equals the true one; val loss: memorize's "
+              "validation loss on packed held-out rows; perplexity: sliding-window perplexity of the held-out "
+              "nonmember documents, each from its start with BOS prepended (`memorization.downstream`)."]
     trends = _trend_lines(rows)
     if trends:
         lines += ["", *trends]
@@ -264,6 +305,10 @@ def sweep_markdown(results: dict, figures: Sequence[str]) -> str:
                   ("loss", "zlib", "min_k")], _fmt(r.get("mia_tpr_loss"))]
                  for r in rows if r.get("mia_auc_loss") is not None]
         lines += _table(["size", "exposures", "arm", "AUC loss", "AUC zlib", "AUC min-k", "TPR@1%FPR loss"], mrows)
+        sc = figure_score(rows)
+        lines += ["", f"`mia.png` shows the `{sc}` score: of loss, min-k and zlib, the one whose AUC differs most "
+                  "between the standard and Goldfish arms (a saturated attack, AUC 1.0 for both arms, "
+                  "cannot show the difference)."]
     errs = [(r["cell"], k, v) for r in rows for k, v in r.get("eval_errors", {}).items()]
     failed = [c for c in cells if c.get("status") == "error"]
     pending = [c for c in cells if c.get("status") == "pending"]
