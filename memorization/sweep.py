@@ -376,7 +376,7 @@ def arm_rows(records: Sequence[dict]) -> list[dict]:
     """One flat row per (size, exposures, arm, k, h) of the successful cells."""
     rows = []
     for rec in records:
-        if rec.get("status") != "ok":
+        if rec.get("status") not in ("ok", "partial"):
             continue
         c = rec["cell"]
         for arm, a in rec["arms"].items():
@@ -390,6 +390,7 @@ def arm_rows(records: Sequence[dict]) -> list[dict]:
                 "train_seconds": m["train_seconds"], "goldfish_drop_frac": m["goldfish_drop_frac"],
                 "perplexity": (ev.get("perplexity") or {}).get("perplexity"),
                 "eval_errors": ev.get("errors") or {},
+                "partial": rec["status"] == "partial",
             }
             mia = ev.get("mia") or {}
             for s in MIA_SCORES:
@@ -417,6 +418,19 @@ class SweepSummary:
     seconds: float = 0.0
 
 
+def _partial_record(root: Path, cell: Cell) -> dict:
+    """An unfinished cell: ``pending``, or ``partial`` with the arms memorize already finished (not evaluated)."""
+    rec: dict[str, Any] = {"name": cell.name, "cell": asdict(cell), "status": "pending"}
+    arms = {}
+    for arm in cell.arm_names:
+        p = root / "cells" / cell.name / arm / "arm_result.json"
+        with contextlib.suppress(OSError, json.JSONDecodeError):
+            arms[arm] = {"memorize": json.loads(p.read_text()), "eval": {}}
+    if arms:
+        rec.update(status="partial", arms=arms)
+    return rec
+
+
 def aggregate(root: Path, cells: Sequence[Cell], meta: dict) -> dict:
     """Collect every cell record of the grid into ``root/results.json`` (atomically); returns it."""
     records = []
@@ -426,7 +440,7 @@ def aggregate(root: Path, cells: Sequence[Cell], meta: dict) -> dict:
             with contextlib.suppress(OSError, json.JSONDecodeError):
                 records.append(json.loads(p.read_text()))
                 continue
-        records.append({"name": cell.name, "cell": asdict(cell), "status": "pending"})
+        records.append(_partial_record(root, cell))
     data = {**meta, "cells": records, "rows": arm_rows(records)}
     atomic_write_json(root / "results.json", data)
     return data

@@ -30,6 +30,10 @@ def arm_label(row: dict) -> str:
     return f"goldfish k={row['k']}" + (f" h={row['h']}" if row.get("_multi_h") else "")
 
 
+def _row_label(row: dict) -> str:
+    return arm_label(row) + (" (unfinished cell)" if row.get("partial") else "")
+
+
 def _mark_multi_h(rows: list[dict]) -> list[dict]:
     multi = len({r["h"] for r in rows if r["arm"] == "goldfish"}) > 1
     return [{**r, "_multi_h": multi} for r in rows]
@@ -288,7 +292,7 @@ def sweep_markdown(results: dict, figures: Sequence[str]) -> str:
               "dropped labels", "train s", *extra]
     table = []
     for r in rows:
-        table.append([r["size"], str(r["exposures"]), arm_label(r), str(r["steps"]), _fmt(r["exact_match"]),
+        table.append([r["size"], str(r["exposures"]), _row_label(r), str(r["steps"]), _fmt(r["exact_match"]),
                       _fmt(r["token_match"]), _fmt(r["rouge_l"]), _fmt(r["val_loss"], 4), _fmt(r["perplexity"], 2),
                       _fmt(r["goldfish_drop_frac"]), f"{r['train_seconds']:.0f}", *[_fmt(r.get(k)) for k in extra]])
     lines += _table(header, table)
@@ -311,13 +315,15 @@ def sweep_markdown(results: dict, figures: Sequence[str]) -> str:
                   "cannot show the difference)."]
     errs = [(r["cell"], k, v) for r in rows for k, v in r.get("eval_errors", {}).items()]
     failed = [c for c in cells if c.get("status") == "error"]
-    pending = [c for c in cells if c.get("status") == "pending"]
+    pending = [c for c in cells if c.get("status") in ("pending", "partial")]
     if failed or pending or errs:
         lines += ["", "## Failures and missing cells", ""]
         for c in failed:
             lines.append(f"- cell `{c['name']}` failed: {_one_line(c.get('error', '?'))}")
         for c in pending:
-            lines.append(f"- cell `{c['name']}`: not run (yet)")
+            done = ", ".join(c.get("arms", {}))
+            lines.append(f"- cell `{c['name']}`: not finished" + (f" (trained and extracted so far: {done}; "
+                         "its evaluations run when the cell finishes)" if done else " (not run yet)"))
         for cell, what, msg in errs:
             lines.append(f"- cell `{cell}`: evaluation {what} failed: {_one_line(msg)}")
     if figures:

@@ -110,7 +110,9 @@ def main(argv: list[str] | None = None) -> dict:
     except SweepError as e:
         raise SystemExit(f"error: {e}") from None
     out = Path(args.out)
-    command = "python recipes/sweep.py " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    given = sys.argv[1:] if argv is None else argv
+    # the command that runs (and resumes) this sweep: --report-only only rebuilds its report
+    command = "python recipes/sweep.py " + " ".join(shlex.quote(a) for a in given if a != "--report-only")
     if args.emit_jobs:
         from memorization.sweep import emit_jobs
 

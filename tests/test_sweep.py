@@ -101,6 +101,7 @@ def micro(tmp_path_factory):
     state = {
         "after_interrupt": {c.name: (out / "cells" / c.name / "cell.json").exists() for c in cells},
         "interrupted_results": (out / "cells" / "tiny-e4-k4-h13" / "results.json").exists(),
+        "aggregated": sw.aggregate(out, cells, {}),
     }
     second = sweep_cli.main(GRID + MICRO + ["--mia", "--no-progress", "--out", str(out)])
     mtimes = {p: p.stat().st_mtime_ns for p in (out / "cells").glob("*/cell.json")}
@@ -114,6 +115,10 @@ def test_interrupted_cell_leaves_no_result_and_resumes(micro):
     st = micro["state"]["after_interrupt"]
     assert st == {"tiny-e2-k4-h13": True, "tiny-e4-k4-h13": False, "tiny-e100000-k4-h13": False}
     assert micro["state"]["interrupted_results"]  # memorize had finished: its arms are reused
+    agg = micro["state"]["aggregated"]  # the report of an interrupted sweep shows what finished
+    assert [c["status"] for c in agg["cells"]] == ["ok", "partial", "pending"]
+    assert sorted((r["exposures"], r["arm"], r["partial"]) for r in agg["rows"]) == [
+        (2, "goldfish", False), (2, "standard", False), (4, "goldfish", True), (4, "standard", True)]
     s2 = micro["second"]["summary"]
     assert s2.cached == ["tiny-e2-k4-h13"] and s2.ran == ["tiny-e4-k4-h13", "tiny-e100000-k4-h13"]
     rec = json.loads((micro["out"] / "cells" / "tiny-e4-k4-h13" / "cell.json").read_text())
