@@ -66,8 +66,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "(default 4; 1024 with --plan)")
     g.add_argument("--micro-batch", type=int, default=None, help="rows per forward per rank (gradient "
                    "accumulation over the rest); default: the whole local share")
-    g.add_argument("--steps", type=int, default=None, help="optimizer steps (default: one pass over the stream, "
-                   "i.e. as many as the corpus fills)")
+    g.add_argument("--steps", type=int, default=1000, help="optimizer steps; the background stream is cut to fill "
+                   "exactly these (0: as many as the corpus fills)")
     g.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (AdamW)")
     g.add_argument("--warmup-steps", type=int, default=10, help="linear warmup steps before cosine decay")
     g.add_argument("--weight-decay", type=float, default=0.0, help="AdamW weight decay on matrices")
@@ -228,7 +228,7 @@ def run_arm(arm: str, args, rt, mixture, tokenizer, out: Path) -> dict:
     gf = GoldfishConfig(k=args.goldfish_k, h=args.goldfish_h, strategy=args.goldfish_strategy, seed=0) \
         if arm == "goldfish" else GoldfishConfig(k=0)
     model = build_model(args.size, len(tokenizer), init=args.init, seed=args.seed, max_seq=args.seq_len)
-    cfg = TrainConfig(batch_size=args.batch_size, micro_batch=args.micro_batch, steps=args.steps, lr=args.lr,
+    cfg = TrainConfig(batch_size=args.batch_size, micro_batch=args.micro_batch, steps=args.steps or None, lr=args.lr,
                       warmup_steps=args.warmup_steps, weight_decay=args.weight_decay, grad_clip=args.grad_clip,
                       eval_every=args.eval_every, checkpoint_every=args.checkpoint_every, compile=args.compile,
                       activation_checkpointing=args.activation_checkpointing, seed=args.seed, wandb=args.wandb,
@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     targets = read_targets(args.targets, args.text_field) if args.targets else None
     need = args.suffix + (1 if args.prefix_mode == "all-but-suffix" else args.prefix)
     mcfg = MixtureConfig(seq_len=args.seq_len, batch_size=args.batch_size, exposures=_parse_exposures(args.exposures),
-                         num_targets=args.num_targets, num_nonmembers=args.num_nonmembers, num_steps=args.steps,
+                         num_targets=args.num_targets, num_nonmembers=args.num_nonmembers, num_steps=args.steps or None,
                          min_target_tokens=need, skip_short_targets=args.skip_short_targets, seed=args.seed)
     try:
         mixture = build_mixture(docs, tokenizer, mcfg, target_texts=targets,
