@@ -189,25 +189,59 @@ def measure_collectives(device: str, nbytes: int) -> dict[str, float]:
     return out
 
 
+def _agree_min(values: dict, device: str) -> dict:
+    """Element-wise minimum of ``values`` over all ranks (the slowest rank sets the pace of a step).
+
+    Every rank must end with the same profile: otherwise ranks rank grids differently and pick
+    different process-group layouts, and the job deadlocks.
+    """
+    import torch
+    import torch.distributed as dist
+    if not (dist.is_initialized() and dist.get_world_size() > 1):
+        return values
+    keys = sorted(values, key=str)
+    t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64,
+                     device=device if device.startswith("cuda") else "cpu")
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return {k: type(values[k])(v) for k, v in zip(keys, t.tolist())}
+
+
 def calibrate(base: str = "h100-node", ref_dim: int | None = None, comm_mbytes: int = 256,
               name: str | None = None) -> tuple[MachineProfile, dict[str, float]]:
-    """Measure this machine and return ``(profile, raw measurements)`` (profile based on ``base``)."""
+    """Measure this machine and return ``(profile, raw measurements)`` (profile based on ``base``).
+
+    With several ranks, every rank measures its GEMMs and copies at the same time (after a
+    barrier), as during training: ranks that share a node's power, memory bandwidth or — on a
+    CPU — cores see the rate they will get. On a CPU, ``memory_gib`` is the host memory divided
+    by the ranks on the node. Reuses an initialised ``torch.distributed`` (e.g. ``axonn.init``).
+    """
     import torch
+    import torch.distributed as dist
     rank, world, _, via_mpi = _dist_env()
+    if dist.is_initialized():
+        rank, world = dist.get_rank(), dist.get_world_size()
     cuda = torch.cuda.is_available()
     if cuda:
         local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID", rank % torch.cuda.device_count())))
         torch.cuda.set_device(local_rank)
     device = f"cuda:{torch.cuda.current_device()}" if cuda else "cpu"
     dtype = "bfloat16" if cuda else "float32"
+    if world > 1:
+        if not dist.is_initialized():
+            _init_distributed(rank, world, via_mpi, "nccl" if cuda else "gloo")
+        dist.barrier()
     ref_dim = ref_dim or (8192 if cuda else 1024)
     dims = sorted({d for d in (ref_dim // 16, ref_dim // 8, ref_dim // 4, 3 * ref_dim // 8, ref_dim // 2,
                                3 * ref_dim // 4, ref_dim) if d >= 32})
     rates = measure_gemm(device, dims, dtype)
-    raw: dict[str, float] = {f"gemm_tflops_{d}": r / 1e12 for d, r in rates.items()}
-    overhead = 2.0 * 32**3 / measure_gemm(device, [32], dtype)[32]
-    raw["gemm_call_overhead_us"] = overhead * 1e6
+    rate32 = measure_gemm(device, [32], dtype)[32]
     hbm = measure_hbm(device)
+    agreed = _agree_min({**rates, "rate32": rate32, "hbm": hbm}, device)
+    hbm, rate32 = agreed.pop("hbm"), agreed.pop("rate32")
+    rates = {int(d): r for d, r in agreed.items()}
+    raw: dict[str, float] = {f"gemm_tflops_{d}": r / 1e12 for d, r in rates.items()}
+    overhead = 2.0 * 32**3 / rate32
+    raw["gemm_call_overhead_us"] = overhead * 1e6
     raw["hbm_gbps"] = hbm / 1e9
     prof = load_profile(base)
     if cuda:
@@ -226,11 +260,14 @@ def calibrate(base: str = "h100-node", ref_dim: int | None = None, comm_mbytes: 
     if not cuda:  # no vendor peak for a CPU: use the best rate seen
         updates["peak_tflops"] = float(f"{max(rates.values()) / 1e12:.4g}")
     if world > 1:
-        backend = "nccl" if cuda else "gloo"
-        _init_distributed(rank, world, via_mpi, backend)
         coll = measure_collectives(device, comm_mbytes * 1024 * 1024)
+        lat = {k: -v for k, v in coll.items() if k.endswith("latency_us")}  # max latency = min of negatives
+        coll = _agree_min({k: v for k, v in coll.items() if k not in lat}, device) | {
+            k: -v for k, v in _agree_min(lat, device).items()}
         raw.update(coll)
         updates["gpus_per_node"] = int(coll["gpus_per_node"])
+        if not cuda:  # CPU ranks on a node share its memory
+            updates["memory_gib"] = round(mem_gib / updates["gpus_per_node"], 2)
         if "intra_allreduce_gbps" in coll:
             updates["intra_node_gbps"] = round(min(coll["intra_allreduce_gbps"], coll["intra_allgather_gbps"]), 2)
             updates["intra_node_latency_us"] = round(coll["intra_latency_us"], 2)
