@@ -105,6 +105,18 @@ class Grid:
         """Global rank of grid coordinates (column fastest, then row, depth, data)."""
         return ((data * self.sizes["depth"] + depth) * self.sizes["row"] + row) * self.sizes["col"] + col
 
+    def destroy(self) -> None:
+        """Destroy the process groups this grid created (not the world group).
+
+        For a process that tries many grids in turn (``benchmarks/planner_validation.py``):
+        every gloo/NCCL group holds threads, sockets and buffers until destroyed. The grid and
+        every model parallelized on it are unusable afterwards; ``torch.distributed`` stays up.
+        """
+        for g in set(self._groups.values()):
+            if g is not None and g is not dist.group.WORLD:
+                dist.destroy_process_group(g)
+        self._groups.clear()
+
     def __str__(self) -> str:
         s = " x ".join(f"{a}={self.sizes[a]}" for a in AXES)
         return f"Grid({s}; rank {self.rank} at {self.coords})"

@@ -86,6 +86,7 @@ def measure_grid(shape: ModelShape, grid: tuple[int, int, int, int], seq: int, g
                 times.append(float(t))
         del tr
     del model
+    g.destroy()  # else every grid's process groups (threads, sockets) pile up and slow the next ones
     gc.collect()
     return times
 
