@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokenizer", default=None,
                     help="tokenizer directory, if the checkpoint has none")
     ap.add_argument("--out", default=None, help="output directory for JSON/markdown/PNG")
-    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--batch-size", type=int, default=8, help="documents scored per forward pass")
     ap.add_argument("--device", default=None, help="cuda / cpu (default: cuda if available)")
     ap.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
     ap.add_argument("--k", type=float, default=0.2, help="fraction for min-k%% prob (0.2 = 20%%)")

@@ -15,7 +15,6 @@ AUCs, lm-eval scores and HPC-code pass@1.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import platform

@@ -172,7 +172,7 @@ def divisibility_problem(shape: ModelShape, grid: Grid) -> str | None:
     in dimension over ``Gc``, and the local block's element count over depth; the vocabulary
     (embedding and lm_head rows) over row, hidden over column.
     """
-    r, c, z = grid.row, grid.column, grid.depth
+    r, z = grid.row, grid.depth
     if shape.heads % r:
         return f"row={r} does not divide heads={shape.heads}"
     if shape.kv_heads % r:
