@@ -226,37 +226,43 @@ def sync_gradients(model_or_params, grid: Grid | None = None) -> None:
 def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, grid: Grid | None = None) -> torch.Tensor:
     """Clip gradients by their norm over the whole grid (call after :func:`sync_gradients`).
 
-    Each distinct shard is counted once: per parameter, ``|g|^p`` is summed
-    locally, then all-reduced over exactly the axes the parameter is sharded on
-    (replicated copies are not summed).  ``inf`` uses a MAX all-reduce.
-    Returns the total norm (same value on every rank).
+    ``total = (Σ_shards Σ_p ‖g_p‖_q^q)^(1/q)`` with each distinct shard counted once: the
+    per-parameter norms (``torch._foreach_norm``, one kernel per group of gradients that share a
+    device, a dtype and the axes they are sharded on; accumulated in fp32) are raised to ``q``, summed per group, and
+    each group's sum is all-reduced over exactly the axes that shard it (replicated copies are
+    not summed); ``q = inf`` takes a MAX all-reduce over the grid instead.  Then every gradient
+    is scaled by ``min(1, max_norm / (total + 1e-6))`` with ``torch._foreach_mul_``; the scale
+    stays on the device (no host synchronisation; ``× 1.0`` leaves the gradients bit-identical).
+    Returns the total norm (fp32, the same value on every rank).
     """
     grid = grid or get_grid()
     params = [p for p in _params(parameters) if p.grad is not None]
     norm_type = float(norm_type)
     dev = params[0].grad.device if params else grid.device
+    groups: dict[tuple, list[torch.Tensor]] = {}
+    for p in params:
+        axes = tuple(a for a in spec_of(p).shard_axes if grid.size(a) > 1)
+        groups.setdefault((axes, p.grad.device, p.grad.dtype), []).append(p.grad.detach())
+    zero = torch.zeros((), device=dev, dtype=torch.float32)
     if math.isinf(norm_type):
-        local = torch.stack([p.grad.detach().abs().max().float() for p in params]).max() if params \
-            else torch.zeros((), device=dev)
+        local = torch.stack([torch.stack(torch._foreach_norm(gs, norm_type, dtype=torch.float32)).max().to(dev)
+                             for gs in groups.values()]).max() if groups else zero
         total = all_reduce(local.reshape(1).clone(), AXES, op=torch.distributed.ReduceOp.MAX, grid=grid)[0]
     else:
         sums: dict[tuple[str, ...], torch.Tensor] = {}
-        for p in params:
-            axes = tuple(a for a in spec_of(p).shard_axes if grid.size(a) > 1)
-            s = p.grad.detach().float().abs().pow(norm_type).sum()
-            sums[axes] = sums.get(axes, torch.zeros((), device=dev)) + s
-        # every rank must join the same collectives: iterate over all axis subsets in a fixed order
-        total = torch.zeros((), device=dev)
+        for (axes, _, _), gs in groups.items():
+            s = torch.stack(torch._foreach_norm(gs, norm_type, dtype=torch.float32)).pow(norm_type).sum().to(dev)
+            sums[axes] = sums.get(axes, zero) + s
+        # every rank must join the same collectives: all axis subsets, in a fixed order
         keys = _all_shard_keys(grid)
-        vec = torch.stack([sums.get(k, torch.zeros((), device=dev)) for k in keys])
+        vec = torch.stack([sums.get(k, zero) for k in keys])
         for i, k in enumerate(keys):
             if k:
                 vec[i:i + 1] = all_reduce(vec[i:i + 1].clone(), k, grid=grid)
         total = vec.sum().pow(1.0 / norm_type)
-    coef = max_norm / (total + 1e-6)
-    if coef < 1:
-        for p in params:
-            p.grad.detach().mul_(coef.to(p.grad.dtype))
+    coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
+    for (_, device, dtype), gs in groups.items():
+        torch._foreach_mul_(gs, coef.to(device=device, dtype=dtype))
     return total
 
 
