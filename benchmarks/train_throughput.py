@@ -4,6 +4,7 @@ torch.compile, SDPA) against plain Hugging Face eager training, in the same run.
 
     python benchmarks/train_throughput.py                        # GPU: 1b preset, 4 x 2048 tokens, bf16
     python benchmarks/train_throughput.py --size tiny --seq 128 --batch 8 --steps 5   # CPU smoke run
+    python benchmarks/train_throughput.py --which ours --profile 3 --trace ours.json  # where the time goes
 
 MFU = tokens/s x (6 N + 12 L h s) / peak, N = parameters that do matmuls (all but the input
 embedding), peak = 989 TFLOP/s (H100 SXM dense bf16) unless --peak-tflops says otherwise.
@@ -20,7 +21,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from axonn.presets import get_preset  # noqa: E402
-from benchmarks.common import H100_BF16_PEAK, device, flops_per_token, timed  # noqa: E402
+from benchmarks.common import H100_BF16_PEAK, device, flops_per_token, sync, timed  # noqa: E402
 from memorization.goldfish import GoldfishConfig  # noqa: E402
 from memorization.models import build_model  # noqa: E402
 from memorization.train import TrainConfig, Trainer  # noqa: E402
@@ -48,7 +49,7 @@ def hf_eager(size: str, rows: torch.Tensor, batch: int, steps: int, warmup: int,
 
 
 def ours(size: str, rows: torch.Tensor, batch: int, steps: int, warmup: int, dev: torch.device, compile: bool,
-         ac: bool) -> float:
+         ac: bool, profile_steps: int = 0, trace: str | None = None) -> float:
     docs = torch.zeros_like(rows, dtype=torch.int32)
     cfg = TrainConfig(batch_size=batch, lr=1e-4, checkpoint_every=0, progress=False, compile=compile,
                       activation_checkpointing=ac, goldfish=GoldfishConfig(k=4, h=13))
@@ -62,8 +63,26 @@ def ours(size: str, rows: torch.Tensor, batch: int, steps: int, warmup: int, dev
             t.train_step()
 
         s = timed(step, steps, warmup, dev)
+        if profile_steps:
+            profile(step, profile_steps, dev, trace)
         del t
     return s
+
+
+def profile(step, n: int, dev: torch.device, trace: str | None) -> None:
+    """Run ``n`` more steps under torch.profiler; print the ops by self time (device time on GPU)."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    with torch_profile(activities=acts) as prof:
+        for _ in range(n):
+            step()
+        sync(dev)
+    key = "self_cuda_time_total" if dev.type == "cuda" else "self_cpu_time_total"
+    print(prof.key_averages().table(sort_by=key, row_limit=25))
+    if trace:
+        prof.export_chrome_trace(trace)
+        print(f"chrome trace: {trace} (open in chrome://tracing or https://ui.perfetto.dev)")
 
 
 def main() -> None:
@@ -77,6 +96,9 @@ def main() -> None:
     p.add_argument("--no-compile", action="store_true", help="do not torch.compile our step")
     p.add_argument("--activation-checkpointing", action="store_true", help="recompute activations in backward")
     p.add_argument("--peak-tflops", type=float, default=H100_BF16_PEAK / 1e12, help="peak for MFU")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="after timing, profile N more steps of our trainer and print the top ops by self time")
+    p.add_argument("--trace", default=None, metavar="FILE.json", help="with --profile: write a Chrome trace here")
     a = p.parse_args()
     dev = device()
     shape = get_preset(a.size)
@@ -92,7 +114,8 @@ def main() -> None:
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
     if a.which in ("both", "ours"):
-        res["ours"] = ours(a.size, rows, a.batch, a.steps, a.warmup, dev, not a.no_compile, a.activation_checkpointing)
+        res["ours"] = ours(a.size, rows, a.batch, a.steps, a.warmup, dev, not a.no_compile, a.activation_checkpointing,
+                           a.profile, a.trace)
         if dev.type == "cuda":
             print(f"ours peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
     print(f"device {dev}, size {a.size} ({shape.num_params() / 1e9:.2f}B), {a.batch} x {a.seq} tokens/step, "
