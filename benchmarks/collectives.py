@@ -54,7 +54,8 @@ def main() -> int:
     ap.add_argument("--grid", default="1,1,1,1", help="data,row,col,depth")
     ap.add_argument("--batch", type=int, default=4, help="global batch (sequences)")
     ap.add_argument("--seq", type=int, default=32, help="tokens per sequence of the probe batch")
-    ap.add_argument("--hidden", type=int, default=64, help="hidden size of the probe Llama (divisible by every grid axis)")
+    ap.add_argument("--hidden", type=int, default=64,
+                    help="hidden size of the probe Llama (divisible by every grid axis)")
     ap.add_argument("--layers", type=int, default=2, help="decoder layers of the probe Llama")
     args = ap.parse_args()
     import axonn

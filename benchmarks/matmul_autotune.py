@@ -47,14 +47,19 @@ def linear_shapes(preset: str, lm_head: bool, tp: tuple[int, int]) -> list[tuple
 def main(argv=None) -> int:
     cuda = torch.cuda.is_available()
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--presets", default="1b,8b" if cuda else "tiny,mini,1b", help="model-shape presets whose Linear shapes are timed, comma list (default 1b,8b on GPU, tiny,mini,1b on CPU)")
+    p.add_argument("--presets", default="1b,8b" if cuda else "tiny,mini,1b",
+                   help="model-shape presets whose Linear shapes are timed, comma list "
+                   "(default 1b,8b on GPU, tiny,mini,1b on CPU)")
     p.add_argument("--m", default="512,2048,8192" if cuda else "128,512", help="tokens per rank, comma list")
-    p.add_argument("--dtype", default="bfloat16" if cuda else "float32", help="operand dtype (default bfloat16 on GPU, float32 on CPU)")
+    p.add_argument("--dtype", default="bfloat16" if cuda else "float32",
+                   help="operand dtype (default bfloat16 on GPU, float32 on CPU)")
     p.add_argument("--device", default="cuda" if cuda else "cpu", help="torch device (default cuda when available)")
     p.add_argument("--tp", default="1,1", help="Gr,Gc: divide out by Gr and in by Gc (local shapes)")
-    p.add_argument("--ops", default="fwd,dgrad,wgrad", help="products to time: fwd (X W^T), dgrad (dY W), wgrad (dY^T X)")
+    p.add_argument("--ops", default="fwd,dgrad,wgrad",
+                   help="products to time: fwd (X W^T), dgrad (dY W), wgrad (dY^T X)")
     p.add_argument("--lm-head", action="store_true", help="include the (large) output head")
-    p.add_argument("--reps", type=int, default=10 if cuda else 3, help="timed round-robin rounds per variant; the median is reported")
+    p.add_argument("--reps", type=int, default=10 if cuda else 3,
+                   help="timed round-robin rounds per variant; the median is reported")
     p.add_argument("--warmup", type=int, default=3 if cuda else 1, help="untimed calls per variant first")
     p.add_argument("--write-cache", action="store_true", help="merge the winners into the autotune cache")
     args = p.parse_args(argv)

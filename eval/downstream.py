@@ -41,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="do not index lm-eval's built-in tasks (faster; local tasks only)")
     ap.add_argument("--limit", type=float, default=None,
                     help="max examples per task (a fraction if < 1)")
-    ap.add_argument("--num-fewshot", type=int, default=None, help="few-shot examples per lm-eval prompt (default: the task's own)")
+    ap.add_argument("--num-fewshot", type=int, default=None,
+                    help="few-shot examples per lm-eval prompt (default: the task's own)")
     ap.add_argument("--list-tasks", action="store_true", help="list lm-eval task names and exit")
     ap.add_argument("--out", default=None, help="output directory for downstream.json/.md")
     ap.add_argument("--tokenizer", default=None, help="tokenizer directory if the checkpoint has none")

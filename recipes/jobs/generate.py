@@ -233,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="examples:\n  python recipes/jobs/generate.py --machine frontier --size 405b "
                                        "--gpus 1024\n  python recipes/jobs/generate.py --all --account ABC123")
-    p.add_argument("--machine", choices=list(MACHINES), default="frontier", help="target system (its Slurm template and planner profile)")
+    p.add_argument("--machine", choices=list(MACHINES), default="frontier",
+                   help="target system (its Slurm template and planner profile)")
     p.add_argument("--size", default="8b", help="model preset (8b, 70b, 405b, ...)")
     p.add_argument("--gpus", type=int, help="total GPUs (GCDs on Frontier); default: the paper's count")
     p.add_argument("--nodes", type=int, help="nodes instead of --gpus")
@@ -247,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--global-batch", type=int, default=128, help="sequences per optimizer step (default 128)")
     p.add_argument("--micro-batch", type=int, default=None, help="per GPU (default: the planner's)")
     p.add_argument("--grid", default=None, help="D,R,C,Z instead of the planner's best grid")
-    p.add_argument("--no-activation-checkpointing", action="store_true", help="plan and train without per-layer activation checkpointing")
+    p.add_argument("--no-activation-checkpointing", action="store_true",
+                   help="plan and train without per-layer activation checkpointing")
     p.add_argument("--all", action="store_true",
                    help="emit the paper matrix: frontier/alps/perlmutter × 8b/70b/405b × goldfish k 4 and 0")
     p.add_argument("--print", action="store_true", help="print the script instead of writing it (single job)")
