@@ -152,10 +152,18 @@ class Trainer:
 
     # ---- the loop ----------------------------------------------------------------------------
     def train_step(self) -> dict:
+        """One optimizer step, enqueued without waiting for the device.
+
+        The record's ``loss``, ``grad_norm`` and ``goldfish_drop_frac`` are 0-dim device tensors;
+        :func:`read_record` turns them into floats (one device-to-host copy).  Nothing here syncs:
+        the rows travel through pinned memory (a pageable host-to-device copy would wait for
+        the stream), the clip scale stays on the device, and ``fit`` reads step ``s`` only
+        after step ``s + 1`` is enqueued, so the GPU never idles while the host catches up.
+        """
         cfg, B = self.cfg, self.cfg.batch_size
         s = self.step
-        ids = self.rows[s * B : (s + 1) * B].to(self.device, non_blocking=True)
-        docs = self.doc_ids[s * B : (s + 1) * B].to(self.device, non_blocking=True)
+        ids = _to_device(self.rows[s * B : (s + 1) * B], self.device)
+        docs = _to_device(self.doc_ids[s * B : (s + 1) * B], self.device)
         labels, drop_frac = _goldfish_labels(ids, docs, cfg.goldfish)  # whole global batch: cheap, no comms
         n_kept = (labels[:, 1:] != IGNORE_INDEX).sum().clamp(min=1)
         ids_l, labels_l = self.rt.batch_slice(ids), self.rt.batch_slice(labels)
@@ -176,38 +184,39 @@ class Trainer:
         self.opt.zero_grad(set_to_none=True)
         self.rt.all_reduce_batch(loss_sum)
         self.step += 1
-        return {"step": self.step, "loss": float(loss_sum / n_kept), "lr": lr, "grad_norm": float(grad_norm),
-                "goldfish_drop_frac": float(drop_frac)}
+        return {"step": self.step, "loss": loss_sum / n_kept, "lr": lr, "grad_norm": grad_norm,
+                "goldfish_drop_frac": drop_frac}
 
     def fit(self, resume: bool = False, on_step: Callable[[dict], None] | None = None) -> dict:
         cfg = self.cfg
         if resume:
             self.try_resume()
         run = self._wandb_init()
-        tokens_per_step = cfg.batch_size * self.rows.shape[1]
         bar = None
         if cfg.progress and self.rt.is_main:
             from tqdm.auto import tqdm
 
             bar = tqdm(total=self.total_steps, initial=self.step, desc=self.run_name, unit="step", dynamic_ncols=True)
-        t_last = time.perf_counter()
+        self._t_last = time.perf_counter()
+        pending: dict | None = None  # the last step's record, read one step late (see train_step)
         while self.step < self.total_steps:
             rec = self.train_step()
-            now = time.perf_counter()
-            rec["tokens_per_s"] = tokens_per_step / (now - t_last)
-            t_last = now
-            if cfg.eval_every and self.step % cfg.eval_every == 0:
-                rec["val_loss"] = self.validate()
-            self.history.append(rec)
-            if run is not None:
-                run.log(rec, step=self.step)
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{rec['tokens_per_s']:.0f}")
-            if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 and self.step < self.total_steps:
-                self.save_checkpoint()
-            if on_step is not None:
-                on_step(rec)
+            if pending is not None:
+                self._log(pending, run, bar)
+                if on_step is not None:
+                    on_step(pending)
+            pending = rec
+            evaluate = bool(cfg.eval_every) and self.step % cfg.eval_every == 0
+            save = bool(cfg.checkpoint_every) and self.step % cfg.checkpoint_every == 0 and self.step < self.total_steps
+            if evaluate or save or self.step == self.total_steps:  # these wait for the device anyway
+                if evaluate:
+                    rec["val_loss"] = self.validate()
+                self._log(rec, run, bar)
+                pending = None
+                if save:
+                    self.save_checkpoint()
+                if on_step is not None:
+                    on_step(rec)
         if bar is not None:
             bar.close()
         val_loss = self.validate()
@@ -220,6 +229,19 @@ class Trainer:
         if self.rt.is_main:
             atomic_write_json(self.out / "train_result.json", result)
         return result
+
+    def _log(self, rec: dict, run, bar) -> None:
+        """Read ``rec`` from the device, time it, and hand it to the history, wandb and the bar."""
+        rec.update(read_record(rec))
+        now = time.perf_counter()
+        rec["tokens_per_s"] = self.cfg.batch_size * self.rows.shape[1] / (now - self._t_last)
+        self._t_last = now
+        self.history.append(rec)
+        if run is not None:
+            run.log(rec, step=rec["step"])
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{rec['tokens_per_s']:.0f}")
 
     def validate(self) -> float:
         rows = self.val_rows[: self.cfg.eval_rows]
@@ -235,6 +257,22 @@ class Trainer:
         self.out.mkdir(parents=True, exist_ok=True)
         return wandb.init(project=self.cfg.wandb_project, name=self.run_name, dir=str(self.out), mode=mode,
                           config=_jsonable(asdict(self.cfg)), reinit="finish_previous")
+
+
+def read_record(rec: dict) -> dict:
+    """``rec`` with its 0-dim tensors as floats, read from the device in one copy."""
+    keys = [k for k, v in rec.items() if isinstance(v, torch.Tensor)]
+    if not keys:
+        return dict(rec)
+    values = torch.stack([rec[k].detach().float().reshape(()) for k in keys]).tolist()
+    return {**rec, **dict(zip(keys, values))}
+
+
+def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Copy a host tensor to ``device``; to CUDA through pinned memory, so the copy does not wait for the stream."""
+    if device.type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
 
 
 def _jsonable(d: dict) -> dict:

@@ -4,7 +4,7 @@ import torch
 
 from memorization.goldfish import GoldfishConfig
 from memorization.models import build_model
-from memorization.train import TrainConfig, Trainer, lr_at
+from memorization.train import TrainConfig, Trainer, lr_at, read_record
 
 
 class Interrupt(Exception):
@@ -81,3 +81,17 @@ def test_too_many_steps_refused(tmp_path):
     rows, docs, val = _data()
     with pytest.raises(ValueError, match="corpus too small"):
         Trainer(build_model("tiny", 4096), rows, docs, val, TrainConfig(batch_size=4, steps=100), tmp_path)
+
+
+def test_train_step_leaves_its_values_on_the_device_and_fit_reads_them(tmp_path):
+    t = _trainer(tmp_path / "a", gf=GoldfishConfig(k=4, h=3), steps=2)
+    rec = t.train_step()
+    assert all(isinstance(rec[k], torch.Tensor) and rec[k].dim() == 0 for k in ("loss", "grad_norm",
+                                                                                  "goldfish_drop_frac"))
+    host = read_record(rec)
+    assert host["loss"] == pytest.approx(float(rec["loss"])) and isinstance(host["grad_norm"], float)
+    assert host["step"] == 1 and host["lr"] == rec["lr"]
+    res = _trainer(tmp_path / "b", gf=GoldfishConfig(k=4, h=3), steps=3).fit()
+    assert [h["step"] for h in res["history"]] == [1, 2, 3]  # read one step late, logged in order, none lost
+    assert all(isinstance(h[k], float) for h in res["history"] for k in ("loss", "grad_norm", "tokens_per_s"))
+    assert res["history"][0]["loss"] == pytest.approx(host["loss"], rel=1e-6)

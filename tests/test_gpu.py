@@ -1,0 +1,32 @@
+"""CUDA-only properties (skipped without a GPU; CI has none, the lent GPU machine runs them)."""
+import pytest
+import torch
+
+from memorization.goldfish import GoldfishConfig
+from memorization.models import build_model
+from memorization.train import TrainConfig, Trainer, read_record
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def _trainer(tmp, compile=False):
+    g = torch.Generator().manual_seed(0)
+    rows = torch.randint(3, 4096, (8, 64), generator=g).repeat(4, 1)
+    cfg = TrainConfig(batch_size=4, micro_batch=2, lr=3e-3, warmup_steps=2, checkpoint_every=0, progress=False,
+                      compile=compile, goldfish=GoldfishConfig(k=4, h=3))
+    return Trainer(build_model("tiny", 4096, seed=0), rows, torch.zeros_like(rows, dtype=torch.int32), rows[:4],
+                   cfg, tmp, run_name="gpu")
+
+
+@pytest.mark.parametrize("compile", [False, True])
+def test_train_step_never_waits_for_the_device(tmp_path, compile):
+    t = _trainer(tmp_path, compile)
+    t.train_step()  # first step: compilation, allocator, fused-optimizer state
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")  # any host<->device sync in the step raises
+    try:
+        recs = [t.train_step() for _ in range(3)]
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    losses = [read_record(r)["loss"] for r in recs]
+    assert all(torch.isfinite(torch.tensor(losses)))
