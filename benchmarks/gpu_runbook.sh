@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Every GPU measurement the project still owes, in as few calls as a 30-minute lease allows.
+#
+#   bash benchmarks/gpu_runbook.sh check        # CUDA tests, then train_throughput at 4 x 2048 (the README's row)
+#   bash benchmarks/gpu_runbook.sh batch        # ours and HF eager at 8 and 16 x 2048: how far batching moves MFU
+#   bash benchmarks/gpu_runbook.sh profile      # where our step's time goes (top ops; Chrome trace in $OUT)
+#   bash benchmarks/gpu_runbook.sh autotune     # matmul layout autotuning on the 1b/8b Linear shapes, bf16
+#
+# Each stage fits one 10-minute call on an H100 (the 1.1B compile takes about a minute). Logs go to
+# $OUT (or runs/gpu_runbook/ when $OUT is unset) and the last lines printed are the figures.
+# Nothing here needs wandb, datasets or evaluate, so no wheels have to travel.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+stage="${1:?usage: bash benchmarks/gpu_runbook.sh check|batch|profile|autotune}"
+out="${OUT:-runs/gpu_runbook}"
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+PY="${PY:-python3}"
+log() { "$@" 2>&1 | tee -a "$out/$stage.log"; }
+
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit --format=csv | tee "$out/$stage.log"
+case "$stage" in
+check)
+    log "$PY" -m pytest -q -p no:cacheprovider tests/test_gpu.py
+    log "$PY" benchmarks/train_throughput.py --batch 4
+    ;;
+batch)
+    for b in 8 16; do log "$PY" benchmarks/train_throughput.py --batch "$b" --steps 15; done
+    ;;
+profile)
+    log "$PY" benchmarks/train_throughput.py --which ours --batch 4 --steps 10 --profile 3 --trace "$out/ours_trace.json"
+    ;;
+autotune)
+    log "$PY" benchmarks/matmul_autotune.py --presets 1b,8b --m 2048,8192
+    ;;
+*)
+    echo "unknown stage $stage: use check, batch, profile or autotune" >&2
+    exit 2
+    ;;
+esac
+echo "== $stage: summary"
+grep -E "passed|failed|speedup|MFU|peak memory|geomean|pays" "$out/$stage.log" | tail -20
