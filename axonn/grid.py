@@ -33,7 +33,7 @@ import itertools
 import os
 import socket
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import torch
 import torch.distributed as dist
@@ -146,6 +146,33 @@ def _mpi_world() -> tuple[int, int] | None:
     return None
 
 
+_LOCAL_RANK_VARS = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                    "PMI_LOCAL_RANK", "PALS_LOCAL_RANKID")
+
+
+def local_device_index(rank: int, device_count: int, env: Mapping[str, str] = os.environ) -> int:
+    """The CUDA device this rank drives: its node-local rank modulo the devices it can see.
+
+    The node-local rank comes from the launcher (torchrun ``LOCAL_RANK``, Slurm ``SLURM_LOCALID``,
+    Open MPI, MPICH/Hydra, Cray PALS), else the global rank.  The modulo matters on machines
+    whose launcher binds one GPU per task (``srun --gpu-bind=closest`` on Frontier,
+    ``CUDA_VISIBLE_DEVICES`` per task): there task 5 of a node sees a single device, index 0.
+    """
+    if device_count < 1:
+        raise RuntimeError("the NCCL backend needs a GPU but this process sees none: check CUDA_VISIBLE_DEVICES "
+                           "/ ROCR_VISIBLE_DEVICES and the launcher's --gpus-per-task, or use backend='gloo'")
+    local = next((int(env[k]) for k in _LOCAL_RANK_VARS if env.get(k, "").strip().isdigit()), rank)
+    return local % device_count
+
+
+def _launcher_rank() -> int:
+    """This process's global rank as the launcher states it, before ``torch.distributed`` exists."""
+    if "RANK" in os.environ:
+        return int(os.environ["RANK"])
+    mpi = _mpi_world()
+    return mpi[0] if mpi is not None else 0
+
+
 def _init_distributed(backend: str, timeout_s: float) -> None:
     """Initialise torch.distributed from torchrun env, MPI, or as a 1-process world."""
     timeout = _dt.timedelta(seconds=timeout_s)
@@ -186,25 +213,23 @@ def init(G_data: int = 1, G_intra_r: int = 1, G_intra_c: int = 1, G_intra_d: int
         if v < 1:
             raise ValueError(f"grid axis {a} must be >= 1, got {v}")
     if backend is None:
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        backend = dist.get_backend() if dist.is_initialized() else ("nccl" if torch.cuda.is_available() else "gloo")
     timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else float(timeout_s)
     # Refuse before any allocation / rendezvous when the world size is already known.
     world = int(os.environ.get("WORLD_SIZE", 0)) or (_mpi_world() or (0, 0))[1] or 1
     if dist.is_initialized():
         world = dist.get_world_size()
     _check_product(sizes, world)
+    if "nccl" in backend:  # bind this rank's GPU before NCCL creates its first communicator
+        launcher_rank = dist.get_rank() if dist.is_initialized() else _launcher_rank()
+        torch.cuda.set_device(local_device_index(launcher_rank, torch.cuda.device_count()))
     if not dist.is_initialized():
         _init_distributed(backend, timeout_s)
-        backend = dist.get_backend()
+    backend = dist.get_backend()
     world = dist.get_world_size()
     _check_product(sizes, world)
     rank = dist.get_rank()
-    if backend == "nccl":
-        local = int(os.environ.get("LOCAL_RANK", rank % max(torch.cuda.device_count(), 1)))
-        torch.cuda.set_device(local)
-        device = torch.device("cuda", local)
-    else:
-        device = torch.device("cpu")
+    device = torch.device("cuda", torch.cuda.current_device()) if "nccl" in backend else torch.device("cpu")
     grid = Grid(sizes=sizes, coords=_coords_of(rank, sizes), rank=rank, world_size=world,
                 backend=backend, device=device)
     _build_groups(grid)

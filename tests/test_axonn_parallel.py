@@ -71,6 +71,27 @@ def test_grid_product_mismatch_refused() -> None:
         axonn.init(G_data=2, G_intra_r=2)
 
 
+@pytest.mark.parametrize("env, rank, count, want", [
+    ({"LOCAL_RANK": "3"}, 11, 4, 3),                     # torchrun, all 4 GPUs visible (Perlmutter, Alps)
+    ({"LOCAL_RANK": "5", "SLURM_LOCALID": "5"}, 13, 1, 0),  # srun --gpu-bind=closest: one visible GCD (Frontier)
+    ({"SLURM_LOCALID": "2"}, 6, 4, 2),                   # srun without torchrun's variables
+    ({"OMPI_COMM_WORLD_LOCAL_RANK": "1"}, 9, 8, 1),      # Open MPI mpiexec
+    ({"MPI_LOCALRANKID": "7"}, 7, 8, 7),                 # MPICH / Hydra mpiexec
+    ({}, 6, 4, 2),                                       # nothing said: the global rank modulo the devices
+])
+def test_local_device_index(env, rank, count, want) -> None:
+    from axonn.grid import local_device_index
+
+    assert local_device_index(rank, count, env) == want
+
+
+def test_local_device_index_without_a_gpu_says_what_to_check() -> None:
+    from axonn.grid import local_device_index
+
+    with pytest.raises(RuntimeError, match="sees none: check CUDA_VISIBLE_DEVICES"):
+        local_device_index(0, 0, {})
+
+
 def _fake_grid(data=1, depth=1, row=1, col=1):
     from axonn.grid import Grid, _coords_of
 

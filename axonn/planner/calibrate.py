@@ -222,8 +222,9 @@ def calibrate(base: str = "h100-node", ref_dim: int | None = None, comm_mbytes: 
         rank, world = dist.get_rank(), dist.get_world_size()
     cuda = torch.cuda.is_available()
     if cuda:
-        local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID", rank % torch.cuda.device_count())))
-        torch.cuda.set_device(local_rank)
+        from axonn.grid import local_device_index
+
+        torch.cuda.set_device(local_device_index(rank, torch.cuda.device_count()))
     device = f"cuda:{torch.cuda.current_device()}" if cuda else "cpu"
     dtype = "bfloat16" if cuda else "float32"
     if world > 1:
