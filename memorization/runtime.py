@@ -73,6 +73,14 @@ class Runtime:
         if self.replicas > 1:
             torch.distributed.all_reduce(t, group=self.grid.group(("data", "depth")))
 
+    def any_rank(self, flag: bool) -> torch.Tensor | bool:
+        """``flag`` OR-ed over every rank: a 0-dim device tensor (all-reduce MAX, no host sync) or, alone, the bool."""
+        if self.grid.world_size == 1:
+            return flag
+        t = torch.full((), float(flag), device=self.device)
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+        return t
+
     def barrier(self) -> None:
         if self.grid.world_size > 1:
             torch.distributed.barrier()

@@ -16,14 +16,21 @@ averaging over those replicas yields exactly dL/dθ.
 AdamW, linear warmup + cosine decay, global grad-norm clipping, bf16 autocast on CUDA,
 held-out validation loss, atomic checkpoints (resume continues the same loss curve), wandb
 (offline unless asked to sync), a tqdm bar with loss and tokens/s.
+
+SIGUSR1 (what the Slurm scripts in ``recipes/jobs`` send before the time limit) asks for a
+clean stop: the request is OR-ed over all ranks inside the next step, so every rank stops
+after the same step, writes the checkpoint and raises :class:`TrainingInterrupted`.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
+import signal
+import sys
+import threading
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -59,6 +66,18 @@ class TrainConfig:
     wandb_project: str = "goldfish-axonn"
     progress: bool = True
     goldfish: GoldfishConfig = field(default_factory=lambda: GoldfishConfig(k=0))
+
+
+STOP_SIGNAL = signal.SIGUSR1
+
+
+class TrainingInterrupted(Exception):
+    """``fit`` stopped early on request; the checkpoint of ``step`` is in ``ckpt_dir`` (resume continues)."""
+
+    def __init__(self, step: int, ckpt_dir: Path):
+        super().__init__(f"stopped on request after step {step}; checkpoint in {ckpt_dir}; "
+                         "run the same command again with resume to continue")
+        self.step, self.ckpt_dir = step, ckpt_dir
 
 
 def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
@@ -125,6 +144,7 @@ class Trainer:
         )
         self.step = 0
         self.history: list[dict] = []
+        self.stop_requested = False  # set by request_stop (SIGUSR1 during fit); see train_step
         self.autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if (
             cfg.bf16 and self.device.type == "cuda") else nullcontext
 
@@ -183,9 +203,28 @@ class Trainer:
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         self.rt.all_reduce_batch(loss_sum)
+        stop = self.rt.any_rank(self.stop_requested)  # read with the record: every rank sees the same value
         self.step += 1
         return {"step": self.step, "loss": loss_sum / n_kept, "lr": lr, "grad_norm": grad_norm,
-                "goldfish_drop_frac": drop_frac}
+                "goldfish_drop_frac": drop_frac, "stop_requested": stop}
+
+    def request_stop(self, signum: int | None = None, frame=None) -> None:
+        """Ask ``fit`` to checkpoint and stop after the next step (a signal handler; also callable directly)."""
+        if not self.stop_requested and signum is not None:
+            print(f"[rank {self.rt.grid.rank}] {signal.Signals(signum).name}: checkpointing after the next step, "
+                  "then stopping", file=sys.stderr, flush=True)
+        self.stop_requested = True
+
+    @contextmanager
+    def _stop_on_signal(self):
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = signal.signal(STOP_SIGNAL, self.request_stop)
+        try:
+            yield
+        finally:
+            signal.signal(STOP_SIGNAL, previous)
 
     def fit(self, resume: bool = False, on_step: Callable[[dict], None] | None = None) -> dict:
         cfg = self.cfg
@@ -199,24 +238,31 @@ class Trainer:
             bar = tqdm(total=self.total_steps, initial=self.step, desc=self.run_name, unit="step", dynamic_ncols=True)
         self._t_last = time.perf_counter()
         pending: dict | None = None  # the last step's record, read one step late (see train_step)
-        while self.step < self.total_steps:
-            rec = self.train_step()
-            if pending is not None:
-                self._log(pending, run, bar)
-                if on_step is not None:
-                    on_step(pending)
-            pending = rec
-            evaluate = bool(cfg.eval_every) and self.step % cfg.eval_every == 0
-            save = bool(cfg.checkpoint_every) and self.step % cfg.checkpoint_every == 0 and self.step < self.total_steps
-            if evaluate or save or self.step == self.total_steps:  # these wait for the device anyway
-                if evaluate:
-                    rec["val_loss"] = self.validate()
-                self._log(rec, run, bar)
-                pending = None
-                if save:
-                    self.save_checkpoint()
-                if on_step is not None:
-                    on_step(rec)
+        with self._stop_on_signal():
+            while self.step < self.total_steps:
+                rec = self.train_step()
+                if pending is not None:
+                    stop = self._log(pending, run, bar)
+                    if on_step is not None:
+                        on_step(pending)
+                    if stop and self.step < self.total_steps:
+                        self._log(rec, run, bar)
+                        self._interrupt(run, bar)
+                pending = rec
+                evaluate = bool(cfg.eval_every) and self.step % cfg.eval_every == 0
+                save = (bool(cfg.checkpoint_every) and self.step % cfg.checkpoint_every == 0
+                        and self.step < self.total_steps)
+                if evaluate or save or self.step == self.total_steps:  # these wait for the device anyway
+                    if evaluate:
+                        rec["val_loss"] = self.validate()
+                    stop = self._log(rec, run, bar)
+                    pending = None
+                    if save:
+                        self.save_checkpoint()
+                    if on_step is not None:
+                        on_step(rec)
+                    if stop and self.step < self.total_steps:
+                        self._interrupt(run, bar)
         if bar is not None:
             bar.close()
         val_loss = self.validate()
@@ -230,9 +276,21 @@ class Trainer:
             atomic_write_json(self.out / "train_result.json", result)
         return result
 
-    def _log(self, rec: dict, run, bar) -> None:
-        """Read ``rec`` from the device, time it, and hand it to the history, wandb and the bar."""
+    def _interrupt(self, run, bar) -> None:
+        self.save_checkpoint()
+        if bar is not None:
+            bar.close()
+        if run is not None:
+            run.finish()
+        raise TrainingInterrupted(self.step, self.ckpt_dir)
+
+    def _log(self, rec: dict, run, bar) -> bool:
+        """Read ``rec`` from the device, time it, and hand it to the history, wandb and the bar.
+
+        Returns whether some rank had asked to stop when this step ran (the same answer on every rank).
+        """
         rec.update(read_record(rec))
+        stop = bool(rec.pop("stop_requested", False))
         now = time.perf_counter()
         rec["tokens_per_s"] = self.cfg.batch_size * self.rows.shape[1] / (now - self._t_last)
         self._t_last = now
@@ -242,6 +300,7 @@ class Trainer:
         if bar is not None:
             bar.update(1)
             bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{rec['tokens_per_s']:.0f}")
+        return stop
 
     def validate(self) -> float:
         rows = self.val_rows[: self.cfg.eval_rows]

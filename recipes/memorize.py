@@ -10,6 +10,10 @@ and ``results.png`` to ``--out``.
     python recipes/memorize.py --size 8b --grid 8,2,2,2 --init /path/to/hf-llama   # on GPUs
     torchrun --nproc_per_node 8 recipes/memorize.py --size tiny --grid 1,2,2,2
     python recipes/memorize.py --size 405b --gpus 4096 --machine frontier --plan
+
+SIGUSR1 (sent by the Slurm scripts of recipes/jobs before the time limit) makes every rank
+checkpoint after the same step and exit with status 75 (EX_TEMPFAIL); the same command with
+--resume continues the loss curve exactly.
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ if str(_REPO) not in sys.path:  # runnable from a checkout without installation
     sys.path.insert(0, str(_REPO))
 
 ARMS = ("standard", "goldfish")
+EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: stopped on SIGUSR1 after a checkpoint; rerun with --resume
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -92,7 +97,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--extract-batch", type=int, default=32, help="documents decoded together")
     g = p.add_argument_group("output")
     g.add_argument("--out", default="runs/memorize", help="output directory")
-    g.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
+    g.add_argument("--resume", action="store_true", help="continue the interrupted run in --out "
+                   "(after a crash, or after SIGUSR1 made it checkpoint and exit with status 75)")
     g.add_argument("--overwrite", action="store_true", help="delete a previous run in --out and start afresh")
     g.add_argument("--wandb", action="store_true", help="sync to Weights & Biases (default: offline logs in --out)")
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -312,8 +318,15 @@ def main(argv: list[str] | None = None) -> dict | None:
     results = {"settings": settings_of(args), "num_steps": mixture.num_steps,
                "num_targets": len(mixture.targets), "skipped_targets": mixture.meta["skipped_short_targets"],
                "arms": {}}
-    for arm in arms:
-        results["arms"][arm] = run_arm(arm, args, rt, mixture, tokenizer, out)
+    from memorization.train import TrainingInterrupted
+
+    try:
+        for arm in arms:
+            results["arms"][arm] = run_arm(arm, args, rt, mixture, tokenizer, out)
+    except TrainingInterrupted as e:
+        if rt.is_main:
+            print(f"interrupted: {e} (--resume)", file=sys.stderr)
+        raise SystemExit(EXIT_INTERRUPTED) from None
     if rt.is_main:
         write_report(out, results)
         print((out / "results.md").read_text())

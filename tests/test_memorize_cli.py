@@ -52,6 +52,31 @@ def test_small_run_writes_results_for_both_arms(tmp_path):
         memorize.main(SMALL + ["--out", str(out), "--resume", "--lr", "1e-4"])
 
 
+def test_sigusr1_exits_75_after_a_checkpoint_and_resume_finishes(tmp_path, monkeypatch):
+    import os
+    import signal
+
+    from memorization.train import Trainer
+
+    step = Trainer.train_step
+
+    def signalling_step(self):
+        if self.run_name == "standard" and self.step == 3 and not self.stop_requested:
+            os.kill(os.getpid(), signal.SIGUSR1)
+        return step(self)
+
+    monkeypatch.setattr(Trainer, "train_step", signalling_step)
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as e:
+        memorize.main(SMALL + ["--out", str(out), "--arms", "standard"])
+    assert e.value.code == memorize.EXIT_INTERRUPTED == 75
+    assert (out / "standard" / "checkpoint" / "LATEST").read_text() == "step_0000005"
+    assert not (out / "results.json").exists()
+    monkeypatch.setattr(Trainer, "train_step", step)
+    res = memorize.main(SMALL + ["--out", str(out), "--arms", "standard", "--resume"])["arms"]["standard"]
+    assert res["steps"] == 12 and len(res["loss_curve"]) == 12
+
+
 def _refused(tmp_path, args, match):
     out = tmp_path / "bad"
     with pytest.raises(SystemExit, match=match):

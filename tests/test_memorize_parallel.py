@@ -53,3 +53,15 @@ def test_full_grid_of_eight_ranks_follows_serial(serial, tmp_path):
 @pytest.mark.skipif(shutil.which("mpiexec") is None, reason="mpiexec not installed")
 def test_mpiexec_launch_follows_serial(serial, tmp_path):
     _same_run(serial, _launch(["mpiexec", "-n", "4", sys.executable], "2,1,2,1", tmp_path / "r"))
+
+
+def test_stop_request_on_one_rank_stops_every_rank_after_the_same_step(tmp_path):
+    sys.path.insert(0, str(REPO / "tests" / "axonn_workers"))
+    import launcher
+
+    codes, out = launcher.launch("stop_request.py", 2, [str(tmp_path)], timeout=240,
+                                 extra_env={"WANDB_MODE": "disabled"})
+    assert codes == [0, 0], out
+    for r in (0, 1):
+        assert f"rank {r}: stopped after step 8, LATEST step_0000008" in out, out
+        assert f"rank {r}: resumed curve matches" in out, out

@@ -95,3 +95,27 @@ def test_train_step_leaves_its_values_on_the_device_and_fit_reads_them(tmp_path)
     assert [h["step"] for h in res["history"]] == [1, 2, 3]  # read one step late, logged in order, none lost
     assert all(isinstance(h[k], float) for h in res["history"] for k in ("loss", "grad_norm", "tokens_per_s"))
     assert res["history"][0]["loss"] == pytest.approx(host["loss"], rel=1e-6)
+
+
+def test_sigusr1_checkpoints_then_stops_and_resume_continues_the_curve(tmp_path):
+    import os
+    import signal
+
+    from memorization.train import TrainingInterrupted
+
+    ref = [h["loss"] for h in _trainer(tmp_path / "a").fit()["history"]]
+
+    def signal_at_5(rec):
+        if rec["step"] == 5:
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+    before = signal.getsignal(signal.SIGUSR1)
+    with pytest.raises(TrainingInterrupted) as e:
+        _trainer(tmp_path / "b").fit(on_step=signal_at_5)
+    assert signal.getsignal(signal.SIGUSR1) is before  # handler restored
+    # the request is taken at the next step (7) and read one step late: checkpoint after step 8
+    assert e.value.step == 8
+    assert (tmp_path / "b" / "checkpoint" / "LATEST").read_text() == "step_0000008"
+    resumed = _trainer(tmp_path / "b").fit(resume=True)
+    assert [h["loss"] for h in resumed["history"]] == pytest.approx(ref, rel=1e-6, abs=1e-7)
+    assert [h["step"] for h in resumed["history"]] == list(range(1, 13))
