@@ -165,6 +165,13 @@ def local_device_index(rank: int, device_count: int, env: Mapping[str, str] = os
     return local % device_count
 
 
+def launcher_world_size() -> int:
+    """Number of processes the launcher started (torchrun, mpiexec, srun), 1 when none; no communication."""
+    if dist.is_initialized():
+        return dist.get_world_size()
+    return int(os.environ.get("WORLD_SIZE", 0)) or (_mpi_world() or (0, 0))[1] or 1
+
+
 def _launcher_rank() -> int:
     """This process's global rank as the launcher states it, before ``torch.distributed`` exists."""
     if "RANK" in os.environ:
@@ -216,9 +223,7 @@ def init(G_data: int = 1, G_intra_r: int = 1, G_intra_c: int = 1, G_intra_d: int
         backend = dist.get_backend() if dist.is_initialized() else ("nccl" if torch.cuda.is_available() else "gloo")
     timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else float(timeout_s)
     # Refuse before any allocation / rendezvous when the world size is already known.
-    world = int(os.environ.get("WORLD_SIZE", 0)) or (_mpi_world() or (0, 0))[1] or 1
-    if dist.is_initialized():
-        world = dist.get_world_size()
+    world = launcher_world_size()
     _check_product(sizes, world)
     if "nccl" in backend:  # bind this rank's GPU before NCCL creates its first communicator
         launcher_rank = dist.get_rank() if dist.is_initialized() else _launcher_rank()

@@ -43,7 +43,8 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import axonn  # noqa: E402
 from axonn.planner import plan  # noqa: E402
-from axonn.planner.calibrate import _dist_env, calibrate  # noqa: E402
+from axonn.grid import launcher_world_size  # noqa: E402
+from axonn.planner.calibrate import calibrate  # noqa: E402
 from axonn.planner.profiles import load_profile, save_profile  # noqa: E402
 from axonn.planner.model import CostConfig  # noqa: E402
 from axonn.presets import ModelShape  # noqa: E402
@@ -178,7 +179,7 @@ def main() -> int:
     a = p.parse_args()
 
     if a.profile:  # reuse a calibration (e.g. the one a previous run wrote to OUT.profile.yaml)
-        axonn.init(G_data=_dist_env()[1])
+        axonn.init(G_data=launcher_world_size())
         prof, raw = load_profile(a.profile), {}
     else:
         prof, raw = calibrate(base="h100-node", ref_dim=a.ref_dim, comm_mbytes=a.comm_mbytes,

@@ -9,8 +9,8 @@ GEMMs run in bf16 on CUDA/ROCm and fp32 on CPU. ``measured_tflops`` is the rate 
 ``m = n = k = --ref-dim`` GEMM; ``gemm_half_dim`` is fitted to smaller GEMMs with the cost model's
 curve ``rate(d)/rate(ref) = f(d)³/f(ref)³``, ``f(d) = d/(d + d_half)``.
 
-Collectives (only with world size > 1; rank/world from torchrun/Slurm/MPI environment variables,
-or from mpi4py when launched by mpiexec): the ring "bus bandwidth" of all-reduce
+Collectives (only with world size > 1; the world is started the trainer's way, ``axonn.init``:
+torchrun variables, else mpi4py under mpiexec/srun): the ring "bus bandwidth" of all-reduce
 (``2(p−1)/p·bytes / t``) and all-gather (``(p−1)/p·bytes / t``) inside a node gives
 ``intra_node_gbps``; across nodes, all ranks with the same local rank all-reduce at once, so
 ``g`` rings share each node's NICs and ``inter_node_gbps = g · busbw``. Latencies are the times of
@@ -109,36 +109,6 @@ def measure_hbm(device: str) -> float:
     return 2.0 * n / t
 
 
-def _dist_env() -> tuple[int, int, int, bool]:
-    """(rank, world, local_world, launched_by_mpi) from torchrun/Slurm/MPI variables or mpi4py."""
-    env = os.environ
-    if "RANK" in env and "WORLD_SIZE" in env:
-        return int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_WORLD_SIZE", 0)), False
-    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env and int(env["SLURM_NTASKS"]) > 1:
-        return int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), 0, False
-    for r, w in (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"),
-                 ("PMIX_RANK", "PMIX_SIZE")):
-        if r in env and w in env and int(env[w]) > 1:
-            return int(env[r]), int(env[w]), 0, True
-    return 0, 1, 1, False
-
-
-def _init_distributed(rank: int, world: int, via_mpi: bool, backend: str) -> None:
-    import torch.distributed as dist
-    if "MASTER_ADDR" not in os.environ:
-        addr = socket.gethostname()
-        if via_mpi:
-            from mpi4py import MPI
-            addr = MPI.COMM_WORLD.bcast(addr, root=0)
-        elif "SLURM_JOB_NODELIST" in os.environ:
-            import subprocess
-            addr = subprocess.run(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]],
-                                  capture_output=True, text=True, check=True).stdout.split()[0]
-        os.environ["MASTER_ADDR"] = addr
-    os.environ.setdefault("MASTER_PORT", "29517")
-    dist.init_process_group(backend, rank=rank, world_size=world)
-
-
 def measure_collectives(device: str, nbytes: int) -> dict[str, float]:
     """Collective figures across the launched ranks (see module docstring)."""
     import torch
@@ -217,19 +187,17 @@ def calibrate(base: str = "h100-node", ref_dim: int | None = None, comm_mbytes: 
     """
     import torch
     import torch.distributed as dist
-    rank, world, _, via_mpi = _dist_env()
-    if dist.is_initialized():
-        rank, world = dist.get_rank(), dist.get_world_size()
-    cuda = torch.cuda.is_available()
-    if cuda:
-        from axonn.grid import local_device_index
 
-        torch.cuda.set_device(local_device_index(rank, torch.cuda.device_count()))
+    from axonn.grid import init as axonn_init, launcher_world_size, local_device_index
+    world = launcher_world_size()
+    if world > 1 and not dist.is_initialized():
+        axonn_init(G_data=world)  # the trainer's launch path: torchrun / mpiexec / srun, GPU bound per rank
+    cuda = torch.cuda.is_available()
+    if cuda and world == 1:
+        torch.cuda.set_device(local_device_index(0, torch.cuda.device_count()))
     device = f"cuda:{torch.cuda.current_device()}" if cuda else "cpu"
     dtype = "bfloat16" if cuda else "float32"
     if world > 1:
-        if not dist.is_initialized():
-            _init_distributed(rank, world, via_mpi, "nccl" if cuda else "gloo")
         dist.barrier()
     ref_dim = ref_dim or (8192 if cuda else 1024)
     dims = sorted({d for d in (ref_dim // 16, ref_dim // 8, ref_dim // 4, 3 * ref_dim // 8, ref_dim // 2,
