@@ -8,7 +8,8 @@
 #
 # Each stage fits one 10-minute call on an H100 (the 1.1B compile takes about a minute). Logs go to
 # $OUT (or runs/gpu_runbook/ when $OUT is unset) and the last lines printed are the figures.
-# Nothing here needs wandb, datasets or evaluate, so no wheels have to travel.
+# Nothing here needs wandb, datasets or evaluate, so no wheels have to travel. The predictions these runs
+# test are in benchmarks/results/throughput_notes.md.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 stage="${1:?usage: bash benchmarks/gpu_runbook.sh check|batch|profile|autotune}"
