@@ -209,9 +209,13 @@ class Trainer:
                 "goldfish_drop_frac": drop_frac, "stop_requested": stop}
 
     def request_stop(self, signum: int | None = None, frame=None) -> None:
-        """Ask ``fit`` to checkpoint and stop after the next step (a signal handler; also callable directly)."""
+        """Ask ``fit`` to checkpoint and stop (a signal handler; also callable directly).
+
+        The next step all-reduces the request; ``fit`` reads it one step later, so every rank
+        checkpoints and stops at most two steps after the request.
+        """
         if not self.stop_requested and signum is not None:
-            print(f"[rank {self.rt.grid.rank}] {signal.Signals(signum).name}: checkpointing after the next step, "
+            print(f"[rank {self.rt.grid.rank}] {signal.Signals(signum).name}: checkpointing within two steps, "
                   "then stopping", file=sys.stderr, flush=True)
         self.stop_requested = True
 
