@@ -333,7 +333,7 @@ def read_record(rec: dict) -> dict:
 
 def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     """Copy a host tensor to ``device``; to CUDA through pinned memory, so the copy does not wait for the stream."""
-    if device.type != "cuda":
+    if device.type != "cuda" or t.device.type != "cpu":
         return t.to(device)
     return t.pin_memory().to(device, non_blocking=True)
 
