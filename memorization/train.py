@@ -240,13 +240,16 @@ class Trainer:
             from tqdm.auto import tqdm
 
             bar = tqdm(total=self.total_steps, initial=self.step, desc=self.run_name, unit="step", dynamic_ncols=True)
-        self._t_last = time.perf_counter()
         pending: dict | None = None  # the last step's record, read one step late (see train_step)
         with self._stop_on_signal():
             while self.step < self.total_steps:
+                t_start = time.perf_counter()
                 rec = self.train_step()
+                rec["_t_start"] = t_start
                 if pending is not None:
-                    stop = self._log(pending, run, bar)
+                    # step s took from its enqueue to step s+1's: on a GPU the loop is paced by the
+                    # read of step s-1, so this is the device's step period; on a CPU, the step itself
+                    stop = self._log(pending, run, bar, t_end=t_start)
                     if on_step is not None:
                         on_step(pending)
                     if stop and self.step < self.total_steps:
@@ -257,9 +260,7 @@ class Trainer:
                 save = (bool(cfg.checkpoint_every) and self.step % cfg.checkpoint_every == 0
                         and self.step < self.total_steps)
                 if evaluate or save or self.step == self.total_steps:  # these wait for the device anyway
-                    if evaluate:
-                        rec["val_loss"] = self.validate()
-                    stop = self._log(rec, run, bar)
+                    stop = self._log(rec, run, bar, val_loss=self.validate if evaluate else None)
                     pending = None
                     if save:
                         self.save_checkpoint()
@@ -288,16 +289,21 @@ class Trainer:
             run.finish()
         raise TrainingInterrupted(self.step, self.ckpt_dir)
 
-    def _log(self, rec: dict, run, bar) -> bool:
+    def _log(self, rec: dict, run, bar, t_end: float | None = None,
+             val_loss: Callable[[], float] | None = None) -> bool:
         """Read ``rec`` from the device, time it, and hand it to the history, wandb and the bar.
 
-        Returns whether some rank had asked to stop when this step ran (the same answer on every rank).
+        The step's time runs from its enqueue (``rec["_t_start"]``) to ``t_end``, or to the end of
+        the read (which waits for the step) when ``t_end`` is None; ``val_loss``, if given, runs after
+        the timing.  Returns whether some rank had asked to stop when this step ran (the same
+        answer on every rank).
         """
         rec.update(read_record(rec))
+        seconds = (t_end if t_end is not None else time.perf_counter()) - rec.pop("_t_start")
+        rec["tokens_per_s"] = self.cfg.batch_size * self.rows.shape[1] / max(seconds, 1e-9)
         stop = bool(rec.pop("stop_requested", False))
-        now = time.perf_counter()
-        rec["tokens_per_s"] = self.cfg.batch_size * self.rows.shape[1] / (now - self._t_last)
-        self._t_last = now
+        if val_loss is not None:
+            rec["val_loss"] = val_loss()
         self.history.append(rec)
         if run is not None:
             run.log(rec, step=rec["step"])

@@ -97,6 +97,14 @@ def test_train_step_leaves_its_values_on_the_device_and_fit_reads_them(tmp_path)
     assert res["history"][0]["loss"] == pytest.approx(host["loss"], rel=1e-6)
 
 
+def test_tokens_per_s_has_no_spikes_at_checkpoints_and_evals(tmp_path):
+    """Each step is timed from its enqueue, not between two reads (which come back to back at a checkpoint)."""
+    hist = _trainer(tmp_path, eval_every=3).fit()["history"]
+    tps = sorted(h["tokens_per_s"] for h in hist[1:])
+    assert tps[-1] < 5 * tps[len(tps) // 2], tps
+    assert [h["step"] for h in hist if "val_loss" in h] == [3, 6, 9, 12]
+
+
 def test_sigusr1_checkpoints_then_stops_and_resume_continues_the_curve(tmp_path):
     import os
     import signal
