@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from memorization.mixture import atomic_write_json
+from memorization.train import EXIT_INTERRUPTED
 
 log = logging.getLogger(__name__)
 
@@ -355,9 +356,13 @@ def run_cell(cell: Cell, root: Path, extra: Sequence[str], opts: EvalOptions,
                    settings=results.get("settings"), arms=arms)
     except KeyboardInterrupt:
         raise
-    except BaseException as e:  # noqa: BLE001 - SystemExit from memorize's validation included
-        msg = str(e) if not isinstance(e, SystemExit) else str(e.code)
-        rec.update(status="error", error=f"{type(e).__name__}: {msg}", traceback=traceback.format_exc(limit=8))
+    except SystemExit as e:
+        if e.code == EXIT_INTERRUPTED:  # SIGUSR1: the arm checkpointed; stop the sweep, the cell resumes next time
+            raise
+        rec.update(status="error", error=f"SystemExit: {e.code}", traceback=traceback.format_exc(limit=8))
+        log.error("cell %s failed: %s", cell.name, rec["error"])
+    except Exception as e:  # noqa: BLE001 - any failure of one cell is recorded, the sweep goes on
+        rec.update(status="error", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc(limit=8))
         log.error("cell %s failed: %s", cell.name, rec["error"])
     rec["seconds"] = time.perf_counter() - t0
     rec["finished_at"] = time.time()

@@ -69,6 +69,7 @@ class TrainConfig:
 
 
 STOP_SIGNAL = signal.SIGUSR1
+EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: the exit status of a CLI whose training stopped on STOP_SIGNAL (resume it)
 
 
 class TrainingInterrupted(Exception):

@@ -29,7 +29,6 @@ if str(_REPO) not in sys.path:  # runnable from a checkout without installation
     sys.path.insert(0, str(_REPO))
 
 ARMS = ("standard", "goldfish")
-EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: stopped on SIGUSR1 after a checkpoint; rerun with --resume
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -318,7 +317,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     results = {"settings": settings_of(args), "num_steps": mixture.num_steps,
                "num_targets": len(mixture.targets), "skipped_targets": mixture.meta["skipped_short_targets"],
                "arms": {}}
-    from memorization.train import TrainingInterrupted
+    from memorization.train import EXIT_INTERRUPTED, TrainingInterrupted
 
     try:
         for arm in arms:

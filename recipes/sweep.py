@@ -4,7 +4,8 @@
 Each cell is one recipes/memorize.py run at one size and one exposure count; the standard arm
 is trained once per (size, exposures) and shared by every Goldfish k/h. Finished cells are
 never re-run, an interrupted cell resumes (memorize --resume), a failing cell is recorded and
-the sweep goes on. The report (DIR/report.md, DIR/report.html with embedded PNG plots,
+the sweep goes on; SIGUSR1 (a Slurm time limit near) checkpoints the arm in training and ends
+the sweep with status 75, and the same command continues it. The report (DIR/report.md, DIR/report.html with embedded PNG plots,
 DIR/results.json) has extraction, Rouge-L, held-out loss and perplexity, and optionally MIA
 AUCs, lm-eval scores and HPC-code pass@1.
 

@@ -56,7 +56,7 @@ def test_sigusr1_exits_75_after_a_checkpoint_and_resume_finishes(tmp_path, monke
     import os
     import signal
 
-    from memorization.train import Trainer
+    from memorization.train import EXIT_INTERRUPTED, Trainer
 
     step = Trainer.train_step
 
@@ -69,7 +69,7 @@ def test_sigusr1_exits_75_after_a_checkpoint_and_resume_finishes(tmp_path, monke
     out = tmp_path / "run"
     with pytest.raises(SystemExit) as e:
         memorize.main(SMALL + ["--out", str(out), "--arms", "standard"])
-    assert e.value.code == memorize.EXIT_INTERRUPTED == 75
+    assert e.value.code == EXIT_INTERRUPTED == 75
     assert (out / "standard" / "checkpoint" / "LATEST").read_text() == "step_0000005"
     assert not (out / "results.json").exists()
     monkeypatch.setattr(Trainer, "train_step", step)

@@ -219,3 +219,26 @@ def test_downstream_and_hpc_code_pipeline(tmp_path):
         assert "goldfish_mc_acc" in r and r["hpc_pass@1"] == 0
     md = (tmp_path / "s" / "report.md").read_text()
     assert "goldfish_mc_acc" in md and "hpc_pass@1" in md
+
+
+def test_stop_signal_stops_the_sweep_and_leaves_the_cell_to_resume(tmp_path):
+    """memorize exiting 75 (SIGUSR1: checkpointed) ends the sweep there; a validation SystemExit is a failed cell."""
+    from memorization.train import EXIT_INTERRUPTED
+
+    cells = sw.expand_grid("tiny", "2,4", "4")
+    seen = []
+
+    def stopped(argv):
+        seen.append(argv)
+        raise SystemExit(EXIT_INTERRUPTED)
+
+    with pytest.raises(SystemExit) as e:
+        sw.run_sweep(cells, tmp_path, MICRO, sw.EvalOptions(), {}, progress=False, memorize_main=stopped)
+    assert e.value.code == EXIT_INTERRUPTED and len(seen) == 1  # the second cell never started
+    assert not list(tmp_path.glob("cells/*/cell.json"))  # nothing recorded: the next run resumes the cell
+
+    def refused(argv):
+        raise SystemExit("error: --lr must be > 0")
+
+    rec = sw.run_cell(cells[0], tmp_path, MICRO, sw.EvalOptions(), memorize_main=refused)
+    assert rec["status"] == "error" and rec["error"] == "SystemExit: error: --lr must be > 0"
