@@ -173,7 +173,9 @@ def launcher_world_size() -> int:
 
 
 def _launcher_rank() -> int:
-    """This process's global rank as the launcher states it, before ``torch.distributed`` exists."""
+    """This process's global rank (the launcher's statement of it before ``torch.distributed`` exists)."""
+    if dist.is_initialized():
+        return dist.get_rank()
     if "RANK" in os.environ:
         return int(os.environ["RANK"])
     mpi = _mpi_world()
@@ -226,8 +228,7 @@ def init(G_data: int = 1, G_intra_r: int = 1, G_intra_c: int = 1, G_intra_d: int
     world = launcher_world_size()
     _check_product(sizes, world)
     if "nccl" in backend:  # bind this rank's GPU before NCCL creates its first communicator
-        launcher_rank = dist.get_rank() if dist.is_initialized() else _launcher_rank()
-        torch.cuda.set_device(local_device_index(launcher_rank, torch.cuda.device_count()))
+        torch.cuda.set_device(local_device_index(_launcher_rank(), torch.cuda.device_count()))
     if not dist.is_initialized():
         _init_distributed(backend, timeout_s)
     backend = dist.get_backend()

@@ -247,27 +247,26 @@ class Trainer:
                 t_start = time.perf_counter()
                 rec = self.train_step()
                 rec["_t_start"] = t_start
+                stopping = False
                 if pending is not None:
                     # step s took from its enqueue to step s+1's: on a GPU the loop is paced by the
                     # read of step s-1, so this is the device's step period; on a CPU, the step itself
-                    stop = self._log(pending, run, bar, t_end=t_start)
+                    stopping = self._log(pending, run, bar, t_end=t_start)
                     if on_step is not None:
                         on_step(pending)
-                    if stop and self.step < self.total_steps:
-                        self._log(rec, run, bar)
-                        self._interrupt(run, bar)
                 pending = rec
+                last = self.step == self.total_steps
                 evaluate = bool(cfg.eval_every) and self.step % cfg.eval_every == 0
-                save = (bool(cfg.checkpoint_every) and self.step % cfg.checkpoint_every == 0
-                        and self.step < self.total_steps)
-                if evaluate or save or self.step == self.total_steps:  # these wait for the device anyway
-                    stop = self._log(rec, run, bar, val_loss=self.validate if evaluate else None)
+                save = bool(cfg.checkpoint_every) and self.step % cfg.checkpoint_every == 0 and not last
+                if stopping or evaluate or save or last:  # these wait for the device anyway
+                    stopping |= self._log(rec, run, bar, val_loss=self.validate if evaluate else None)
                     pending = None
-                    if save:
+                    stopping &= not last  # the final step finishes the run normally
+                    if save or stopping:
                         self.save_checkpoint()
                     if on_step is not None:
                         on_step(rec)
-                    if stop and self.step < self.total_steps:
+                    if stopping:
                         self._interrupt(run, bar)
         if bar is not None:
             bar.close()
@@ -283,7 +282,7 @@ class Trainer:
         return result
 
     def _interrupt(self, run, bar) -> None:
-        self.save_checkpoint()
+        """End ``fit`` after a stop request (the checkpoint of this step is written)."""
         if bar is not None:
             bar.close()
         if run is not None:

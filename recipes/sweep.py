@@ -5,9 +5,9 @@ Each cell is one recipes/memorize.py run at one size and one exposure count; the
 is trained once per (size, exposures) and shared by every Goldfish k/h. Finished cells are
 never re-run, an interrupted cell resumes (memorize --resume), a failing cell is recorded and
 the sweep goes on; SIGUSR1 (a Slurm time limit near) checkpoints the arm in training and ends
-the sweep with status 75, and the same command continues it. The report (DIR/report.md, DIR/report.html with embedded PNG plots,
-DIR/results.json) has extraction, Rouge-L, held-out loss and perplexity, and optionally MIA
-AUCs, lm-eval scores and HPC-code pass@1.
+the sweep with status 75, and the same command continues it. The report (DIR/report.md,
+DIR/report.html with embedded PNG plots, DIR/results.json) has extraction, Rouge-L, held-out
+loss and perplexity, and optionally MIA AUCs, lm-eval scores and HPC-code pass@1.
 
     python recipes/sweep.py --sizes tiny,mini --exposures 16,32,64 --goldfish-k 0,4 --mia --out runs/sweep
     python recipes/sweep.py --sizes tiny --exposures 2,4 --goldfish-k 0,4 --steps 12 --num-targets 4 --out /tmp/s

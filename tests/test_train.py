@@ -105,7 +105,8 @@ def test_tokens_per_s_has_no_spikes_at_checkpoints_and_evals(tmp_path):
     assert [h["step"] for h in hist if "val_loss" in h] == [3, 6, 9, 12]
 
 
-def test_sigusr1_checkpoints_then_stops_and_resume_continues_the_curve(tmp_path):
+@pytest.mark.parametrize("signal_after", [5, 6])
+def test_sigusr1_checkpoints_then_stops_and_resume_continues_the_curve(tmp_path, signal_after):
     import os
     import signal
 
@@ -113,16 +114,22 @@ def test_sigusr1_checkpoints_then_stops_and_resume_continues_the_curve(tmp_path)
 
     ref = [h["loss"] for h in _trainer(tmp_path / "a").fit()["history"]]
 
-    def signal_at_5(rec):
-        if rec["step"] == 5:
+    def send_signal(rec):
+        if rec["step"] == signal_after:
             os.kill(os.getpid(), signal.SIGUSR1)
 
     before = signal.getsignal(signal.SIGUSR1)
+    t = _trainer(tmp_path / "b")
+    saved = []
+    save = t.save_checkpoint
+    t.save_checkpoint = lambda: (saved.append(t.step), save())
     with pytest.raises(TrainingInterrupted) as e:
-        _trainer(tmp_path / "b").fit(on_step=signal_at_5)
+        t.fit(on_step=send_signal)
     assert signal.getsignal(signal.SIGUSR1) is before  # handler restored
-    # the request is taken at the next step (7) and read one step late: checkpoint after step 8
-    assert e.value.step == 8
+    # on_step(5) runs once step 6 is enqueued, so step 7 carries the request; it is read once step 8 is
+    # enqueued. on_step(6) runs once step 7 is enqueued, so step 8 carries it, read at step 8 itself.
+    # Either way the run stops after step 8, which is also a periodic checkpoint: written once.
+    assert e.value.step == 8 and saved == [4, 8]
     assert (tmp_path / "b" / "checkpoint" / "LATEST").read_text() == "step_0000008"
     resumed = _trainer(tmp_path / "b").fit(resume=True)
     assert [h["loss"] for h in resumed["history"]] == pytest.approx(ref, rel=1e-6, abs=1e-7)
