@@ -186,32 +186,40 @@ def _params(obj) -> list[torch.nn.Parameter]:
     return [p for p in obj if p.requires_grad]
 
 
+GRAD_BUCKET_ELEMENTS = 1 << 26  # 64 Mi elements (256 MiB in fp32) per all-reduce in sync_gradients
+
+
 @torch.no_grad()
-def sync_gradients(model_or_params, grid: Grid | None = None) -> None:
+def sync_gradients(model_or_params, grid: Grid | None = None, bucket_elements: int = GRAD_BUCKET_ELEMENTS) -> None:
     """Average gradients over the data (and, where needed, depth) axes; call after backward.
 
     * depth-sharded weights (already summed over depth by the backward
       reduce-scatter): all-reduce over ``data``;
     * everything else (biases, norms, embedding): all-reduce over ``data × depth``;
-    then divide by ``G_data·G_intra_d``.  Grads are bucketed per group.  Waits for
-    overlapped reduce-scatters first.  No-op when ``G_data = G_intra_d = 1``.
+    then divide by ``G_data·G_intra_d``.  Gradients sharing a group and a dtype are flattened
+    into buckets of at most ``bucket_elements`` (one larger gradient travels alone), so the
+    transient copy is one bucket, not a second copy of every gradient.  Waits for overlapped
+    reduce-scatters first.  No-op when ``G_data = G_intra_d = 1``.
     """
     finish_pending_grads()
     grid = grid or getattr(model_or_params, "_axonn_grid", None) or get_grid()
     n = grid.size(("data", "depth"))
     if n == 1:
         return
-    buckets: dict[tuple[str, ...], list[torch.nn.Parameter]] = {}
+    buckets: dict[tuple, list[list[torch.nn.Parameter]]] = {}  # (axes, dtype) -> buckets, same order on every rank
+    filled: dict[tuple, int] = {}
     for p in _params(model_or_params):
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-        axes = ("data",) if spec_of(p).flat is not None else ("data", "depth")
-        buckets.setdefault(axes, []).append(p)
-    for axes, ps in buckets.items():
-        by_dtype: dict[torch.dtype, list[torch.nn.Parameter]] = {}
-        for p in ps:
-            by_dtype.setdefault(p.grad.dtype, []).append(p)
-        for group in by_dtype.values():
+        key = (("data",) if spec_of(p).flat is not None else ("data", "depth"), p.grad.dtype)
+        bs = buckets.setdefault(key, [[]])
+        if bs[-1] and filled[key] + p.numel() > bucket_elements:
+            bs.append([])
+            filled[key] = 0
+        bs[-1].append(p)
+        filled[key] = filled.get(key, 0) + p.numel()
+    for (axes, _), groups in buckets.items():
+        for group in groups:
             flat = torch.cat([p.grad.reshape(-1) for p in group])
             all_reduce(flat, axes, grid=grid)
             flat.div_(n)

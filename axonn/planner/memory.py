@@ -1,47 +1,60 @@
-r"""Memory per GPU of a Llama-family model trained on a 4D AxoNN grid.
+r"""Memory per GPU of a Llama-family model trained by this project's trainer on a 4D AxoNN grid.
 
-Notation as in :mod:`axonn.planner.model`: grid ``(D, R, C, Z)``, per-GPU micro-batch ``b``,
-sequence ``s``, local tokens ``m = b·s``, hidden ``h``, FFN ``f``, KV width ``kv = kv_heads·head_dim``,
-vocabulary ``V``, layers ``L``. All figures are bytes on one rank.
+The formulas describe what :class:`memorization.train.Trainer` allocates, term by term, and
+were fitted to and are checked against ``memorization.memory_trace`` (the real training step
+traced op by op under fake tensors: ``benchmarks/memory_validation.py``, tests in
+``tests/test_memory_model.py``).  Notation as in :mod:`axonn.planner.model`: grid ``(D, R, C, Z)``,
+per-GPU micro-batch ``b``, sequence ``s``, local tokens ``m = b·s``, hidden ``h``, FFN ``f``, KV
+width ``kv = kv_heads·head_dim``, vocabulary ``V``, layers ``L``, loss chunk ``c = min(m,
+chunk_tokens)``.  All figures are bytes on one rank.
 
-Model state (mixed precision with AdamW, ``bytes_per_param`` = 2 bf16 weight + 2 bf16 grad +
-4 fp32 master + 4 fp32 gradient accumulator + 8 Adam moments = 20)::
+The recipe: fp32 parameters, fp32 gradients, fp32 AdamW moments, bf16 autocast.  Hugging
+Face's Llama keeps the residual stream and the RMSNorm outputs in fp32 under autocast (the
+embedding is fp32); matmul outputs are bf16.  Two layouts:
 
-    P_sharded = L·(2h² + 2h·kv + 3h·f) + 2·V·h          (Linears, embedding and lm_head)
-    P_repl    = 2·L·h + h                               (RMSNorm weights)
-    states    = bytes_per_param · (P_sharded/(R·C·Z) + P_repl)
+* **R = C = Z = 1** (``axonn.parallelize`` keeps HF's modules).  Autocast's cast of each Linear
+  weight to bf16 is cached for the forward and saved for backward: ``2·P_lin`` more (``P_lin`` =
+  every Linear incl. lm_head).  Each Linear saves its own bf16 cast of its input.  Saved per
+  layer: residuals and normalised hidden in fp32 (16 B·h), five bf16 input casts (10 B·h), q and
+  the attention output (4 B·h), k, v (4 B·kv), gate, up, silu, product (8 B·f), LSE (4 B·heads)::
 
-The data axis replicates all of it (no optimizer sharding over data).
+      A = m·(30h + 4kv + 8f + 4·heads)
 
-Gathered-weight buffers (depth all-gather of the current layer, the prefetched next one, and the
-current layer's unreduced weight gradient before its reduce-scatter), bf16::
+* **otherwise** (axonn's tensor-parallel Linear).  The residual stream stays full-width and
+  fp32 (replicated over row and column); each non-transposed Linear saves its fp32 input shard
+  (``drop`` over column), the others their bf16 inputs; weights are cast inside the layer, so
+  no bf16 copies live across layers::
 
-    buffers = 3 · 2 · max(P_layer, V·h) / (R·C)
+      A = m·(16h + 8h/C + 4h/R + 4kv/R + 8f/R + 4·heads/R)
 
-Activations of one decoder layer and micro-step, bf16, without checkpointing. The residual
-stream / norm outputs feeding non-transposed layers are ``m × h/C`` (replicated over R), the
-outputs of q/k/v/gate/up and everything between them and o/down are ``m × ·/R`` (replicated over
-C); flash attention keeps no ``s × s`` score matrix::
+States (every rank, the data axis replicates them): ``16 B × (P_lin/(R·C·Z) + V·h/(R·C) + P_norm)``
+(the embedding is split over row × column only).  With ``D·Z > 1`` the gradient all-reduce
+flattens one bucket of at most 64 Mi fp32 elements at a time.  Gathered-weight buffers (Z > 1): the current
+and the prefetched layer's fp32 local block and its unreduced fp32 weight gradient,
+``3·4·max(P_layer, V·h)/(R·C)``.
 
-    A_layer = 2·m·(4h/C + (2h + 2kv)/R + 4f/R) + 4·m·heads/R
-              [residual, norm1 out, residual-mid, norm2 out] [q, k, v, attn out]
-              [gate, up, silu(gate), product] [fp32 log-sum-exp]
+Activations: without checkpointing, ``L·A`` plus ``8·m·h + 8·m·h/C`` (embedding output, final
+norm, the loss's shifted input and its gradient); with checkpointing, each layer keeps only its
+fp32 input, ``L·4·m·h`` (plus ``8·m·h`` around the loss), and backward recomputes one layer at a time (``A`` and, in HF's layout,
+that layer's bf16 weights), while HF's forward still caches every bf16 weight until the
+forward ends (the larger of the two moments counts).
 
-    no checkpointing : L·A_layer + A_layer          (+ one layer of gradient workspace)
-    checkpointing    : L·2·m·h/C + 2·A_layer        (layer inputs + recompute + gradients)
-
-Logits (``m × V/R``: bf16 output, fp32 upcast for the loss, fp32 gradient)::
-
-    logits = (2 + 4 + 4) · m · V / R
+Logits (one chunk of ``c`` tokens at a time, ``V/R`` columns): the fp32 logits, log-softmax
+and its gradient, ``12·c·V/R``.
 
 Total = states + buffers + activations + logits; it fits when it is at most
-``memory·usable_fraction − reserved`` of the profile.
+``memory·usable_fraction − reserved`` of the profile (the reserve covers the CUDA context,
+allocator rounding and library workspaces, which no trace sees).  The activation terms count
+one micro-step while the gradients of earlier micro-steps are live: exact for steps of two or
+more micro-steps, an over-estimate of up to ``4 B × parameters`` for a single micro-step.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
 from axonn.presets import ModelShape
+
+from axonn.parallelize import GRAD_BUCKET_ELEMENTS
 
 from .model import Grid, layer_linears, lm_head
 
@@ -50,12 +63,11 @@ GIB = 1024**3
 
 @dataclass(frozen=True)
 class MemoryConfig:
-    """Byte counts of the training recipe (mixed-precision AdamW by default)."""
+    """Byte counts of the trainer's recipe (fp32 weights, gradients and AdamW state; bf16 autocast)."""
 
-    bytes_per_param: int = 20        # bf16 w + bf16 g + fp32 master + fp32 grad accum + 2×fp32 Adam
-    bytes_act: int = 2               # bf16 activations
-    logits_bytes_per_elem: int = 10  # bf16 logits + fp32 upcast + fp32 gradient
-    gathered_buffers: int = 3        # current layer + prefetched layer + unreduced gradient
+    bytes_per_param: int = 16        # fp32 weight + fp32 gradient + 2 × fp32 AdamW moment
+    chunk_tokens: int = 4096         # the loss's chunk (TrainConfig.chunk_tokens)
+    gathered_buffers: int = 3        # depth: current + prefetched fp32 layer block, unreduced fp32 gradient
 
 
 @dataclass
@@ -78,39 +90,58 @@ class MemoryBreakdown:
 
 
 def param_counts(shape: ModelShape) -> tuple[int, int, int]:
-    """``(P_sharded, P_replicated, P_layer)`` as in the module docstring."""
+    """``(P_lin, P_norm, P_layer)``: every Linear (incl. lm_head), the RMSNorm weights, one layer's Linears."""
     p_layer = sum(lin.params for lin in layer_linears(shape))
-    p_sharded = shape.layers * p_layer + 2 * shape.vocab * shape.hidden
-    p_repl = 2 * shape.layers * shape.hidden + shape.hidden
-    return p_sharded, p_repl, p_layer
+    p_lin = shape.layers * p_layer + lm_head(shape).params
+    p_norm = 2 * shape.layers * shape.hidden + shape.hidden
+    return p_lin, p_norm, p_layer
+
+
+def hf_layout(grid: Grid) -> bool:
+    """True when nothing is sharded (R = C = Z = 1): ``axonn.parallelize`` keeps HF's own modules."""
+    return grid.row == grid.column == grid.depth == 1
 
 
 def activation_bytes_per_layer(shape: ModelShape, grid: Grid, seq: int, micro_batch: int,
                                cfg: MemoryConfig | None = None) -> float:
-    """``A_layer`` of the module docstring (one decoder layer, one micro-step)."""
-    cfg = cfg or MemoryConfig()
+    """``A`` of the module docstring: what one decoder layer saves for backward in one micro-step."""
     R, C = grid.row, grid.column
     m = micro_batch * seq
-    h, f = shape.hidden, shape.ffn
+    h, f, nh = shape.hidden, shape.ffn, shape.heads
     kv = shape.kv_heads * shape.head_dim
-    return (cfg.bytes_act * m * (4 * h / C + (2 * h + 2 * kv) / R + 4 * f / R)
-            + 4 * m * shape.heads / R)
+    if hf_layout(grid):
+        return m * (30 * h + 4 * kv + 8 * f + 4 * nh)
+    return m * (16 * h + 8 * h / C + (4 * h + 4 * kv + 8 * f + 4 * nh) / R)
 
 
 def memory_per_gpu(shape: ModelShape, grid: Grid, seq: int, micro_batch: int,
                    activation_checkpointing: bool = True,
                    cfg: MemoryConfig | None = None) -> MemoryBreakdown:
-    """Bytes per GPU (equations in the module docstring)."""
+    """Bytes per GPU at the step's peak (equations in the module docstring)."""
     cfg = cfg or MemoryConfig()
     _, R, C, Z = grid
-    p_sharded, p_repl, p_layer = param_counts(shape)
-    states = cfg.bytes_per_param * (p_sharded / (R * C * Z) + p_repl)
-    buffers = cfg.gathered_buffers * cfg.bytes_act * max(p_layer, lm_head(shape).params) / (R * C)
-    a_layer = activation_bytes_per_layer(shape, grid, seq, micro_batch, cfg)
+    h, L, V = shape.hidden, shape.layers, shape.vocab
+    p_lin, p_norm, p_layer = param_counts(shape)
+    hf = hf_layout(grid)
+    states = cfg.bytes_per_param * (p_lin / (R * C * Z) + V * h / (R * C) + p_norm)
     m = micro_batch * seq
-    if activation_checkpointing:
-        acts = shape.layers * cfg.bytes_act * m * shape.hidden / C + 2 * a_layer
-    else:
-        acts = shape.layers * a_layer + a_layer
-    logits = cfg.logits_bytes_per_elem * m * shape.vocab / R
+    a_layer = activation_bytes_per_layer(shape, grid, seq, micro_batch, cfg)
+    c = min(m, cfg.chunk_tokens)
+    logits_fwd, logits_bwd = 8 * c * V / R, 12 * c * V / R  # fp32 logits + log-softmax (+ its gradient)
+    bf16_weights = 2 * p_lin if hf else 0.0  # HF layout: autocast's cached casts
+    gathered = cfg.gathered_buffers * 4 * max(p_layer, V * h) / (R * C) if Z > 1 else 0.0
+    # gradient all-reduce over data x depth (sync_gradients): one flattened bucket at a time
+    sync = (0.0, 0.0, 0.0) if grid.data * Z == 1 else (min(4.0 * GRAD_BUCKET_ELEMENTS, states / 4), 0.0, 0.0)
+    if not activation_checkpointing:
+        # the peak is where the loss's backward starts: every layer's activations are still saved
+        moment = (bf16_weights, L * a_layer + 8 * m * h + 8 * m * h / C, logits_bwd)
+        return MemoryBreakdown(states, *max(moment, sync, key=sum))
+    inputs = L * 4 * m * h + 8 * m * h  # each layer's fp32 input; the final norm's output and the loss's input
+    moments = [  # (buffers, activations, logits) live at three candidate peaks; the largest counts
+        (bf16_weights, inputs, logits_fwd),  # end of forward (HF's bf16 weight cache still held)
+        (0.0, inputs, logits_bwd),  # the loss's backward
+        (2 * p_layer if hf else gathered, inputs + a_layer, 0.0),  # recomputing and back-propagating a layer
+        sync,
+    ]
+    buffers, acts, logits = max(moments, key=sum)
     return MemoryBreakdown(states=states, buffers=buffers, activations=acts, logits=logits)

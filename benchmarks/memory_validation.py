@@ -1,0 +1,95 @@
+#!/usr/bin/env python
+"""The planner's memory per GPU against what the trainer really allocates, side by side.
+
+For each configuration, rank 0 of the grid runs one real training step of
+``memorization.train.Trainer`` under fake tensors and a fake process group
+(``memorization.memory_trace``: true shapes and dtypes, nothing allocated, CPU only) and the
+peak of live tensor bytes is compared with ``axonn.planner.memory_per_gpu``. The default set
+covers both layouts (HF modules at R = C = Z = 1, axonn's tensor-parallel layers otherwise),
+activation checkpointing on and off, 1b and 8b shapes, and the planner's own picks for the
+paper's runs (70b and 405b on Frontier at their full world sizes).
+
+    python benchmarks/memory_validation.py                      # the default set (~15 min on 2 cores)
+    python benchmarks/memory_validation.py --quick              # small models only (~1 min)
+    python benchmarks/memory_validation.py --size 70b --grid 1,8,1,32 --micro-batch 1 --show 15
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from axonn.planner import Grid, memory_per_gpu  # noqa: E402
+from axonn.presets import get_preset  # noqa: E402
+from memorization.memory_trace import trace_train_step  # noqa: E402
+
+GIB = 2**30
+QUICK = [  # (size, grid D,R,C,Z, seq, micro-batch, activation checkpointing)
+    ("tiny", (1, 1, 1, 1), 256, 4, False), ("tiny", (1, 1, 1, 1), 256, 4, True),
+    ("mini", (1, 2, 2, 2), 512, 4, False), ("mini", (2, 1, 2, 2), 512, 2, True),
+    ("mini", (1, 2, 1, 1), 512, 2, True), ("mini", (2, 1, 1, 4), 512, 2, False),
+]
+DEFAULT = QUICK + [
+    ("1b", (1, 1, 1, 1), 2048, 2, False), ("1b", (1, 1, 1, 1), 2048, 2, True),
+    ("1b", (1, 2, 2, 2), 2048, 2, False), ("1b", (1, 2, 2, 2), 2048, 2, True),
+    ("1b", (2, 4, 1, 1), 1024, 4, False), ("1b", (1, 1, 4, 2), 2048, 4, True),
+    ("8b", (1, 4, 1, 2), 2048, 1, False), ("8b", (1, 2, 2, 2), 2048, 1, True),
+    ("8b", (1, 1, 1, 8), 2048, 2, True),
+    ("70b", (1, 2, 1, 128), 2048, 1, True),  # the planner's pick for 70b on 256 Frontier GCDs
+    ("405b", (2, 8, 2, 32), 2048, 2, True),  # the planner's pick for 405b on 1024 Frontier GCDs
+]
+
+
+def run(configs, show: int) -> list[dict]:
+    rows = []
+    print(f"{'size':5s} {'grid D,R,C,Z':13s} {'seq':>5s} {'mb':>3s} {'ckpt':>4s} {'traced GiB':>10s} "
+          f"{'planner GiB':>11s} {'error':>7s} {'s':>5s}", flush=True)
+    for size, grid, seq, mb, ac in configs:
+        t0 = time.perf_counter()
+        traced = trace_train_step(size, grid, seq=seq, micro_batch=mb, activation_checkpointing=ac)
+        pred = memory_per_gpu(get_preset(size), Grid(*grid), seq, mb, ac)
+        err = pred.total / traced.peak - 1
+        secs = time.perf_counter() - t0
+        print(f"{size:5s} {','.join(map(str, grid)):13s} {seq:5d} {mb:3d} {'on' if ac else 'off':>4s} "
+              f"{traced.peak / GIB:10.3f} {pred.total / GIB:11.3f} {err:+7.1%} {secs:5.0f}", flush=True)
+        if show:
+            print(traced.table(show))
+        rows.append({"size": size, "grid": list(grid), "seq": seq, "micro_batch": mb, "activation_checkpointing": ac,
+                     "traced_bytes": traced.peak, "predicted_bytes": int(pred.total), "error": err,
+                     "predicted": {k: int(v) for k, v in pred.to_dict().items()}})
+    errs = [abs(r["error"]) for r in rows]
+    print(f"{len(rows)} configurations: |error| max {max(errs):.1%}, mean {sum(errs) / len(errs):.1%}")
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="only the small models (tiny, mini)")
+    p.add_argument("--size", help="trace one configuration of this preset instead of the set")
+    p.add_argument("--grid", default="1,1,1,1", help="with --size: D,R,C,Z (rank 0 is traced)")
+    p.add_argument("--seq", type=int, default=2048, help="with --size: sequence length")
+    p.add_argument("--micro-batch", type=int, default=1, help="with --size: sequences per rank per forward")
+    p.add_argument("--activation-checkpointing", action=argparse.BooleanOptionalAction, default=True,
+                   help="with --size: recompute each layer in backward (the planner's default)")
+    p.add_argument("--show", type=int, default=0, metavar="N", help="print the N largest live tensor groups at the peak")
+    p.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    a = p.parse_args()
+    warnings.filterwarnings("ignore")
+    if a.size:
+        grid = tuple(int(x) for x in a.grid.split(","))
+        if len(grid) != 4:
+            p.error(f"--grid takes four sizes D,R,C,Z, got {a.grid!r}")
+        configs = [(a.size, grid, a.seq, a.micro_batch, a.activation_checkpointing)]
+    else:
+        configs = QUICK if a.quick else DEFAULT
+    rows = run(configs, a.show)
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()

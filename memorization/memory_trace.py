@@ -1,0 +1,185 @@
+"""What one rank of a training step really allocates, measured on a CPU without allocating it.
+
+:func:`trace_train_step` runs the real trainer (:class:`memorization.train.Trainer`, the one
+``recipes/memorize.py`` runs) for global rank 0 of a ``(D, R, C, Z)`` grid under
+``FakeTensorMode`` and a fake process group (``torch.testing._internal.distributed.fake_pg``):
+every tensor op produces its true shape and dtype, nothing is computed, no memory is taken,
+and collectives return at once.  A dispatch mode counts the bytes of every tensor storage from
+its creation until it is freed, so the peak is the peak of live tensor bytes on the rank
+during one optimizer step (after a first step has created the optimizer state), which is what
+:func:`axonn.planner.memory_per_gpu` predicts.  What it does not see: the CUDA caching
+allocator's rounding and fragmentation, cuBLAS/NCCL workspaces and the CUDA context (the
+planner's profiles keep a reserve for those).
+
+The GPU recipe is reproduced on the CPU: bf16 autocast (CPU autocast casts the ops a Llama uses
+exactly as CUDA autocast does), fused AdamW.  Two Hugging Face checks read tensor values, which
+fake tensors do not have, and would take a path the real run does not (a materialised causal
+mask instead of SDPA's ``is_causal``); the trace answers them as the real run does: no packed
+sequences (the trainer passes no ``position_ids``) and an empty cache.
+
+Must run in a process without ``torch.distributed`` initialised (it sets up a fake world and
+tears it down); ``benchmarks/memory_validation.py`` is the command-line front end.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import weakref
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.weak import WeakIdKeyDictionary
+
+
+class PeakMemory(TorchDispatchMode):
+    """Live bytes of tensor storages (``existing`` ones plus every op output while active) and their peak.
+
+    At each new peak (coarsened to 0.5% steps) the live storages are summarised by
+    ``(producing op, dtype, shape)``; :attr:`at_peak` is that summary, largest first.
+    """
+
+    def __init__(self, existing: list[torch.Tensor] = ()):
+        super().__init__()
+        self._live_storages = WeakIdKeyDictionary()
+        self.live = self.peak = 0
+        self._op = "existing"
+        self._snapshot_at = 0
+        self._snapshot: dict[tuple, list[int]] = {}
+        for t in existing:
+            self._track(t)
+        self.base = self.live
+
+    def _track(self, t: torch.Tensor) -> None:
+        st = t.untyped_storage()
+        if st in self._live_storages:
+            return
+        n = st.nbytes()
+        self._live_storages[st] = (n, (self._op, str(t.dtype).removeprefix("torch."), tuple(t.shape)))
+        weakref.finalize(st, self._free, n)
+        self.live += n
+        if self.live > self.peak:
+            self.peak = self.live
+            if self.live > self._snapshot_at * 1.005:
+                self._snapshot_at = self.live
+                snap: dict[tuple, list[int]] = {}
+                for n_i, key in list(self._live_storages.values()):
+                    c = snap.setdefault(key, [0, 0])
+                    c[0] += 1
+                    c[1] += n_i
+                self._snapshot = snap
+
+    def _free(self, n: int) -> None:
+        self.live -= n
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self._op = func.overloadpacket.__name__
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor):
+                self._track(t)
+        return out
+
+    @property
+    def at_peak(self) -> list[tuple[str, str, tuple, int, int]]:
+        """``(op, dtype, shape, count, bytes)`` of the storages live at the peak, largest first."""
+        rows = [(op, dt, shape, c, b) for (op, dt, shape), (c, b) in self._snapshot.items()]
+        return sorted(rows, key=lambda r: -r[4])
+
+
+@dataclass
+class TracedMemory:
+    """One rank's memory in one training step (bytes)."""
+
+    peak: int  # live tensor bytes at the step's peak
+    params: int  # fp32 parameters (this rank's shards)
+    optimizer: int  # AdamW moments
+    at_peak: list[tuple[str, str, tuple, int, int]] = field(repr=False, default_factory=list)
+
+    def table(self, top: int = 12) -> str:
+        g = 2**30
+        lines = [f"peak {self.peak / g:.3f} GiB: parameters {self.params / g:.3f}, AdamW state "
+                 f"{self.optimizer / g:.3f}, the rest live at the peak:"]
+        for op, dt, shape, c, b in self.at_peak[:top]:
+            if op != "existing":
+                lines.append(f"  {b / g:8.3f} GiB  {c:4d} x {dt:8s} {str(shape):24s} from {op}")
+        return "\n".join(lines)
+
+
+@contextmanager
+def _as_in_a_real_run():
+    """Answer HF's two value-reading mask checks as the trainer's real (non-fake) run does."""
+    import transformers.masking_utils as mu
+
+    saved = mu.find_packed_sequence_indices, mu._ignore_causal_mask_sdpa
+    ignore = saved[1]
+
+    def ignore_causal_mask(padding_mask, q_length, kv_length, q_offset, kv_offset, *a, **k):
+        return ignore(padding_mask, q_length, kv_length, 0 if isinstance(q_offset, torch.Tensor) else q_offset,
+                      kv_offset, *a, **k)
+
+    mu.find_packed_sequence_indices = lambda position_ids: None
+    mu._ignore_causal_mask_sdpa = ignore_causal_mask
+    try:
+        yield
+    finally:
+        mu.find_packed_sequence_indices, mu._ignore_causal_mask_sdpa = saved
+
+
+def trace_train_step(size: str, grid: tuple[int, int, int, int] = (1, 1, 1, 1), seq: int = 2048,
+                     micro_batch: int = 1, micro_steps: int = 2, activation_checkpointing: bool = True,
+                     chunk_tokens: int = 4096) -> TracedMemory:
+    """Peak memory of rank 0 of ``grid`` (data, row, column, depth) in one step of the trainer.
+
+    The global batch is ``micro_batch · D · Z · micro_steps`` sequences of ``seq`` tokens, so each
+    rank runs ``micro_steps`` forward/backward passes of ``micro_batch`` sequences (with 2 or
+    more, the gradients of the first are live during the second, as in any accumulating run).
+    """
+    import torch.distributed as dist
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    from transformers import LlamaForCausalLM
+
+    import axonn
+    from axonn.presets import get_preset
+
+    from .goldfish import GoldfishConfig
+    from .runtime import Runtime
+    from .train import TrainConfig, Trainer
+
+    if dist.is_initialized():
+        raise RuntimeError("trace_train_step needs a process without torch.distributed initialised "
+                           "(it builds a fake world): run it in a fresh process, e.g. benchmarks/memory_validation.py")
+    shape = get_preset(size)
+    D, R, C, Z = grid
+    world = D * R * C * Z
+    batch = micro_batch * D * Z * micro_steps
+    config = shape.llama_config(attn_implementation="sdpa", max_position_embeddings=max(seq, shape.max_seq))
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+    os.environ.setdefault("WANDB_MODE", "disabled")
+    try:
+        with FakeTensorMode(allow_non_fake_inputs=True), _as_in_a_real_run(), tempfile.TemporaryDirectory() as tmp:
+            rt = Runtime(axonn.init(D, R, C, Z))
+            rows = torch.randint(3, shape.vocab, (2 * batch, seq))
+            cfg = TrainConfig(batch_size=batch, micro_batch=micro_batch, checkpoint_every=0, progress=False,
+                              activation_checkpointing=activation_checkpointing, chunk_tokens=chunk_tokens,
+                              goldfish=GoldfishConfig(k=4))
+            model = LlamaForCausalLM(config)
+            model.to = lambda *a, **k: model  # already on the CPU; fake parameters cannot be swapped in place
+            t = Trainer(model, rows, torch.zeros_like(rows, dtype=torch.int32), rows[:batch], cfg, tmp, runtime=rt)
+            t.autocast = lambda: torch.autocast("cpu", dtype=torch.bfloat16)  # the CUDA recipe's dtypes
+            groups = [{"params": g["params"], "weight_decay": g["weight_decay"]} for g in t.opt.param_groups]
+            t.opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, fused=True)  # as on CUDA
+            t.train_step()  # creates the optimizer state
+            params = list(t.model.parameters())
+            states = [v for s in t.opt.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+            nbytes = lambda ts: sum(x.untyped_storage().nbytes() for x in ts)  # noqa: E731
+            tracker = PeakMemory(params + states)
+            with tracker:
+                t.train_step()
+            return TracedMemory(peak=tracker.peak, params=nbytes(params), optimizer=nbytes(states),
+                                at_peak=tracker.at_peak)
+    finally:
+        dist.destroy_process_group()

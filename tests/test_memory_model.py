@@ -1,0 +1,74 @@
+"""The planner's memory model against the trainer's traced allocations (memorization.memory_trace)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from memorization.memory_trace import PeakMemory
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_peak_memory_counts_live_storages_once():
+    a = torch.zeros(1000)  # 4000 B, existing
+    with PeakMemory([a, a[10:]]) as tracker:  # a view shares the storage
+        b = torch.ones(2000)  # 8000 B
+        c = b.view(40, 50)  # no new storage
+        c.add_(1)  # in place: no new storage
+        del b, c  # freed: live back to 4000
+        d = torch.ones(500)  # 2000 B
+    assert tracker.base == 4000
+    assert tracker.peak == 12000
+    assert tracker.live == 6000
+    ops = {op for op, *_ in tracker.at_peak}
+    assert ops == {"existing", "ones"}
+    del d
+
+
+@pytest.mark.timeout(300)
+def test_planner_memory_matches_traced_training_step(tmp_path):
+    """Both layouts (HF modules; axonn tensor-parallel), checkpointing on and off, data x depth > 1.
+
+    Runs in a fresh process: the trace builds a fake torch.distributed world.
+    """
+    out = tmp_path / "rows.json"
+    code = (
+        "import sys, warnings; warnings.filterwarnings('ignore'); sys.argv = ['x', '--json', sys.argv[1]]\n"
+        "import benchmarks.memory_validation as mv\n"
+        "mv.QUICK = [('tiny', (1, 1, 1, 1), 256, 4, False), ('mini', (1, 2, 2, 2), 512, 4, True),\n"
+        "            ('mini', (2, 1, 1, 4), 512, 2, False)]\n"
+        "sys.argv.append('--quick'); mv.main()\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code, str(out)], cwd=ROOT, capture_output=True, text=True,
+                         timeout=280)
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = json.loads(out.read_text())
+    assert len(rows) == 3
+    for r in rows:
+        assert abs(r["error"]) < 0.06, r
+
+
+def test_gpu_preflight_uses_the_memory_model():
+    """memorize.py's check before any allocation: the planner's peak against the device's free memory."""
+    from axonn.presets import get_preset
+    from memorization.models import check_size_runs_here
+
+    gpu, gib = torch.device("cuda"), 2**30
+    shape = get_preset("1b")
+    # 1.1B at 4 x 2048 without checkpointing: ~36 GiB on one GPU (traced 36.0)
+    check_size_runs_here(shape, gpu, (1, 1, 1, 1), seq=2048, micro_batch=4, free_bytes=80 * gib)
+    with pytest.raises(SystemExit, match=r"needs ~3\d\.\d GiB per GPU.*24\.0 GiB is free: add --activation-checkpointing"):
+        check_size_runs_here(shape, gpu, (1, 1, 1, 1), seq=2048, micro_batch=4, free_bytes=24 * gib)
+    with pytest.raises(SystemExit, match="lower --micro-batch; or shard over more GPUs"):
+        check_size_runs_here(get_preset("8b"), gpu, (1, 1, 1, 1), seq=2048, micro_batch=2,
+                             activation_checkpointing=True, free_bytes=80 * gib)
+    # the same 8b sharded over 8 GPUs fits
+    check_size_runs_here(get_preset("8b"), gpu, (1, 2, 2, 2), seq=2048, micro_batch=2, activation_checkpointing=True,
+                         free_bytes=80 * gib)
+    with pytest.raises(SystemExit, match="cannot be trained on this CPU-only machine"):
+        check_size_runs_here(shape, torch.device("cpu"))
