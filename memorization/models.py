@@ -15,8 +15,17 @@ def padded_vocab(n: int, multiple: int = 64) -> int:
     return -(-n // multiple) * multiple
 
 
-def check_size_runs_here(shape: ModelShape, device: torch.device, ranks: int = 1) -> None:
-    """Refuse, before any allocation, a preset this machine cannot train (with what to do instead)."""
+def check_size_runs_here(shape: ModelShape, device: torch.device, grid: tuple[int, int, int, int] = (1, 1, 1, 1),
+                         seq: int = 2048, micro_batch: int = 1, activation_checkpointing: bool = False,
+                         free_bytes: int | None = None) -> None:
+    """Refuse, before any allocation, a run this machine cannot hold (with what to do instead).
+
+    On a GPU the need is the planner's peak memory of one rank of ``grid`` (D, R, C, Z) for this
+    sequence length, micro-batch and checkpointing (:func:`axonn.planner.memory_per_gpu`, checked
+    against traces of this trainer), against the free memory of the device (``free_bytes``
+    overrides the query, for tests).
+    """
+    ranks = grid[1] * grid[2] * grid[3]
     need = shape.num_params() * BYTES_PER_PARAM_TRAINING / ranks
     if device.type == "cpu":
         if not shape.cpu_ok:
@@ -29,12 +38,24 @@ def check_size_runs_here(shape: ModelShape, device: torch.device, ranks: int = 1
                 f"{'/'.join(cpu_sizes)} here, or run on GPUs (`--plan --gpus N --machine NAME` shows a grid that fits)"
             )
         return
-    free, _total = torch.cuda.mem_get_info(device)
-    if need > free:
-        raise SystemExit(
-            f"size {shape.name!r} needs ~{need / 2**30:.0f} GiB of training state per GPU on this grid but "
-            f"{free / 2**30:.0f} GiB is free: shard it over more GPUs (`--plan --gpus N --machine NAME` picks a grid)"
-        )
+    from axonn.planner import Grid, memory_per_gpu
+
+    mem = memory_per_gpu(shape, Grid(*grid), seq, micro_batch, activation_checkpointing)
+    free = torch.cuda.mem_get_info(device)[0] if free_bytes is None else free_bytes
+    if mem.total <= 0.95 * free:
+        return
+    g = 2**30
+    fixes = []
+    if not activation_checkpointing and memory_per_gpu(shape, Grid(*grid), seq, micro_batch, True).total <= 0.95 * free:
+        fixes.append("add --activation-checkpointing")
+    if micro_batch > 1:
+        fixes.append("lower --micro-batch")
+    fixes.append("shard over more GPUs (`--plan --gpus N --machine NAME` picks a grid)")
+    raise SystemExit(
+        f"size {shape.name!r} on grid D,R,C,Z={','.join(map(str, grid))} at {micro_batch} x {seq} tokens per "
+        f"micro-step needs ~{mem.total / g:.1f} GiB per GPU (training state {mem.states / g:.1f}, activations "
+        f"{mem.activations / g:.1f}, logits {mem.logits / g:.1f}, buffers {mem.buffers / g:.1f}) but "
+        f"{free / g:.1f} GiB is free: " + "; or ".join(fixes))
 
 
 def build_model(
