@@ -6,6 +6,7 @@ Public API (names follow upstream AxoNN)::
     axonn.get_grid(); axonn.batch_slice(global_batch)
     model = axonn.parallelize(LlamaForCausalLM(...))             # in place
     loss = model(input_ids=x, labels=y).loss; loss.backward()
+    axonn.enable_activation_checkpointing(model)                   # layer inputs sharded over row x col
     axonn.sync_gradients(model); axonn.clip_grad_norm_(model.parameters(), 1.0)
     axonn.full_state_dict(model); axonn.checkpoint.save/load/export_hf
     axonn.optimize_communication(overlap_all_reduce=True, ...)
@@ -13,6 +14,7 @@ Public API (names follow upstream AxoNN)::
 from __future__ import annotations
 
 from . import intra_layer
+from .checkpointing import enable_activation_checkpointing
 from .grid import Grid, batch_slice, get_grid, init
 from .intra_layer import auto_parallelize, optimize_communication, vocab_parallel_cross_entropy
 from .parallelize import (clip_grad_norm_, full_grad_dict, full_state_dict, param_specs, parallelize,
@@ -20,7 +22,8 @@ from .parallelize import (clip_grad_norm_, full_grad_dict, full_state_dict, para
 
 __all__ = ["Grid", "init", "get_grid", "batch_slice", "parallelize", "full_state_dict", "full_grad_dict",
            "param_specs", "spec_of", "sync_gradients", "clip_grad_norm_", "optimize_communication",
-           "auto_parallelize", "vocab_parallel_cross_entropy", "intra_layer", "checkpoint"]
+           "auto_parallelize", "vocab_parallel_cross_entropy", "intra_layer", "checkpoint",
+           "enable_activation_checkpointing"]
 
 
 def __getattr__(name: str):

@@ -62,6 +62,10 @@ class Runtime:
     def parallelize(self, model: torch.nn.Module) -> torch.nn.Module:
         return axonn.parallelize(model, self.grid)
 
+    def enable_activation_checkpointing(self, model: torch.nn.Module) -> None:
+        """Recompute each decoder layer in backward; on a row x col grid its saved input is sharded there."""
+        axonn.enable_activation_checkpointing(model, self.grid)
+
     def sync_gradients(self, model: torch.nn.Module) -> None:
         axonn.sync_gradients(model, self.grid)
 

@@ -134,7 +134,7 @@ class Trainer:
         self.device = self.rt.device
         self.model = self.rt.parallelize(model.to(self.device))
         if cfg.activation_checkpointing:
-            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            self.rt.enable_activation_checkpointing(self.model)
         self.model.train()
         self.forward = torch.compile(causal_lm_loss_sum) if cfg.compile else causal_lm_loss_sum
         decay = [p for n, p in self.model.named_parameters() if p.ndim >= 2]

@@ -22,9 +22,9 @@ def serial(tmp_path_factory):
     return memorize.main(SMALL + ["--out", str(out), "--overwrite"])["arms"]["standard"]
 
 
-def _launch(launcher: list[str], grid: str, out: Path) -> dict:
+def _launch(launcher: list[str], grid: str, out: Path, extra: tuple[str, ...] = ()) -> dict:
     env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "AXONN_TIMEOUT": "240"}
-    cmd = launcher + [str(REPO / "recipes" / "memorize.py"), *SMALL, "--grid", grid, "--out", str(out)]
+    cmd = launcher + [str(REPO / "recipes" / "memorize.py"), *SMALL, "--grid", grid, "--out", str(out), *extra]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return json.loads((out / "results.json").read_text())["arms"]["standard"]
@@ -41,7 +41,8 @@ def _torchrun(n: int) -> list[str]:
 
 
 def test_row_and_depth_grid_follows_serial(serial, tmp_path):
-    _same_run(serial, _launch(_torchrun(4), "1,2,1,2", tmp_path / "r"))
+    """With activation checkpointing: each rank keeps half of every layer input (row = 2) and regathers it."""
+    _same_run(serial, _launch(_torchrun(4), "1,2,1,2", tmp_path / "r", ("--activation-checkpointing",)))
 
 
 @pytest.mark.slow

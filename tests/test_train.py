@@ -134,3 +134,12 @@ def test_sigusr1_checkpoints_then_stops_and_resume_continues_the_curve(tmp_path,
     resumed = _trainer(tmp_path / "b").fit(resume=True)
     assert [h["loss"] for h in resumed["history"]] == pytest.approx(ref, rel=1e-6, abs=1e-7)
     assert [h["step"] for h in resumed["history"]] == list(range(1, 13))
+
+
+def test_activation_checkpointing_keeps_the_loss_curve(tmp_path):
+    """Recomputing each layer in backward changes memory, not the math."""
+    ref = [h["loss"] for h in _trainer(tmp_path / "a").fit()["history"]]
+    t = _trainer(tmp_path / "b", activation_checkpointing=True)
+    assert all(layer.gradient_checkpointing for layer in t.model.model.layers)
+    got = [h["loss"] for h in t.fit()["history"]]
+    assert got == pytest.approx(ref, rel=1e-5)

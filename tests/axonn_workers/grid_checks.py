@@ -138,6 +138,34 @@ def check_training(grid, steps: int) -> None:
     assert steps < 10 or serial[-1] < serial[0] - 0.5, "training did not reduce the loss"
 
 
+def check_checkpointing(grid) -> None:
+    """Activation checkpointing (layer inputs sharded over row x col when R·C > 1) gives the serial grads."""
+    from axonn.checkpointing import _ShardedCheckpoint
+
+    ref = tiny_llama(0)
+    ref.train()
+    x, y = batch(0)
+    ref(input_ids=x, labels=y).loss.backward()
+    par = axonn.parallelize(copy.deepcopy(ref))
+    for p in par.parameters():
+        p.grad = None
+    axonn.enable_activation_checkpointing(par)
+    calls = []
+    orig = _ShardedCheckpoint.backward
+    _ShardedCheckpoint.backward = staticmethod(lambda ctx, dy: calls.append(1) or orig(ctx, dy))
+    try:
+        out = par(input_ids=axonn.batch_slice(x), labels=axonn.batch_slice(y))
+        out.loss.backward()
+    finally:
+        _ShardedCheckpoint.backward = staticmethod(orig)
+    sharded = grid.size(("row", "col")) > 1
+    assert len(calls) == (par.config.num_hidden_layers if sharded else 0), (len(calls), grid)
+    axonn.sync_gradients(par)
+    grads = axonn.full_grad_dict(par)
+    for n, p in ref.named_parameters():
+        assert_close(grads[n], p.grad, f"checkpointed grad {n}")
+
+
 def main() -> None:
     steps = int(os.environ.get("AXONN_TEST_STEPS", "20"))
     for spec in sys.argv[1:]:
@@ -146,6 +174,7 @@ def main() -> None:
         check_llama(grid, bias=False)
         check_llama(grid, bias=True)
         check_linear_stack(grid)
+        check_checkpointing(grid)
         check_training(grid, steps)
         dist.barrier()
         if grid.rank == 0:
