@@ -40,7 +40,7 @@ DEFAULT = QUICK + [
     ("8b", (1, 4, 1, 2), 2048, 1, False), ("8b", (1, 2, 2, 2), 2048, 1, True),
     ("8b", (1, 1, 1, 8), 2048, 2, True),
     ("70b", (1, 2, 1, 128), 2048, 1, True),  # the planner's pick for 70b on 256 Frontier GCDs
-    ("405b", (2, 8, 2, 32), 2048, 2, True),  # the planner's pick for 405b on 1024 Frontier GCDs
+    ("405b", (8, 8, 2, 8), 2048, 2, True),  # the planner's pick for 405b on 1024 Frontier GCDs
 ]
 
 

@@ -29,14 +29,16 @@ embedding is fp32); matmul outputs are bf16.  Two layouts:
 
 States (every rank, the data axis replicates them): ``16 B × (P_lin/(R·C·Z) + V·h/(R·C) + P_norm)``
 (the embedding is split over row × column only).  With ``D·Z > 1`` the gradient all-reduce
-flattens one bucket of at most 64 Mi fp32 elements at a time.  Gathered-weight buffers (Z > 1): the current
-and the prefetched layer's fp32 local block and its unreduced fp32 weight gradient,
-``3·4·max(P_layer, V·h)/(R·C)``.
+flattens one bucket of at most 64 Mi fp32 elements at a time.  Depth buffers (Z > 1): the Linear being
+back-propagated holds its gathered weight in bf16 and its unreduced weight gradient in bf16 and
+fp32, ``8 B`` per element of its local block; the largest is the LM head, ``8·V·h/(R·C)``.
 
 Activations: without checkpointing, ``L·A`` plus ``8·m·h + 8·m·h/C`` (embedding output, final
 norm, the loss's shifted input and its gradient); with checkpointing, each layer keeps only its
-fp32 input, ``L·4·m·h`` (plus ``8·m·h`` around the loss), and backward recomputes one layer at a time (``A`` and, in HF's layout,
-that layer's bf16 weights), while HF's forward still caches every bf16 weight until the
+fp32 input, ``L·4·m·h`` in HF's layout and ``L·4·m·h/(R·C)`` in axonn's (the slice
+:mod:`axonn.checkpointing` keeps), plus ``8·m·h`` around the loss, and backward recomputes one
+layer at a time (``A``; in HF's layout that layer's bf16 weights, in axonn's its all-gathered
+input), while HF's forward still caches every bf16 weight until the
 forward ends (the larger of the two moments counts).
 
 Logits (one chunk of ``c`` tokens at a time, ``V/R`` columns): the fp32 logits, log-softmax
@@ -67,7 +69,7 @@ class MemoryConfig:
 
     bytes_per_param: int = 16        # fp32 weight + fp32 gradient + 2 × fp32 AdamW moment
     chunk_tokens: int = 4096         # the loss's chunk (TrainConfig.chunk_tokens)
-    gathered_buffers: int = 3        # depth: current + prefetched fp32 layer block, unreduced fp32 gradient
+    gathered_bytes: int = 8          # depth, per local-block element: bf16 weight, bf16 and fp32 unreduced gradient
 
 
 @dataclass
@@ -129,18 +131,22 @@ def memory_per_gpu(shape: ModelShape, grid: Grid, seq: int, micro_batch: int,
     c = min(m, cfg.chunk_tokens)
     logits_fwd, logits_bwd = 8 * c * V / R, 12 * c * V / R  # fp32 logits + log-softmax (+ its gradient)
     bf16_weights = 2 * p_lin if hf else 0.0  # HF layout: autocast's cached casts
-    gathered = cfg.gathered_buffers * 4 * max(p_layer, V * h) / (R * C) if Z > 1 else 0.0
+    largest = max([lin.params for lin in layer_linears(shape)] + [V * h])
+    gathered = cfg.gathered_bytes * largest / (R * C) if Z > 1 else 0.0
     # gradient all-reduce over data x depth (sync_gradients): one flattened bucket at a time
     sync = (0.0, 0.0, 0.0) if grid.data * Z == 1 else (min(4.0 * GRAD_BUCKET_ELEMENTS, states / 4), 0.0, 0.0)
     if not activation_checkpointing:
         # the peak is where the loss's backward starts: every layer's activations are still saved
         moment = (bf16_weights, L * a_layer + 8 * m * h + 8 * m * h / C, logits_bwd)
         return MemoryBreakdown(states, *max(moment, sync, key=sum))
-    inputs = L * 4 * m * h + 8 * m * h  # each layer's fp32 input; the final norm's output and the loss's input
-    moments = [  # (buffers, activations, logits) live at three candidate peaks; the largest counts
+    # each layer's fp32 input (axonn layout: a 1/(R·C) slice, axonn.checkpointing); the final norm's output
+    # and the loss's input
+    inputs = L * 4 * m * h / (R * C) + 8 * m * h
+    moments = [  # (buffers, activations, logits) live at the candidate peaks; the largest counts
         (bf16_weights, inputs, logits_fwd),  # end of forward (HF's bf16 weight cache still held)
         (0.0, inputs, logits_bwd),  # the loss's backward
-        (2 * p_layer if hf else gathered, inputs + a_layer, 0.0),  # recomputing and back-propagating a layer
+        # recomputing and back-propagating a layer (axonn layout: from its all-gathered input)
+        (2 * p_layer if hf else gathered, inputs + a_layer + (0 if hf else 4 * m * h), 0.0),
         sync,
     ]
     buffers, acts, logits = max(moments, key=sum)

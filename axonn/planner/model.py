@@ -43,6 +43,10 @@ Per-rank volumes (elements, bf16 = 2 bytes) from the 3D algorithm, per Linear an
     reduce-scatter dW over Z (bwd):            (Z−1)/Z · nk/(Gr·Gc)
     all-reduce dW shard over D (once/step):  2(D−1)/D · nk/(Gr·Gc·Z)
 
+and, with activation checkpointing on a row × column grid, one fp32 all-gather of the layer
+input's ``1/(R·C)`` slices per layer in backward, ``(R·C−1)/(R·C) · m·h`` (``axonn.checkpointing``,
+charged as a column then a row all-gather, not overlapped).
+
 A collective of ``v`` bytes on an axis of ``p`` ranks takes
 ``t = α·⌈log₂ p⌉·k + v / β`` (k = 2 for all-reduce, 1 otherwise: the latency of the
 tree / recursive-halving algorithms NCCL/RCCL use at scale; the bandwidth term uses the ring
@@ -346,6 +350,12 @@ def predict_step(shape: ModelShape, grid: Grid, seq: int, global_batch: int, mic
     attn_rate = prof.measured_tflops * 1e12 * prof.attention_efficiency
     attn_f, attn_b = attn_flops_f / attn_rate, 2.5 * attn_flops_f / attn_rate
     lf, lb, lc = block(layer, attn_f, attn_b)
+    if ckpt and R * C > 1:  # axonn.checkpointing: backward all-gathers each layer's fp32 input over row x col
+        ag_c = comm.allgather("column", m * shape.hidden / R, 4)  # hierarchical: column, then row
+        ag_r = comm.allgather("row", m * shape.hidden, 4)
+        lb += ag_c + ag_r
+        axes_comm["column"] += shape.layers * ag_c
+        axes_comm["row"] += shape.layers * ag_r
     # --- lm_head (+ loss) and the vocab-parallel embedding (forward all-reduce over row)
     head = [linear_costs(lm_head(shape))]
     hf, hb, hc = block(head)
