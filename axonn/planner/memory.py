@@ -34,12 +34,14 @@ back-propagated holds its gathered weight in bf16 and its unreduced weight gradi
 fp32, ``8 B`` per element of its local block; the largest is the LM head, ``8·V·h/(R·C)``.
 
 Activations: without checkpointing, ``L·A`` plus ``8·m·h + 8·m·h/C`` (embedding output, final
-norm, the loss's shifted input and its gradient); with checkpointing, each layer keeps only its
-fp32 input, ``L·4·m·h`` in HF's layout and ``L·4·m·h/(R·C)`` in axonn's (the slice
-:mod:`axonn.checkpointing` keeps), plus ``8·m·h`` around the loss, and backward recomputes one
-layer at a time (``A``; in HF's layout that layer's bf16 weights, in axonn's its all-gathered
-input), while HF's forward still caches every bf16 weight until the
-forward ends (the larger of the two moments counts).
+norm, the loss's shifted input and its gradient), at the start of the loss's backward.  With
+checkpointing each layer keeps only its fp32 input, ``L·4·m·h`` in HF's layout and
+``L·4·m·h/(R·C)`` in axonn's (the slice :mod:`axonn.checkpointing` keeps), plus ``8·m·h``
+around the loss, and the peak is the largest of four moments: the end of the forward (HF's
+cached bf16 weights, the forward logits ``8·c·V/R``), the loss's backward (logits ``12·c·V/R``),
+the backward of one recomputed layer (``A``, plus that layer's bf16 weights in HF's layout or
+its all-gathered ``4·m·h`` input and the depth buffers in axonn's), and the gradient all-reduce
+(one bucket).
 
 Logits (one chunk of ``c`` tokens at a time, ``V/R`` columns): the fp32 logits, log-softmax
 and its gradient, ``12·c·V/R``.
