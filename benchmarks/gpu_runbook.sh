@@ -5,6 +5,7 @@
 #   bash benchmarks/gpu_runbook.sh batch        # ours and HF eager at 8 and 16 x 2048: how far batching moves MFU
 #   bash benchmarks/gpu_runbook.sh profile      # where our step's time goes (top ops; Chrome trace in $OUT)
 #   bash benchmarks/gpu_runbook.sh autotune     # matmul layout autotuning on the 1b/8b Linear shapes, bf16
+#   bash benchmarks/gpu_runbook.sh memory       # CUDA allocator peak vs the fake-tensor trace vs the planner (1b)
 #
 # Each stage fits one 10-minute call on an H100 (the 1.1B compile takes about a minute). Logs go to
 # $OUT (or runs/gpu_runbook/ when $OUT is unset) and the last lines printed are the figures.
@@ -12,7 +13,7 @@
 # test are in benchmarks/results/throughput_notes.md.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-stage="${1:?usage: bash benchmarks/gpu_runbook.sh check|batch|profile|autotune}"
+stage="${1:?usage: bash benchmarks/gpu_runbook.sh check|batch|profile|autotune|memory}"
 out="${OUT:-runs/gpu_runbook}"
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -34,10 +35,13 @@ profile)
 autotune)
     log "$PY" benchmarks/matmul_autotune.py --presets 1b,8b --m 2048,8192
     ;;
+memory)
+    log "$PY" benchmarks/memory_validation.py --cuda
+    ;;
 *)
-    echo "unknown stage $stage: use check, batch, profile or autotune" >&2
+    echo "unknown stage $stage: use check, batch, profile, autotune or memory" >&2
     exit 2
     ;;
 esac
 echo "== $stage: summary"
-grep -E "passed|failed|speedup|MFU|peak memory|geomean|pays" "$out/$stage.log" | tail -20
+grep -E "passed|failed|speedup|MFU|peak memory|geomean|pays|configurations|^1b|^tiny" "$out/$stage.log" | tail -20

@@ -12,6 +12,8 @@ paper's runs (70b and 405b on Frontier at their full world sizes).
     python benchmarks/memory_validation.py                      # the default set (~15 min on 2 cores)
     python benchmarks/memory_validation.py --quick              # small models only (~1 min)
     python benchmarks/memory_validation.py --size 70b --grid 1,8,1,32 --micro-batch 1 --show 15
+    python benchmarks/memory_validation.py --cuda               # GPU: the 1x1x1x1 rows also run for real and
+                                                                # the CUDA allocator's peak checks the trace
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from axonn.planner import Grid, memory_per_gpu  # noqa: E402
 from axonn.presets import get_preset  # noqa: E402
-from memorization.memory_trace import trace_train_step  # noqa: E402
+from memorization.memory_trace import measure_cuda_step, trace_train_step  # noqa: E402
 
 GIB = 2**30
 QUICK = [  # (size, grid D,R,C,Z, seq, micro-batch, activation checkpointing)
@@ -44,23 +46,26 @@ DEFAULT = QUICK + [
 ]
 
 
-def run(configs, show: int) -> list[dict]:
+def run(configs, show: int, cuda: bool = False) -> list[dict]:
     rows = []
     print(f"{'size':5s} {'grid D,R,C,Z':13s} {'seq':>5s} {'mb':>3s} {'ckpt':>4s} {'traced GiB':>10s} "
-          f"{'planner GiB':>11s} {'error':>7s} {'s':>5s}", flush=True)
+          f"{'planner GiB':>11s} {'error':>7s} {'s':>5s}" + (f" {'CUDA GiB':>9s} {'trace/CUDA':>10s}" if cuda else ""),
+          flush=True)
     for size, grid, seq, mb, ac in configs:
         t0 = time.perf_counter()
         traced = trace_train_step(size, grid, seq=seq, micro_batch=mb, activation_checkpointing=ac)
         pred = memory_per_gpu(get_preset(size), Grid(*grid), seq, mb, ac)
         err = pred.total / traced.peak - 1
         secs = time.perf_counter() - t0
+        measured = measure_cuda_step(size, seq=seq, micro_batch=mb, activation_checkpointing=ac) if cuda else None
         print(f"{size:5s} {','.join(map(str, grid)):13s} {seq:5d} {mb:3d} {'on' if ac else 'off':>4s} "
-              f"{traced.peak / GIB:10.3f} {pred.total / GIB:11.3f} {err:+7.1%} {secs:5.0f}", flush=True)
+              f"{traced.peak / GIB:10.3f} {pred.total / GIB:11.3f} {err:+7.1%} {secs:5.0f}"
+              + (f" {measured / GIB:9.3f} {traced.peak / measured:10.3f}" if measured else ""), flush=True)
         if show:
             print(traced.table(show))
         rows.append({"size": size, "grid": list(grid), "seq": seq, "micro_batch": mb, "activation_checkpointing": ac,
                      "traced_bytes": traced.peak, "predicted_bytes": int(pred.total), "error": err,
-                     "predicted": {k: int(v) for k, v in pred.to_dict().items()}})
+                     "cuda_peak_bytes": measured, "predicted": {k: int(v) for k, v in pred.to_dict().items()}})
     errs = [abs(r["error"]) for r in rows]
     print(f"{len(rows)} configurations: |error| max {max(errs):.1%}, mean {sum(errs) / len(errs):.1%}")
     return rows
@@ -77,16 +82,28 @@ def main() -> None:
                    help="with --size: recompute each layer in backward (the planner's default)")
     p.add_argument("--show", type=int, default=0, metavar="N", help="print the N largest live tensor groups at the peak")
     p.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    p.add_argument("--cuda", action="store_true",
+                   help="GPU only: also run the 1x1x1x1 configurations for real and print the CUDA allocator's peak "
+                        "(without --size: only those configurations, plus the 1b at 4 x 2048)")
     a = p.parse_args()
     warnings.filterwarnings("ignore")
+    if a.cuda:
+        import torch
+
+        if not torch.cuda.is_available():
+            p.error("--cuda needs a CUDA GPU (the trace alone runs anywhere: leave --cuda out)")
     if a.size:
         grid = tuple(int(x) for x in a.grid.split(","))
         if len(grid) != 4:
             p.error(f"--grid takes four sizes D,R,C,Z, got {a.grid!r}")
         configs = [(a.size, grid, a.seq, a.micro_batch, a.activation_checkpointing)]
+    elif a.cuda:
+        configs = [c for c in DEFAULT if c[1] == (1, 1, 1, 1)] + [("1b", (1, 1, 1, 1), 2048, 4, False)]
     else:
         configs = QUICK if a.quick else DEFAULT
-    rows = run(configs, a.show)
+    if a.cuda and any(c[1] != (1, 1, 1, 1) for c in configs):
+        p.error("--cuda measures one GPU: use --grid 1,1,1,1")
+    rows = run(configs, a.show, a.cuda)
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
 

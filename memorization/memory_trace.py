@@ -19,6 +19,8 @@ sequences (the trainer passes no ``position_ids``) and an empty cache.
 
 Must run in a process without ``torch.distributed`` initialised (it sets up a fake world and
 tears it down); ``benchmarks/memory_validation.py`` is the command-line front end.
+:func:`measure_cuda_step` runs the same step for real on one GPU and reads the CUDA caching
+allocator's peak, which checks the trace itself (``memory_validation.py --cuda``).
 """
 from __future__ import annotations
 
@@ -128,6 +130,60 @@ def _as_in_a_real_run():
         mu.find_packed_sequence_indices, mu._ignore_causal_mask_sdpa = saved
 
 
+def _trainer(size: str, seq: int, micro_batch: int, micro_steps: int, activation_checkpointing: bool,
+             chunk_tokens: int, batch: int, tmp: str, runtime, model_factory):
+    from axonn.presets import get_preset
+
+    from .goldfish import GoldfishConfig
+    from .train import TrainConfig, Trainer
+
+    shape = get_preset(size)
+    config = shape.llama_config(attn_implementation="sdpa", max_position_embeddings=max(seq, shape.max_seq))
+    rows = torch.randint(3, shape.vocab, (2 * batch, seq))
+    cfg = TrainConfig(batch_size=batch, micro_batch=micro_batch, checkpoint_every=0, progress=False,
+                      activation_checkpointing=activation_checkpointing, chunk_tokens=chunk_tokens,
+                      goldfish=GoldfishConfig(k=4))
+    return Trainer(model_factory(config), rows, torch.zeros_like(rows, dtype=torch.int32), rows[:batch], cfg, tmp,
+                   runtime=runtime)
+
+
+def measure_cuda_step(size: str, seq: int = 2048, micro_batch: int = 1, micro_steps: int = 2,
+                      activation_checkpointing: bool = True, chunk_tokens: int = 4096) -> int:
+    """Peak bytes the CUDA caching allocator hands out during one real step (grid 1x1x1x1, after a warm-up step).
+
+    The same step :func:`trace_train_step` traces, on the current GPU, so the two can be compared.
+    """
+    from transformers import LlamaForCausalLM
+
+    from .runtime import Runtime
+
+    import torch.distributed as dist
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("measure_cuda_step needs a CUDA GPU; trace_train_step measures the same step on a CPU")
+    created = not dist.is_initialized()
+    rt = Runtime.create()
+    try:
+        if rt.grid.world_size != 1:
+            raise RuntimeError("measure_cuda_step runs one process (grid 1x1x1x1)")
+        os.environ.setdefault("WANDB_MODE", "disabled")
+        with tempfile.TemporaryDirectory() as tmp:
+            t = _trainer(size, seq, micro_batch, micro_steps, activation_checkpointing, chunk_tokens,
+                         micro_batch * micro_steps, tmp, rt, LlamaForCausalLM)
+            t.train_step()
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            t.train_step()
+            torch.cuda.synchronize()
+            peak = torch.cuda.max_memory_allocated()
+            del t
+        torch.cuda.empty_cache()
+        return peak
+    finally:
+        if created:  # leave no world behind: trace_train_step builds its own
+            dist.destroy_process_group()
+
+
 def trace_train_step(size: str, grid: tuple[int, int, int, int] = (1, 1, 1, 1), seq: int = 2048,
                      micro_batch: int = 1, micro_steps: int = 2, activation_checkpointing: bool = True,
                      chunk_tokens: int = 4096) -> TracedMemory:
@@ -143,35 +199,29 @@ def trace_train_step(size: str, grid: tuple[int, int, int, int] = (1, 1, 1, 1), 
     from transformers import LlamaForCausalLM
 
     import axonn
-    from axonn.presets import get_preset
 
-    from .goldfish import GoldfishConfig
     from .runtime import Runtime
-    from .train import TrainConfig, Trainer
 
     if dist.is_initialized():
         raise RuntimeError("trace_train_step needs a process without torch.distributed initialised "
                            "(it builds a fake world): run it in a fresh process, e.g. benchmarks/memory_validation.py")
-    shape = get_preset(size)
     D, R, C, Z = grid
-    world = D * R * C * Z
-    batch = micro_batch * D * Z * micro_steps
-    config = shape.llama_config(attn_implementation="sdpa", max_position_embeddings=max(seq, shape.max_seq))
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=D * R * C * Z)
     os.environ.setdefault("WANDB_MODE", "disabled")
+
+    def cpu_model(config):
+        model = LlamaForCausalLM(config)
+        model.to = lambda *a, **k: model  # already on the CPU; fake parameters cannot be swapped in place
+        return model
+
     try:
         with FakeTensorMode(allow_non_fake_inputs=True), _as_in_a_real_run(), tempfile.TemporaryDirectory() as tmp:
             rt = Runtime(axonn.init(D, R, C, Z))
-            rows = torch.randint(3, shape.vocab, (2 * batch, seq))
-            cfg = TrainConfig(batch_size=batch, micro_batch=micro_batch, checkpoint_every=0, progress=False,
-                              activation_checkpointing=activation_checkpointing, chunk_tokens=chunk_tokens,
-                              goldfish=GoldfishConfig(k=4))
-            model = LlamaForCausalLM(config)
-            model.to = lambda *a, **k: model  # already on the CPU; fake parameters cannot be swapped in place
-            t = Trainer(model, rows, torch.zeros_like(rows, dtype=torch.int32), rows[:batch], cfg, tmp, runtime=rt)
+            t = _trainer(size, seq, micro_batch, micro_steps, activation_checkpointing, chunk_tokens,
+                         micro_batch * D * Z * micro_steps, tmp, rt, cpu_model)
             t.autocast = lambda: torch.autocast("cpu", dtype=torch.bfloat16)  # the CUDA recipe's dtypes
             groups = [{"params": g["params"], "weight_decay": g["weight_decay"]} for g in t.opt.param_groups]
-            t.opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, fused=True)  # as on CUDA
+            t.opt = torch.optim.AdamW(groups, lr=t.cfg.lr, betas=t.cfg.betas, fused=True)  # as on CUDA
             t.train_step()  # creates the optimizer state
             params = list(t.model.parameters())
             states = [v for s in t.opt.state.values() for v in s.values() if isinstance(v, torch.Tensor)]

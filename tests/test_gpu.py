@@ -30,3 +30,21 @@ def test_train_step_never_waits_for_the_device(tmp_path, compile):
         torch.cuda.set_sync_debug_mode("default")
     losses = [read_record(r)["loss"] for r in recs]
     assert all(torch.isfinite(torch.tensor(losses)))
+
+
+def test_traced_memory_matches_the_cuda_allocator(tmp_path):
+    """The fake-tensor trace the planner's memory model is checked against sees what the GPU allocates."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = tmp_path / "rows.json"
+    root = Path(__file__).resolve().parents[1]
+    res = subprocess.run([sys.executable, "benchmarks/memory_validation.py", "--cuda", "--size", "1b", "--seq", "1024",
+                          "--micro-batch", "2", "--no-activation-checkpointing", "--json", str(out)], cwd=root,
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    (row,) = json.loads(out.read_text())
+    assert 0.9 < row["traced_bytes"] / row["cuda_peak_bytes"] < 1.1, row
+    assert 0.9 < row["predicted_bytes"] / row["cuda_peak_bytes"] < 1.1, row
