@@ -343,6 +343,11 @@ def format_plan(result: PlanResult, top: int = 5, show_rejected: int = 8) -> str
         lines.append(f"{i:>3} {str(e.grid):>16} {e.micro_batch:>3} {e.grad_accum:>5} {e.step_time_s:>9.3f} "
                      f"{e.tflops_per_gpu:>11.1f} {e.mfu:>5.1%} {e.memory_per_gpu_bytes / GIB:>8.1f}  "
                      f"{exs:<34}  {','.join(e.intra_node_axes) or '-'}")
+    if r.ranked:
+        m = r.ranked[0].memory
+        lines.append(f"    memory of #1 per GPU: {m.states / GIB:.1f} GiB fp32 weights, gradients and AdamW state, "
+                     f"{m.activations / GIB:.1f} activations, {m.logits / GIB:.1f} logits, "
+                     f"{m.buffers / GIB:.1f} buffers (peak of the step; benchmarks/memory_validation.py traces it)")
     if r.rejected:
         by_kind: dict[str, list[Rejection]] = {}
         for rej in r.rejected:
