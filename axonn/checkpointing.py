@@ -68,11 +68,24 @@ class _ShardedCheckpoint(torch.autograd.Function):
 def sharded_checkpoint(grid: Grid) -> Callable:
     """A ``checkpoint(function, hidden_states)`` for HF's ``_gradient_checkpointing_func`` (see module doc)."""
 
-    def checkpoint(function: Callable, hidden_states: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+    def checkpoint(function: Callable, hidden_states: torch.Tensor, *args, **kwargs):
         if args or kwargs:
             raise TypeError("axonn's sharded checkpoint takes the layer's hidden states only (HF passes the rest "
                             "bound into `function`)")
-        return _ShardedCheckpoint.apply(function, grid, hidden_states)
+        returned: dict[str, int] = {}
+
+        def layer(x: torch.Tensor) -> torch.Tensor:
+            out = function(x)
+            if isinstance(out, tuple):  # transformers < 4.54 layers return (hidden_states, None, ...)
+                if any(o is not None for o in out[1:]):
+                    raise ValueError("sharded checkpointing needs a layer that returns only hidden states "
+                                     "(no attention weights or cache)")
+                returned["tuple"] = len(out)
+                out = out[0]
+            return out
+
+        y = _ShardedCheckpoint.apply(layer, grid, hidden_states)
+        return (y,) + (None,) * (returned["tuple"] - 1) if "tuple" in returned else y
 
     return checkpoint
 
