@@ -30,8 +30,7 @@ class _ShardedCheckpoint(torch.autograd.Function):
     @staticmethod
     def forward(ctx, fn: Callable[[torch.Tensor], torch.Tensor], grid: Grid, x: torch.Tensor) -> torch.Tensor:
         ctx.fn, ctx.grid = fn, grid
-        ctx.autocast = [(d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d))
-                        for d in ("cpu", "cuda") if torch.is_autocast_enabled(d)]
+        ctx.autocast = [(d, torch.get_autocast_dtype(d)) for d in ("cpu", "cuda") if torch.is_autocast_enabled(d)]
         ctx.cpu_rng = torch.get_rng_state()
         ctx.cuda_rng = torch.cuda.get_rng_state(x.device) if x.is_cuda else None
         with torch.no_grad():
@@ -57,7 +56,7 @@ class _ShardedCheckpoint(torch.autograd.Function):
             torch.set_rng_state(ctx.cpu_rng)
             if ctx.cuda_rng is not None:
                 torch.cuda.set_rng_state(ctx.cuda_rng, x.device)
-            for device, _, dtype in ctx.autocast:
+            for device, dtype in ctx.autocast:
                 stack.enter_context(torch.autocast(device, dtype=dtype))
             stack.enter_context(torch.enable_grad())
             y = ctx.fn(x)

@@ -130,8 +130,8 @@ def _as_in_a_real_run():
         mu.find_packed_sequence_indices, mu._ignore_causal_mask_sdpa = saved
 
 
-def _trainer(size: str, seq: int, micro_batch: int, micro_steps: int, activation_checkpointing: bool,
-             chunk_tokens: int, batch: int, tmp: str, runtime, model_factory):
+def _trainer(size: str, seq: int, micro_batch: int, activation_checkpointing: bool, chunk_tokens: int, batch: int,
+             tmp: str, runtime, model_factory):
     from axonn.presets import get_preset
 
     from .goldfish import GoldfishConfig
@@ -153,11 +153,10 @@ def measure_cuda_step(size: str, seq: int = 2048, micro_batch: int = 1, micro_st
 
     The same step :func:`trace_train_step` traces, on the current GPU, so the two can be compared.
     """
+    import torch.distributed as dist
     from transformers import LlamaForCausalLM
 
     from .runtime import Runtime
-
-    import torch.distributed as dist
 
     if not torch.cuda.is_available():
         raise RuntimeError("measure_cuda_step needs a CUDA GPU; trace_train_step measures the same step on a CPU")
@@ -168,8 +167,8 @@ def measure_cuda_step(size: str, seq: int = 2048, micro_batch: int = 1, micro_st
             raise RuntimeError("measure_cuda_step runs one process (grid 1x1x1x1)")
         os.environ.setdefault("WANDB_MODE", "disabled")
         with tempfile.TemporaryDirectory() as tmp:
-            t = _trainer(size, seq, micro_batch, micro_steps, activation_checkpointing, chunk_tokens,
-                         micro_batch * micro_steps, tmp, rt, LlamaForCausalLM)
+            t = _trainer(size, seq, micro_batch, activation_checkpointing, chunk_tokens, micro_batch * micro_steps,
+                         tmp, rt, LlamaForCausalLM)
             t.train_step()
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
@@ -217,7 +216,7 @@ def trace_train_step(size: str, grid: tuple[int, int, int, int] = (1, 1, 1, 1), 
     try:
         with FakeTensorMode(allow_non_fake_inputs=True), _as_in_a_real_run(), tempfile.TemporaryDirectory() as tmp:
             rt = Runtime(axonn.init(D, R, C, Z))
-            t = _trainer(size, seq, micro_batch, micro_steps, activation_checkpointing, chunk_tokens,
+            t = _trainer(size, seq, micro_batch, activation_checkpointing, chunk_tokens,
                          micro_batch * D * Z * micro_steps, tmp, rt, cpu_model)
             t.autocast = lambda: torch.autocast("cpu", dtype=torch.bfloat16)  # the CUDA recipe's dtypes
             groups = [{"params": g["params"], "weight_decay": g["weight_decay"]} for g in t.opt.param_groups]

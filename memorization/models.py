@@ -25,12 +25,11 @@ def check_size_runs_here(shape: ModelShape, device: torch.device, grid: tuple[in
     against traces of this trainer), against the free memory of the device (``free_bytes``
     overrides the query, for tests).
     """
-    ranks = grid[1] * grid[2] * grid[3]
-    need = shape.num_params() * BYTES_PER_PARAM_TRAINING / ranks
     if device.type == "cpu":
         if not shape.cpu_ok:
             from axonn.presets import preset_names
 
+            need = shape.num_params() * BYTES_PER_PARAM_TRAINING / (grid[1] * grid[2] * grid[3])
             cpu_sizes = [n for n in preset_names() if get_preset(n).cpu_ok]
             raise SystemExit(
                 f"size {shape.name!r} ({shape.num_params() / 1e9:.2f}B parameters, ~{need / 2**30:.0f} GiB of "

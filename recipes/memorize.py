@@ -290,9 +290,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     from memorization.models import check_size_runs_here
 
     rt = make_runtime(args)
-    g = rt.grid
-    check_size_runs_here(get_preset(args.size), rt.device, (g.G_data, g.G_intra_r, g.G_intra_c, g.G_intra_d),
-                         seq=args.seq_len, micro_batch=args.micro_batch or rt.local_batch_rows(args.batch_size),
+    check_size_runs_here(get_preset(args.size), rt.device, _parse_grid(args.grid), seq=args.seq_len,
+                         micro_batch=args.micro_batch or rt.local_batch_rows(args.batch_size),
                          activation_checkpointing=args.activation_checkpointing)
     out = Path(args.out)
     if args.overwrite and out.exists() and rt.is_main:
