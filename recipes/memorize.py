@@ -175,6 +175,8 @@ def validate(args: argparse.Namespace) -> None:
         raise SystemExit("error: --resume and --overwrite contradict each other")
     out = Path(args.out)
     cfg_file = out / "run_config.json"
+    if args.plan:  # prints a plan and exits: --out is never touched, so an existing run there is no conflict
+        return
     if out.exists() and any(out.iterdir()):
         if args.overwrite:
             pass

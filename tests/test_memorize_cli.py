@@ -117,8 +117,10 @@ def test_help_explains_every_flag():
         assert flag in out
 
 
-def test_plan_prints_fitting_grids_for_405b_on_frontier(capsys):
-    assert memorize.main(["--size", "405b", "--gpus", "4096", "--machine", "frontier", "--plan"]) is None
+def test_plan_prints_fitting_grids_for_405b_on_frontier(capsys, tmp_path):
+    (tmp_path / "run_config.json").write_text("{}")  # --plan writes nothing, so a run already in --out is fine
+    assert memorize.main(["--size", "405b", "--gpus", "4096", "--machine", "frontier", "--plan",
+                          "--out", str(tmp_path)]) is None
     out = capsys.readouterr().out
     assert "fitting grid" in out and "rejected" in out
     with pytest.raises(SystemExit, match="smallest GPU count"):
