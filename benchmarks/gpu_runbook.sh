@@ -2,6 +2,7 @@
 # Every GPU measurement the project still owes, in as few calls as a 30-minute lease allows.
 #
 #   bash benchmarks/gpu_runbook.sh check        # CUDA tests, then train_throughput at 4 x 2048 (the README's row)
+#   bash benchmarks/gpu_runbook.sh attention    # ours with causal_sdpa vs ours with HF's compiled mask (flash or not)
 #   bash benchmarks/gpu_runbook.sh batch        # ours and HF eager at 8 and 16 x 2048: how far batching moves MFU
 #   bash benchmarks/gpu_runbook.sh profile      # where our step's time goes (top ops; Chrome trace in $OUT)
 #   bash benchmarks/gpu_runbook.sh autotune     # matmul layout autotuning on the 1b/8b Linear shapes, bf16
@@ -13,7 +14,7 @@
 # test are in benchmarks/results/throughput_notes.md.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-stage="${1:?usage: bash benchmarks/gpu_runbook.sh check|batch|profile|autotune|memory}"
+stage="${1:?usage: bash benchmarks/gpu_runbook.sh check|attention|batch|profile|autotune|memory}"
 out="${OUT:-runs/gpu_runbook}"
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -25,6 +26,9 @@ case "$stage" in
 check)
     log "$PY" -m pytest -q -p no:cacheprovider tests/test_gpu.py
     log "$PY" benchmarks/train_throughput.py --batch 4
+    ;;
+attention)
+    log "$PY" benchmarks/train_throughput.py --which attention --batch 4 --steps 15
     ;;
 batch)
     for b in 8 16; do log "$PY" benchmarks/train_throughput.py --batch "$b" --steps 15; done
@@ -39,7 +43,7 @@ memory)
     log "$PY" benchmarks/memory_validation.py --cuda
     ;;
 *)
-    echo "unknown stage $stage: use check, batch, profile, autotune or memory" >&2
+    echo "unknown stage $stage: use check, attention, batch, profile, autotune or memory" >&2
     exit 2
     ;;
 esac

@@ -5,6 +5,7 @@ torch.compile, SDPA) against plain Hugging Face eager training, in the same run.
     python benchmarks/train_throughput.py                        # GPU: 1b preset, 4 x 2048 tokens, bf16
     python benchmarks/train_throughput.py --size tiny --seq 128 --batch 8 --steps 5   # CPU smoke run
     python benchmarks/train_throughput.py --which ours --profile 3 --trace ours.json  # where the time goes
+    python benchmarks/train_throughput.py --which attention   # ours with causal_sdpa vs with HF's compiled mask
 
 MFU = tokens/s x (6 N + 12 L h s) / peak, N = parameters that do matmuls (all but the input
 embedding), peak = 989 TFLOP/s (H100 SXM dense bf16) unless --peak-tflops says otherwise.
@@ -49,13 +50,16 @@ def hf_eager(size: str, rows: torch.Tensor, batch: int, steps: int, warmup: int,
 
 
 def ours(size: str, rows: torch.Tensor, batch: int, steps: int, warmup: int, dev: torch.device, compile: bool,
-         ac: bool, profile_steps: int = 0, trace: str | None = None) -> float:
+         ac: bool, profile_steps: int = 0, trace: str | None = None, attention: str = "causal_sdpa") -> float:
+    """Our trainer; ``attention="sdpa"`` puts back HF's own mask path (under compile: a materialised mask)."""
     docs = torch.zeros_like(rows, dtype=torch.int32)
     cfg = TrainConfig(batch_size=batch, lr=1e-4, checkpoint_every=0, progress=False, compile=compile,
                       activation_checkpointing=ac, goldfish=GoldfishConfig(k=4, h=13))
     with tempfile.TemporaryDirectory() as tmp:
         t = Trainer(build_model(size, 32000, seed=0), rows, docs, rows[:batch], cfg, tmp, run_name="ours")
         t.total_steps = len(rows) // batch
+        if attention != t.model.config._attn_implementation:
+            t.model.set_attn_implementation(attention)  # before the first step, so compilation sees it
 
         def step() -> None:
             if t.step >= t.total_steps:
@@ -92,7 +96,9 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=4, help="sequences per step")
     p.add_argument("--steps", type=int, default=20, help="timed steps")
     p.add_argument("--warmup", type=int, default=5, help="untimed steps first (compilation happens here)")
-    p.add_argument("--which", default="both", choices=["both", "ours", "hf"], help="what to run")
+    p.add_argument("--which", default="both", choices=["both", "ours", "hf", "attention"],
+                   help="what to run: ours and HF eager, one of them, or 'attention': ours with causal_sdpa "
+                        "against ours with HF's sdpa mask path (memorization/attention.py)")
     p.add_argument("--no-compile", action="store_true", help="do not torch.compile our step")
     p.add_argument("--activation-checkpointing", action="store_true", help="recompute activations in backward")
     p.add_argument("--peak-tflops", type=float, default=H100_BF16_PEAK / 1e12, help="peak for MFU")
@@ -118,12 +124,19 @@ def main() -> None:
                            a.profile, a.trace)
         if dev.type == "cuda":
             print(f"ours peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
+    if a.which == "attention":
+        for name, attn in (("ours", "causal_sdpa"), ("ours, HF sdpa mask", "sdpa")):
+            gc.collect()
+            res[name] = ours(a.size, rows, a.batch, a.steps, a.warmup, dev, not a.no_compile,
+                             a.activation_checkpointing, attention=attn)
     print(f"device {dev}, size {a.size} ({shape.num_params() / 1e9:.2f}B), {a.batch} x {a.seq} tokens/step, "
           f"{fpt / 1e9:.2f} GFLOP/token, peak {a.peak_tflops:.0f} TFLOP/s")
     for name, s in res.items():
         tps = tok / s
-        print(f"{name:9s}: {s * 1e3:8.1f} ms/step {tps:10.0f} tok/s  MFU {tps * fpt / (a.peak_tflops * 1e12):6.1%}")
-    if len(res) == 2:
+        print(f"{name:18s}: {s * 1e3:8.1f} ms/step {tps:10.0f} tok/s  MFU {tps * fpt / (a.peak_tflops * 1e12):6.1%}")
+    if a.which == "attention":
+        print(f"speedup causal_sdpa / HF sdpa mask = {res['ours, HF sdpa mask'] / res['ours']:.2f}x")
+    elif len(res) == 2:
         print(f"speedup ours / HF eager = {res['HF eager'] / res['ours']:.2f}x  (target >= 1.5x, MFU >= 55% on H100)")
 
 

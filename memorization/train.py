@@ -37,6 +37,7 @@ from typing import Callable
 
 import torch
 
+from .attention import use_causal_sdpa
 from .goldfish import IGNORE_INDEX, GoldfishConfig, apply_goldfish
 from .loss import causal_lm_loss_sum
 from .mixture import atomic_write_json
@@ -132,6 +133,7 @@ class Trainer:
         if self.local_rows % self.micro:
             raise ValueError(f"micro batch {self.micro} does not divide this rank's {self.local_rows} rows per step")
         self.device = self.rt.device
+        use_causal_sdpa(model)  # flash attention also under torch.compile (memorization/attention.py)
         self.model = self.rt.parallelize(model.to(self.device))
         if cfg.activation_checkpointing:
             self.rt.enable_activation_checkpointing(self.model)

