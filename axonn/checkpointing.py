@@ -64,6 +64,11 @@ class _ShardedCheckpoint(torch.autograd.Function):
         return None, None, x.grad
 
 
+# torch.compile: the autograd.Function (RNG state, an all-gather and a nested backward) runs eagerly, while
+# the layer it calls in the forward still compiles (recursive=False); the backward's recomputation is eager
+_apply_eagerly = torch.compiler.disable(_ShardedCheckpoint.apply, recursive=False)
+
+
 def sharded_checkpoint(grid: Grid) -> Callable:
     """A ``checkpoint(function, hidden_states)`` for HF's ``_gradient_checkpointing_func`` (see module doc)."""
 
@@ -83,7 +88,7 @@ def sharded_checkpoint(grid: Grid) -> Callable:
                 out = out[0]
             return out
 
-        y = _ShardedCheckpoint.apply(layer, grid, hidden_states)
+        y = _apply_eagerly(layer, grid, hidden_states)
         return (y,) + (None,) * (returned["tuple"] - 1) if "tuple" in returned else y
 
     return checkpoint

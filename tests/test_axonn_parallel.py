@@ -134,3 +134,15 @@ def test_linear_indivisible_refused() -> None:
 
     with pytest.raises(ValueError, match=r"out_features=10 is not divisible by the row axis size G_intra_r=4"):
         Linear(8, 10, grid=_fake_grid(row=4))
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("grid,flags", [("1,2,2,2", []), ("2,2,1,2", ["--checkpointing"])])
+def test_compiled_parallel_model_shares_graphs_across_layers(grid, flags) -> None:
+    """torch.compile splits only at axonn's collectives: no recompilation, as many graphs for 4 layers as for 2,
+    and the compiled loss and gradients equal the eager ones (fake world, one process)."""
+    env = launcher._env({})
+    res = subprocess.run([sys.executable, str(WORKERS / "compile_checks.py"), grid, *flags], env=env,
+                         capture_output=True, text=True, timeout=280)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert f"OK compile {grid}" in res.stdout

@@ -41,8 +41,9 @@ def _torchrun(n: int) -> list[str]:
 
 
 def test_row_and_depth_grid_follows_serial(serial, tmp_path):
-    """With activation checkpointing: each rank keeps half of every layer input (row = 2) and regathers it."""
-    _same_run(serial, _launch(_torchrun(4), "1,2,1,2", tmp_path / "r", ("--activation-checkpointing",)))
+    """With activation checkpointing (each rank keeps half of every layer input, row = 2, and regathers it) and
+    torch.compile (the model code between axonn's collectives compiled, the collectives eager)."""
+    _same_run(serial, _launch(_torchrun(4), "1,2,1,2", tmp_path / "r", ("--activation-checkpointing", "--compile")))
 
 
 @pytest.mark.slow

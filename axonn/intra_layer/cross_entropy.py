@@ -53,6 +53,7 @@ class _VocabParallelCE(torch.autograd.Function):
         return grad.to(ctx.in_dtype), None, None, None, None
 
 
+@torch.compiler.disable  # three all-reduces: eager under torch.compile
 def vocab_parallel_cross_entropy(logits_shard: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100,
                                  reduction: str = "mean", axes="row", grid: Grid | None = None) -> torch.Tensor:
     """Cross-entropy of vocab-sharded logits (see module doc). ``reduction`` in {"mean","sum","none"}."""

@@ -169,6 +169,7 @@ class Linear(nn.Module):
                              nxt.weight._version, backward)
         return full[:numel].view(self.local_out, self.local_in)
 
+    @torch.compiler.disable  # collectives, async handles, prefetch state: eager under torch.compile
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.drop_input:
             x = drop(x, self.in_axis, self.grid)

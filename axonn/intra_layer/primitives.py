@@ -6,6 +6,9 @@
   this rank's chunk (the downstream computation is replicated over ``axes``).
 * :func:`reduce_forward` forward: all-reduce (sum); backward: identity (the
   output is consumed identically on every rank of ``axes``).
+
+Each is opaque to ``torch.compile`` (``torch.compiler.disable``): collectives run eagerly and the
+model code between them compiles into graphs that every layer reuses.
 """
 from __future__ import annotations
 
@@ -53,13 +56,16 @@ class _ReduceFwd(torch.autograd.Function):
         return dy, None, None
 
 
+@torch.compiler.disable
 def drop(x: torch.Tensor, axes, grid: Grid) -> torch.Tensor:
     return x if grid.size(axes) == 1 else _Drop.apply(x, axes, grid)
 
 
+@torch.compiler.disable
 def gather(x: torch.Tensor, axes, grid: Grid) -> torch.Tensor:
     return x if grid.size(axes) == 1 else _Gather.apply(x, axes, grid)
 
 
+@torch.compiler.disable
 def reduce_forward(x: torch.Tensor, axes, grid: Grid) -> torch.Tensor:
     return x if grid.size(axes) == 1 else _ReduceFwd.apply(x, axes, grid)
