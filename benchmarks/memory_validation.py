@@ -30,40 +30,46 @@ from axonn.presets import get_preset  # noqa: E402
 from memorization.memory_trace import measure_cuda_step, trace_train_step  # noqa: E402
 
 GIB = 2**30
-QUICK = [  # (size, grid D,R,C,Z, seq, micro-batch, activation checkpointing)
-    ("tiny", (1, 1, 1, 1), 256, 4, False), ("tiny", (1, 1, 1, 1), 256, 4, True),
-    ("mini", (1, 2, 2, 2), 512, 4, False), ("mini", (2, 1, 2, 2), 512, 2, True),
-    ("mini", (1, 2, 1, 1), 512, 2, True), ("mini", (2, 1, 1, 4), 512, 2, False),
+QUICK = [  # (size, grid D,R,C,Z, seq, micro-batch, activation checkpointing, micro-steps per optimizer step)
+    ("tiny", (1, 1, 1, 1), 256, 4, False, 2), ("tiny", (1, 1, 1, 1), 256, 4, True, 2),
+    ("mini", (1, 2, 2, 2), 512, 4, False, 2), ("mini", (2, 1, 2, 2), 512, 2, True, 2),
+    ("mini", (1, 2, 1, 1), 512, 2, True, 2), ("mini", (2, 1, 1, 4), 512, 2, False, 2),
+    ("tiny", (1, 1, 1, 1), 256, 4, False, 1), ("mini", (2, 1, 2, 2), 512, 2, True, 1),
 ]
 DEFAULT = QUICK + [
-    ("1b", (1, 1, 1, 1), 2048, 2, False), ("1b", (1, 1, 1, 1), 2048, 2, True),
-    ("1b", (1, 2, 2, 2), 2048, 2, False), ("1b", (1, 2, 2, 2), 2048, 2, True),
-    ("1b", (2, 4, 1, 1), 1024, 4, False), ("1b", (1, 1, 4, 2), 2048, 4, True),
-    ("8b", (1, 4, 1, 2), 2048, 1, False), ("8b", (1, 2, 2, 2), 2048, 1, True),
-    ("8b", (1, 1, 1, 8), 2048, 2, True),
-    ("70b", (1, 2, 1, 128), 2048, 1, True),  # the planner's pick for 70b on 256 Frontier GCDs
-    ("405b", (8, 8, 2, 8), 2048, 2, True),  # the planner's pick for 405b on 1024 Frontier GCDs
+    ("1b", (1, 1, 1, 1), 2048, 2, False, 2), ("1b", (1, 1, 1, 1), 2048, 2, True, 2),
+    ("1b", (1, 2, 2, 2), 2048, 2, False, 2), ("1b", (1, 2, 2, 2), 2048, 2, True, 2),
+    ("1b", (2, 4, 1, 1), 1024, 4, False, 2), ("1b", (1, 1, 4, 2), 2048, 4, True, 2),
+    ("8b", (1, 4, 1, 2), 2048, 1, False, 2), ("8b", (1, 2, 2, 2), 2048, 1, True, 2),
+    ("8b", (1, 1, 1, 8), 2048, 2, True, 2),
+    ("1b", (1, 1, 1, 1), 2048, 2, False, 1), ("1b", (1, 2, 2, 2), 2048, 2, True, 1),
+    ("8b", (1, 4, 1, 2), 2048, 1, False, 1), ("8b", (1, 1, 1, 8), 2048, 2, True, 1),
+    # the planner's picks for the paper's runs at global batch 128 (one micro-step each)
+    ("70b", (1, 2, 1, 128), 2048, 1, True, 1),  # 70b on 256 Frontier GCDs
+    ("405b", (8, 8, 2, 8), 2048, 2, True, 1),  # 405b on 1024 Frontier GCDs
 ]
 
 
 def run(configs, show: int, cuda: bool = False) -> list[dict]:
     rows = []
-    print(f"{'size':5s} {'grid D,R,C,Z':13s} {'seq':>5s} {'mb':>3s} {'ckpt':>4s} {'traced GiB':>10s} "
+    print(f"{'size':5s} {'grid D,R,C,Z':13s} {'seq':>5s} {'mb':>3s} {'ckpt':>4s} {'steps':>5s} {'traced GiB':>10s} "
           f"{'planner GiB':>11s} {'error':>7s} {'s':>5s}" + (f" {'CUDA GiB':>9s} {'trace/CUDA':>10s}" if cuda else ""),
           flush=True)
-    for size, grid, seq, mb, ac in configs:
+    for size, grid, seq, mb, ac, steps in configs:
         t0 = time.perf_counter()
-        traced = trace_train_step(size, grid, seq=seq, micro_batch=mb, activation_checkpointing=ac)
-        pred = memory_per_gpu(get_preset(size), Grid(*grid), seq, mb, ac)
+        traced = trace_train_step(size, grid, seq=seq, micro_batch=mb, micro_steps=steps, activation_checkpointing=ac)
+        pred = memory_per_gpu(get_preset(size), Grid(*grid), seq, mb, ac, micro_steps=steps)
         err = pred.total / traced.peak - 1
         secs = time.perf_counter() - t0
-        measured = measure_cuda_step(size, seq=seq, micro_batch=mb, activation_checkpointing=ac) if cuda else None
-        print(f"{size:5s} {','.join(map(str, grid)):13s} {seq:5d} {mb:3d} {'on' if ac else 'off':>4s} "
+        measured = measure_cuda_step(size, seq=seq, micro_batch=mb, micro_steps=steps,
+                                     activation_checkpointing=ac) if cuda else None
+        print(f"{size:5s} {','.join(map(str, grid)):13s} {seq:5d} {mb:3d} {'on' if ac else 'off':>4s} {steps:5d} "
               f"{traced.peak / GIB:10.3f} {pred.total / GIB:11.3f} {err:+7.1%} {secs:5.0f}"
               + (f" {measured / GIB:9.3f} {traced.peak / measured:10.3f}" if measured else ""), flush=True)
         if show:
             print(traced.table(show))
         rows.append({"size": size, "grid": list(grid), "seq": seq, "micro_batch": mb, "activation_checkpointing": ac,
+                     "micro_steps": steps,
                      "traced_bytes": traced.peak, "predicted_bytes": int(pred.total), "error": err,
                      "cuda_peak_bytes": measured, "predicted": {k: int(v) for k, v in pred.to_dict().items()}})
     errs = [abs(r["error"]) for r in rows]
@@ -78,6 +84,8 @@ def main() -> None:
     p.add_argument("--grid", default="1,1,1,1", help="with --size: D,R,C,Z (rank 0 is traced)")
     p.add_argument("--seq", type=int, default=2048, help="with --size: sequence length")
     p.add_argument("--micro-batch", type=int, default=1, help="with --size: sequences per rank per forward")
+    p.add_argument("--micro-steps", type=int, default=2,
+                   help="with --size: forward/backward passes per optimizer step (1: no gradients live in the forward)")
     p.add_argument("--activation-checkpointing", action=argparse.BooleanOptionalAction, default=True,
                    help="with --size: recompute each layer in backward (the planner's default)")
     p.add_argument("--show", type=int, default=0, metavar="N", help="print the N largest live tensor groups at the peak")
@@ -96,9 +104,9 @@ def main() -> None:
         grid = tuple(int(x) for x in a.grid.split(","))
         if len(grid) != 4:
             p.error(f"--grid takes four sizes D,R,C,Z, got {a.grid!r}")
-        configs = [(a.size, grid, a.seq, a.micro_batch, a.activation_checkpointing)]
+        configs = [(a.size, grid, a.seq, a.micro_batch, a.activation_checkpointing, a.micro_steps)]
     elif a.cuda:
-        configs = [c for c in DEFAULT if c[1] == (1, 1, 1, 1)] + [("1b", (1, 1, 1, 1), 2048, 4, False)]
+        configs = [c for c in DEFAULT if c[1] == (1, 1, 1, 1)] + [("1b", (1, 1, 1, 1), 2048, 4, False, 2)]
     else:
         configs = QUICK if a.quick else DEFAULT
     if a.cuda and any(c[1] != (1, 1, 1, 1) for c in configs):

@@ -17,12 +17,12 @@ def padded_vocab(n: int, multiple: int = 64) -> int:
 
 def check_size_runs_here(shape: ModelShape, device: torch.device, grid: tuple[int, int, int, int] = (1, 1, 1, 1),
                          seq: int = 2048, micro_batch: int = 1, activation_checkpointing: bool = False,
-                         free_bytes: int | None = None) -> None:
+                         free_bytes: int | None = None, micro_steps: int = 2) -> None:
     """Refuse, before any allocation, a run this machine cannot hold (with what to do instead).
 
     On a GPU the need is the planner's peak memory of one rank of ``grid`` (D, R, C, Z) for this
-    sequence length, micro-batch and checkpointing (:func:`axonn.planner.memory_per_gpu`, checked
-    against traces of this trainer), against the free memory of the device (``free_bytes``
+    sequence length, micro-batch, micro-steps per optimizer step and checkpointing
+    (:func:`axonn.planner.memory_per_gpu`, checked against traces of this trainer), against the free memory of the device (``free_bytes``
     overrides the query, for tests).
     """
     if device.type == "cpu":
@@ -39,13 +39,14 @@ def check_size_runs_here(shape: ModelShape, device: torch.device, grid: tuple[in
         return
     from axonn.planner import Grid, memory_per_gpu
 
-    mem = memory_per_gpu(shape, Grid(*grid), seq, micro_batch, activation_checkpointing)
+    mem = memory_per_gpu(shape, Grid(*grid), seq, micro_batch, activation_checkpointing, micro_steps=micro_steps)
     free = torch.cuda.mem_get_info(device)[0] if free_bytes is None else free_bytes
     if mem.total <= 0.95 * free:
         return
     g = 2**30
     fixes = []
-    if not activation_checkpointing and memory_per_gpu(shape, Grid(*grid), seq, micro_batch, True).total <= 0.95 * free:
+    if not activation_checkpointing and memory_per_gpu(shape, Grid(*grid), seq, micro_batch, True,
+                                                         micro_steps=micro_steps).total <= 0.95 * free:
         fixes.append("add --activation-checkpointing")
     if micro_batch > 1:
         fixes.append("lower --micro-batch")

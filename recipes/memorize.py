@@ -292,9 +292,11 @@ def main(argv: list[str] | None = None) -> dict | None:
     from memorization.models import check_size_runs_here
 
     rt = make_runtime(args)
+    local_rows = rt.local_batch_rows(args.batch_size)
+    micro = args.micro_batch or local_rows
     check_size_runs_here(get_preset(args.size), rt.device, _parse_grid(args.grid), seq=args.seq_len,
-                         micro_batch=args.micro_batch or rt.local_batch_rows(args.batch_size),
-                         activation_checkpointing=args.activation_checkpointing)
+                         micro_batch=micro, activation_checkpointing=args.activation_checkpointing,
+                         micro_steps=max(1, local_rows // micro))
     out = Path(args.out)
     if args.overwrite and out.exists() and rt.is_main:
         shutil.rmtree(out)

@@ -32,7 +32,8 @@ def test_peak_memory_counts_live_storages_once():
 
 @pytest.mark.timeout(300)
 def test_planner_memory_matches_traced_training_step(tmp_path):
-    """Both layouts (HF modules; axonn tensor-parallel), checkpointing on and off, data x depth > 1.
+    """Both layouts (HF modules; axonn tensor-parallel), checkpointing on and off, data x depth > 1, one micro-step
+    per optimizer step (no gradients in the forward) and two (the first pass's gradients live through the second).
 
     Runs in a fresh process: the trace builds a fake torch.distributed world.
     """
@@ -40,17 +41,20 @@ def test_planner_memory_matches_traced_training_step(tmp_path):
     code = (
         "import sys, warnings; warnings.filterwarnings('ignore'); sys.argv = ['x', '--json', sys.argv[1]]\n"
         "import benchmarks.memory_validation as mv\n"
-        "mv.QUICK = [('tiny', (1, 1, 1, 1), 256, 4, False), ('mini', (1, 2, 2, 2), 512, 4, True),\n"
-        "            ('mini', (2, 1, 1, 4), 512, 2, False)]\n"
+        "mv.QUICK = [('tiny', (1, 1, 1, 1), 256, 4, False, 2), ('mini', (1, 2, 2, 2), 512, 4, True, 2),\n"
+        "            ('mini', (2, 1, 1, 4), 512, 2, False, 2), ('tiny', (1, 1, 1, 1), 256, 4, False, 1),\n"
+        "            ('mini', (2, 1, 2, 2), 512, 2, True, 1)]\n"
         "sys.argv.append('--quick'); mv.main()\n"
     )
     res = subprocess.run([sys.executable, "-c", code, str(out)], cwd=ROOT, capture_output=True, text=True,
                          timeout=280)
     assert res.returncode == 0, res.stdout + res.stderr
     rows = json.loads(out.read_text())
-    assert len(rows) == 3
+    assert len(rows) == 5
     for r in rows:
         assert abs(r["error"]) < 0.06, r
+    one, two = rows[3], rows[0]  # the same tiny step with one and with two micro-steps
+    assert one["traced_bytes"] < two["traced_bytes"] and one["predicted_bytes"] < two["predicted_bytes"]
 
 
 def test_gpu_preflight_uses_the_memory_model():

@@ -48,9 +48,15 @@ and its gradient, ``12·c·V/R``.
 
 Total = states + buffers + activations + logits; it fits when it is at most
 ``memory·usable_fraction − reserved`` of the profile (the reserve covers the CUDA context,
-allocator rounding and library workspaces, which no trace sees).  The activation terms count
-one micro-step while the gradients of earlier micro-steps are live: exact for steps of two or
-more micro-steps, an over-estimate of up to ``4 B × parameters`` for a single micro-step.
+allocator rounding and library workspaces, which no trace sees).
+
+Micro-steps.  With two or more forward/backward passes per optimizer step, the gradients of the
+earlier passes (``4 B`` of the ``16 B`` per parameter) are live through the last one, at every
+moment above.  With one (the planner's picks at the paper's batch), the forward holds no gradient
+at all, the loss's backward only the LM head's, and the backward walks from the last layer to the
+first, freeing each layer's activations as it produces that layer's gradients; the peak is then at
+the start of the backward or at the first layer, so the moments are those two ends with the
+gradients produced by then (the ``states`` of the breakdown count only those).
 """
 from __future__ import annotations
 
@@ -120,8 +126,13 @@ def activation_bytes_per_layer(shape: ModelShape, grid: Grid, seq: int, micro_ba
 
 def memory_per_gpu(shape: ModelShape, grid: Grid, seq: int, micro_batch: int,
                    activation_checkpointing: bool = True,
-                   cfg: MemoryConfig | None = None) -> MemoryBreakdown:
-    """Bytes per GPU at the step's peak (equations in the module docstring)."""
+                   cfg: MemoryConfig | None = None, micro_steps: int = 2) -> MemoryBreakdown:
+    """Bytes per GPU at the step's peak (equations in the module docstring).
+
+    ``micro_steps``: forward/backward passes per optimizer step on this rank.  From 2 on, the
+    gradients of the earlier passes are live through the last one; with 1, each moment counts
+    only the gradients produced by then (none in the forward).
+    """
     cfg = cfg or MemoryConfig()
     _, R, C, Z = grid
     h, L, V = shape.hidden, shape.layers, shape.vocab
@@ -137,19 +148,37 @@ def memory_per_gpu(shape: ModelShape, grid: Grid, seq: int, micro_batch: int,
     gathered = cfg.gathered_bytes * largest / (R * C) if Z > 1 else 0.0
     # gradient all-reduce over data x depth (sync_gradients): one flattened bucket at a time
     sync = (0.0, 0.0, 0.0) if grid.data * Z == 1 else (min(4.0 * GRAD_BUCKET_ELEMENTS, states / 4), 0.0, 0.0)
+    # gradients not yet produced at a moment of a single-micro-step step (fp32, this rank's shards)
+    grads = states / 4
+    head_grad = 4 * V * h / (R * C * Z)
+    layer_grads = 4 * (p_layer / (R * C * Z) + 2 * h)
+    if micro_steps >= 2:
+        before_backward = bottom_layer = 0.0
+    else:
+        before_backward = grads - head_grad  # only the LM head's gradient exists once the loss is back-propagated
+        bottom_layer = grads - head_grad - L * layer_grads  # only the embedding's is still missing
+    around_loss = 8 * m * h + 8 * m * h / C  # embedding output, final norm, the loss's input and its gradient
+    layer_buffers = 2 * p_layer if hf else gathered  # one layer's bf16 weights (HF) or depth buffers (axonn)
     if not activation_checkpointing:
-        # the peak is where the loss's backward starts: every layer's activations are still saved
-        moment = (bf16_weights, L * a_layer + 8 * m * h + 8 * m * h / C, logits_bwd)
-        return MemoryBreakdown(states, *max(moment, sync, key=sum))
-    # each layer's fp32 input (axonn layout: a 1/(R·C) slice, axonn.checkpointing); the final norm's output
-    # and the loss's input
-    inputs = L * 4 * m * h / (R * C) + 8 * m * h
-    moments = [  # (buffers, activations, logits) live at the candidate peaks; the largest counts
-        (bf16_weights, inputs, logits_fwd),  # end of forward (HF's bf16 weight cache still held)
-        (0.0, inputs, logits_bwd),  # the loss's backward
-        # recomputing and back-propagating a layer (axonn layout: from its all-gathered input)
-        (2 * p_layer if hf else gathered, inputs + a_layer + (0 if hf else 4 * m * h), 0.0),
-        sync,
-    ]
-    buffers, acts, logits = max(moments, key=sum)
-    return MemoryBreakdown(states=states, buffers=buffers, activations=acts, logits=logits)
+        moments = [  # (missing gradients, buffers, activations, logits); the largest total counts
+            # the loss's backward starts: every layer's activations are still saved
+            (before_backward, bf16_weights, L * a_layer + around_loss, logits_bwd),
+            # the first layer's backward: the other layers' activations and bf16 weights are freed
+            (bottom_layer, layer_buffers, a_layer + around_loss, 0.0),
+            (0.0, *sync),
+        ]
+    else:
+        # each layer's fp32 input (axonn layout: a 1/(R·C) slice, axonn.checkpointing); the final norm's
+        # output and the loss's input
+        layer_input = 4 * m * h / (R * C)
+        inputs = L * layer_input + 8 * m * h
+        recompute = a_layer + (0 if hf else 4 * m * h)  # a layer rerun and back-propagated (axonn: regathered input)
+        moments = [
+            (grads if micro_steps < 2 else 0.0, bf16_weights, inputs, logits_fwd),  # end of forward (HF: bf16 cache)
+            (before_backward, 0.0, inputs, logits_bwd),  # the loss's backward
+            (before_backward, layer_buffers, inputs + recompute, 0.0),  # the last layer's recomputation
+            (bottom_layer, layer_buffers, layer_input + 8 * m * h + recompute, 0.0),  # the first layer's
+            (0.0, *sync),
+        ]
+    missing, buffers, acts, logits = max(moments, key=lambda mo: sum(mo[1:]) - mo[0])
+    return MemoryBreakdown(states=states - missing, buffers=buffers, activations=acts, logits=logits)

@@ -151,13 +151,17 @@ def _fits_somewhere(shape: ModelShape, gpus: int, seq: int, global_batch: int | 
     for g in enumerate_grids(gpus):
         if divisibility_problem(shape, g):
             continue
-        mb = micro_batch or 1
-        if global_batch is not None:
-            if global_batch % (g.data * g.depth) or (global_batch // (g.data * g.depth)) % mb:
+        if global_batch is None:  # any batch: one micro-batch, gradients accumulated (the larger need)
+            options = [(micro_batch or 1, 2)]
+        else:  # the micro-batches `plan` would try, each with its number of micro-steps
+            per_shard = global_batch // (g.data * g.depth)
+            if global_batch % (g.data * g.depth):
                 continue
-        need = memory_per_gpu(shape, g, seq, mb, ckpt, mem_cfg).total
-        if need <= cap and (best is None or need < best):
-            best = need
+            options = [(mb, per_shard // mb) for mb in _micro_batches(per_shard, micro_batch)]
+        for mb, steps in options:
+            need = memory_per_gpu(shape, g, seq, mb, ckpt, mem_cfg, micro_steps=steps).total
+            if need <= cap and (best is None or need < best):
+                best = need
     return best
 
 
@@ -238,7 +242,7 @@ def plan(shape: str | ModelShape, seq: int, global_batch: int, gpus: int,
         best: PlanEntry | None = None
         smallest_need = None
         for mb in mbs:
-            mem = memory_per_gpu(shape, grid, seq, mb, activation_checkpointing, mem_cfg)
+            mem = memory_per_gpu(shape, grid, seq, mb, activation_checkpointing, mem_cfg, micro_steps=per_shard // mb)
             if smallest_need is None or mem.total < smallest_need:
                 smallest_need = mem.total
             if mem.total > cap:
@@ -345,7 +349,7 @@ def format_plan(result: PlanResult, top: int = 5, show_rejected: int = 8) -> str
                      f"{exs:<34}  {','.join(e.intra_node_axes) or '-'}")
     if r.ranked:
         m = r.ranked[0].memory
-        lines.append(f"    memory of #1 per GPU: {m.states / GIB:.1f} GiB fp32 weights, gradients and AdamW state, "
+        lines.append(f"    memory of #1 per GPU: {m.states / GIB:.1f} GiB fp32 weights, AdamW state and the gradients live then, "
                      f"{m.activations / GIB:.1f} activations, {m.logits / GIB:.1f} logits, "
                      f"{m.buffers / GIB:.1f} buffers (peak of the step; benchmarks/memory_validation.py traces it)")
     if r.rejected:
