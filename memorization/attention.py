@@ -73,5 +73,8 @@ def use_causal_sdpa(model: torch.nn.Module) -> bool:
         return False
     if not register() or not hasattr(model, "set_attn_implementation"):
         return False
-    model.set_attn_implementation(CAUSAL_SDPA)
+    try:
+        model.set_attn_implementation(CAUSAL_SDPA)
+    except (ValueError, ImportError):  # a transformers that validates names against its own list: keep sdpa
+        return False
     return model.config._attn_implementation == CAUSAL_SDPA
