@@ -23,8 +23,8 @@ def _pair():
     return ref, ours
 
 
-def _sdpa_calls(fn, *args, **kw) -> list[dict]:
-    """Compile ``fn`` with a backend that records the SDPA calls of the traced graph, run it, return them."""
+def _sdpa_calls(fn, *args, **kw) -> tuple[list[dict], object]:
+    """Compile ``fn`` with a backend that records the SDPA calls of the traced graph, run it; (calls, output)."""
     calls = []
 
     def backend(gm, example_inputs):

@@ -153,8 +153,9 @@ def memory_per_gpu(shape: ModelShape, grid: Grid, seq: int, micro_batch: int,
     head_grad = 4 * V * h / (R * C * Z)
     layer_grads = 4 * (p_layer / (R * C * Z) + 2 * h)
     if micro_steps >= 2:
-        before_backward = bottom_layer = 0.0
+        in_forward = before_backward = bottom_layer = 0.0
     else:
+        in_forward = grads  # no gradient exists before the backward
         before_backward = grads - head_grad  # only the LM head's gradient exists once the loss is back-propagated
         bottom_layer = grads - head_grad - L * layer_grads  # only the embedding's is still missing
     around_loss = 8 * m * h + 8 * m * h / C  # embedding output, final norm, the loss's input and its gradient
@@ -174,7 +175,7 @@ def memory_per_gpu(shape: ModelShape, grid: Grid, seq: int, micro_batch: int,
         inputs = L * layer_input + 8 * m * h
         recompute = a_layer + (0 if hf else 4 * m * h)  # a layer rerun and back-propagated (axonn: regathered input)
         moments = [
-            (grads if micro_steps < 2 else 0.0, bf16_weights, inputs, logits_fwd),  # end of forward (HF: bf16 cache)
+            (in_forward, bf16_weights, inputs, logits_fwd),  # end of forward (HF: bf16 cache)
             (before_backward, 0.0, inputs, logits_bwd),  # the loss's backward
             (before_backward, layer_buffers, inputs + recompute, 0.0),  # the last layer's recomputation
             (bottom_layer, layer_buffers, layer_input + 8 * m * h + recompute, 0.0),  # the first layer's

@@ -25,7 +25,8 @@ from memorization.loss import causal_lm_loss_sum
 from common import assert_close, tiny_llama
 
 
-def graphs_for(layers: int, grid, checkpointing: bool) -> tuple[int, torch.nn.Module, torch.Tensor]:
+def graphs_for(layers: int, grid, checkpointing: bool) -> int:
+    """Graphs compiled for two steps of a ``layers``-layer model (after checking them against eager)."""
     model = tiny_llama(num_hidden_layers=layers)
     model.config._attn_implementation = "sdpa"
     eager = copy.deepcopy(model)
