@@ -5,6 +5,8 @@ Public API (names follow upstream AxoNN)::
     grid = axonn.init(G_data, G_intra_r, G_intra_c, G_intra_d)   # process grid
     axonn.get_grid(); axonn.batch_slice(global_batch)
     model = axonn.parallelize(LlamaForCausalLM(...))             # in place
+    with accelerate.init_empty_weights(): m = LlamaForCausalLM(cfg)  # or: no full copy anywhere
+    axonn.parallelize(m); axonn.load_shards(m, read)               # each rank fills its own shards
     loss = model(input_ids=x, labels=y).loss; loss.backward()
     axonn.enable_activation_checkpointing(model)                   # layer inputs sharded over row x col
     axonn.sync_gradients(model); axonn.clip_grad_norm_(model.parameters(), 1.0)
@@ -17,12 +19,12 @@ from . import intra_layer
 from .checkpointing import enable_activation_checkpointing
 from .grid import Grid, batch_slice, get_grid, init
 from .intra_layer import auto_parallelize, optimize_communication, vocab_parallel_cross_entropy
-from .parallelize import (clip_grad_norm_, full_grad_dict, full_state_dict, param_specs, parallelize,
-                          spec_of, sync_gradients)
+from .parallelize import (clip_grad_norm_, full_grad_dict, full_state_dict, is_meta, load_shards, materialize,
+                          param_specs, parallelize, spec_of, sync_gradients)
 
 __all__ = ["Grid", "init", "get_grid", "batch_slice", "parallelize", "full_state_dict", "full_grad_dict",
-           "param_specs", "spec_of", "sync_gradients", "clip_grad_norm_", "optimize_communication",
-           "auto_parallelize", "vocab_parallel_cross_entropy", "intra_layer", "checkpoint",
+           "param_specs", "spec_of", "is_meta", "materialize", "load_shards", "sync_gradients", "clip_grad_norm_",
+           "optimize_communication", "auto_parallelize", "vocab_parallel_cross_entropy", "intra_layer", "checkpoint",
            "enable_activation_checkpointing"]
 
 

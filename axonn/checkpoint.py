@@ -15,10 +15,12 @@ data, depth and row/col for norms).  Atomicity: everything is written into
 ``.<name>.tmp``, fsynced, then renamed to ``path`` by rank 0 (an existing
 checkpoint at ``path`` is replaced only after the new one is complete).
 
-Loading reassembles every full tensor from the stored (shard, slice) pairs
-and cuts this rank's shard with the *current* grid's spec, so a checkpoint
-written on one grid loads onto any other (each rank reads every shard file:
-memory = one full copy of the model + optimizer state per rank, offline).
+Loading on the grid the checkpoint was written on (a resumed or requeued job) reads
+only the files of the owners of this rank's shards and copies them; nothing is
+reassembled.  On another grid it reassembles one full tensor at a time from the
+stored (shard, slice) pairs and cuts this rank's shard with the *current* grid's
+spec, so a checkpoint written on one grid loads onto any other (each rank reads
+every file, memory-mapped: memory = the largest full tensor, not the model).
 Optimizer state tensors with the parameter's shape follow the parameter's
 spec; others (e.g. Adam's ``step``) are stored whole.
 """
@@ -36,8 +38,8 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from .grid import AXES, Grid, get_grid
-from .parallelize import full_state_dict, spec_of
-from .sharding import ShardSpec, assemble, extract
+from .parallelize import spec_of
+from .sharding import ShardSpec, assemble, extract, gather_full
 
 FORMAT = "axonn-sharded-v1"
 _CONFIG_KEYS = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
@@ -64,7 +66,7 @@ def _fsync_write(path: Path, write) -> None:
         os.fsync(f.fileno())
 
 
-def _fsync_dir(path: Path) -> None:
+def _fsync_path(path: Path) -> None:  # a directory or a file, through a read-only descriptor
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -124,13 +126,13 @@ def save(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | 
         _fsync_write(tmp / "meta.json", lambda f: f.write(json.dumps(meta, indent=1, default=str).encode()))
         _fsync_write(tmp / "extra.pt", lambda f: torch.save(extra_state or {}, f))
         _fsync_write(tmp / "COMPLETE", lambda f: f.write(b"ok\n"))
-        _fsync_dir(tmp)
+        _fsync_path(tmp)
         old = None
         if path.exists():
             old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
             os.rename(path, old)
         os.rename(tmp, path)
-        _fsync_dir(path.parent)
+        _fsync_path(path.parent)
         if old is not None:
             shutil.rmtree(old)
     _barrier()
@@ -169,23 +171,43 @@ def load(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | 
     if meta.get("format") != FORMAT:
         raise ValueError(f"{path}: unknown checkpoint format {meta.get('format')!r}")
     _check_compatible(meta, model)
+    params = dict(model.named_parameters())
+    files = sorted(path.glob("rank*.pt"))
+    if meta.get("grid") == grid.sizes and meta.get("world_size") == grid.world_size:
+        # resuming on the grid it was written on: every shard this rank needs is stored whole, by
+        # its owner (coordinate 0 on the axes the shard is replicated over); read only those files
+        owners = {_owner_of(spec_of(p), grid) for p in params.values()}
+        files = [path / f"rank{r:05d}.pt" for r in sorted(owners)]
     pieces: dict[str, list] = {}
     opieces: dict[str, dict[str, list]] = {}
-    for f in sorted(path.glob("rank*.pt")):
-        d = torch.load(f, map_location="cpu", weights_only=True)
+    for f in files:  # memory-mapped: a piece's bytes are read only when it is used
+        d = torch.load(f, map_location="cpu", weights_only=True, mmap=True)
         for n, (t, s) in d["params"].items():
             pieces.setdefault(n, []).append((t, ShardSpec.from_dict(s)))
         for n, st in d["optim"].items():
             for k, (v, s) in st.items():
                 opieces.setdefault(n, {}).setdefault(k, []).append((v, ShardSpec.from_dict(s) if s else None))
     with torch.no_grad():
-        for n, p in model.named_parameters():
-            full = assemble(pieces[n])
-            p.copy_(extract(full, spec_of(p)).to(p.dtype).view_as(p))
+        for n, p in params.items():
+            p.copy_(_local_from_pieces(pieces[n], spec_of(p)).view_as(p))
     if optimizer is not None:
         _load_optimizer(model, optimizer, meta, opieces)
     _barrier()
     return torch.load(path / "extra.pt", map_location="cpu", weights_only=False)
+
+
+def _owner_of(spec: ShardSpec, grid: Grid) -> int:
+    """The rank that writes the shard ``spec`` describes on this grid (see :func:`_owner`)."""
+    return grid.rank_of(**{a: (grid.coords[a] if a in spec.shard_axes else 0) for a in AXES})
+
+
+def _local_from_pieces(pieces: list[tuple[torch.Tensor, ShardSpec]], spec: ShardSpec) -> torch.Tensor:
+    """This rank's shard from stored pieces: the identical piece if there is one (same grid), else
+    cut from the reassembled full tensor (resharding; one full tensor in memory at a time)."""
+    for t, s in pieces:
+        if s == spec:
+            return t
+    return extract(assemble(pieces), spec)
 
 
 def _load_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, meta: dict, opieces: dict) -> None:
@@ -208,7 +230,10 @@ def _load_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, meta: di
                 st = {}
                 for k, pcs in opieces[n].items():
                     v, s = pcs[0]
-                    st[k] = extract(assemble(pcs), spec_of(p)).view_as(p).to(p.device) if s is not None else v
+                    if s is not None:
+                        v = _local_from_pieces(pcs, spec_of(p)).view_as(p)
+                    # a copy: no optimizer state stays backed by the memory-mapped file
+                    st[k] = v.to(p.device if s is not None else v.device, copy=True) if torch.is_tensor(v) else v
                 state[idx] = st
             idx += 1
         sd["param_groups"][gi].update({k: tuple(v) if isinstance(v, list) else v
@@ -217,20 +242,149 @@ def _load_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, meta: di
     optimizer.load_state_dict(sd)
 
 
-def export_hf(model: nn.Module, directory: str | os.PathLike, tokenizer=None, grid: Grid | None = None) -> None:
-    """Write a HF directory (config + ``model.safetensors``) loadable by ``from_pretrained`` (collective)."""
+HF_SHARD_BYTES = 5 * 2**30  # the size of one safetensors file of an export (HF's default max_shard_size)
+
+
+def _export_plan(model: nn.Module, max_shard_bytes: int, dtype: torch.dtype | None) -> list[list[str]]:
+    """State-dict names grouped into files of at most ``max_shard_bytes`` (a larger tensor gets its own)."""
+    params = dict(model.named_parameters())
+    files: list[list[str]] = [[]]
+    size = 0
+    for name, t in model.state_dict().items():
+        shape = spec_of(params[name]).full_shape if name in params else tuple(t.shape)
+        n = 1
+        for d in shape:
+            n *= d
+        nbytes = n * (dtype or t.dtype).itemsize
+        if files[-1] and size + nbytes > max_shard_bytes:
+            files.append([])
+            size = 0
+        files[-1].append(name)
+        size += nbytes
+    return files
+
+
+def export_hf(model: nn.Module, directory: str | os.PathLike, tokenizer=None, grid: Grid | None = None,
+              max_shard_bytes: int = HF_SHARD_BYTES, dtype: torch.dtype | None = None) -> None:
+    """Write a HF directory that ``from_pretrained`` loads: config, safetensors, tokenizer (collective).
+
+    Streams: each tensor is gathered in turn (:func:`~axonn.sharding.gather_full`), moved to the
+    host of rank 0 and written with the rest of its file; rank 0 holds one file's tensors at a time
+    (at most ``max_shard_bytes``, HF's 5 GiB by default), no rank ever holds the full model.  One
+    file is ``model.safetensors``; more are ``model-0000i-of-0000n.safetensors`` with HF's
+    ``model.safetensors.index.json``.  ``dtype`` (e.g. ``torch.bfloat16``) converts floating-point
+    tensors on the way.  The directory appears atomically (written beside it, then renamed over a
+    previous export; a non-empty directory that is not a model directory is refused).
+    """
     from safetensors.torch import save_file
 
     grid = _grid(model, grid)
-    sd = full_state_dict(model, rank0_only=True, grid=grid)
+    d = Path(directory)
+    if d.exists() and any(d.iterdir()) and not (d / "config.json").exists():
+        raise FileExistsError(f"{d} exists and is not a model directory (no config.json): export_hf replaces its "
+                              "target, so choose a new or empty directory")
+    tmp = d.parent / f".{d.name}.tmp"
     if grid.rank == 0:
-        d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.contiguous() for k, v in sd.items()}, str(d / "model.safetensors"), metadata={"format": "pt"})
-        model.config.save_pretrained(d)
+        d.parent.mkdir(parents=True, exist_ok=True)
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+    plan = _export_plan(model, max_shard_bytes, dtype)
+    names = [f"model-{i + 1:05d}-of-{len(plan):05d}.safetensors" for i in range(len(plan))]
+    if len(plan) == 1:
+        names = ["model.safetensors"]
+    params = dict(model.named_parameters())
+    state = model.state_dict()
+    weight_map, total = {}, 0
+    for fname, group in zip(names, plan):
+        tensors = {}
+        for name in group:
+            t = state[name]
+            full = gather_full(t, spec_of(params[name]), grid) if name in params else t.detach()
+            if grid.rank == 0:
+                full = full.to("cpu", dtype=dtype if dtype is not None and full.is_floating_point() else None)
+                tensors[name] = full.contiguous()
+                weight_map[name] = fname
+                total += full.numel() * full.element_size()
+            del full
+        if grid.rank == 0:
+            save_file(tensors, str(tmp / fname), metadata={"format": "pt"})
+            _fsync_path(tmp / fname)
+        del tensors
+    if grid.rank == 0:
+        if len(plan) > 1:
+            index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+            (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+        config = model.config
+        if dtype is not None:
+            config = type(config).from_dict(config.to_dict())
+            config.dtype = dtype
+        config.save_pretrained(tmp)
         gen = getattr(model, "generation_config", None)
         if gen is not None:
-            gen.save_pretrained(d)
+            gen.save_pretrained(tmp)
         if tokenizer is not None:
-            tokenizer.save_pretrained(d)
+            tokenizer.save_pretrained(tmp)
+        _fsync_path(tmp)
+        if d.exists():
+            shutil.rmtree(d)
+        os.rename(tmp, d)
+        _fsync_path(d.parent)
     _barrier()
+
+
+class SafetensorsCheckpoint:
+    """A HF checkpoint directory read lazily: shapes from the file headers, rows on demand.
+
+    ``model.safetensors`` or a sharded ``model.safetensors.index.json`` (what :func:`export_hf`
+    and the Hub's Llama releases hold).  :meth:`rows` reads ``full[r0:r1]`` of one tensor from the
+    memory-mapped file, so a rank cutting its shard (:func:`axonn.sharding.shard_from_rows`)
+    reads only those rows.  Use as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(self, directory: str | os.PathLike):
+        from safetensors import safe_open
+
+        self.directory = d = Path(directory)
+        index = d / "model.safetensors.index.json"
+        if index.exists():
+            self.weight_map: dict[str, str] = json.loads(index.read_text())["weight_map"]
+        elif (d / "model.safetensors").exists():
+            with safe_open(str(d / "model.safetensors"), framework="pt") as f:
+                self.weight_map = dict.fromkeys(f.keys(), "model.safetensors")
+        else:
+            other = sorted(p.name for p in d.glob("*.bin")) if d.is_dir() else []
+            hint = (f" (found {', '.join(other[:3])}: convert it with `from_pretrained(...).save_pretrained(dir, "
+                    "safe_serialization=True)`)" if other else "")
+            raise FileNotFoundError(f"{d}: no model.safetensors or model.safetensors.index.json{hint}")
+        missing = sorted({f for f in self.weight_map.values() if not (d / f).exists()})
+        if missing:
+            raise FileNotFoundError(f"{d}: the index names files that are not there: {', '.join(missing[:3])}")
+        self._open: dict[str, Any] = {}
+
+    def _file(self, name: str):
+        from safetensors import safe_open
+
+        fname = self.weight_map[name]
+        if fname not in self._open:
+            self._open[fname] = safe_open(str(self.directory / fname), framework="pt")
+        return self._open[fname]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.weight_map
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self._file(name).get_slice(name).get_shape())
+
+    def rows(self, name: str, r0: int, r1: int) -> torch.Tensor:
+        """``full[r0:r1]`` of tensor ``name`` (dim 0), read from the file."""
+        return self._file(name).get_slice(name)[r0:r1]
+
+    def close(self) -> None:
+        self._open.clear()
+
+    def __enter__(self) -> "SafetensorsCheckpoint":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

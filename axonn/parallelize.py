@@ -19,6 +19,7 @@ Norm weights are replicated everywhere.
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 import torch.nn as nn
@@ -63,11 +64,59 @@ def _check_llama(model: nn.Module, grid: Grid) -> None:
         raise ValueError("unexpected q_proj shape for the config's head_dim")
 
 
-def _swap(old: nn.Linear, grid: Grid, transpose: bool, **kw) -> Linear:
+def _swap(old: nn.Linear, grid: Grid, transpose: bool, device: torch.device, **kw) -> Linear:
+    """The axonn twin of ``old``: its shards copied from ``old``, or left empty on ``device`` when ``old`` is meta."""
+    meta = old.weight.is_meta
     new = Linear(old.in_features, old.out_features, bias=old.bias is not None, transpose=transpose,
-                 expert_mode=True, grid=grid, device=old.weight.device, dtype=old.weight.dtype, init=False, **kw)
-    new.load_full(old.weight.data, None if old.bias is None else old.bias.data)
+                 expert_mode=True, grid=grid, device=device if meta else old.weight.device,
+                 dtype=old.weight.dtype, init=False, **kw)
+    if not meta:
+        new.load_full(old.weight.data, None if old.bias is None else old.bias.data)
     return new
+
+
+def is_meta(model: nn.Module) -> bool:
+    """True when some parameter of ``model`` has no storage (built on the ``meta`` device)."""
+    return any(p.is_meta for p in model.parameters())
+
+
+def materialize(model: nn.Module, device: torch.device | str) -> nn.Module:
+    """Give every ``meta`` parameter empty (uninitialised) storage on ``device`` and move buffers there.
+
+    Parameters that already have storage are left alone.  Fill the new ones with :func:`load_shards`.
+    Buffers must be real: build the model under ``accelerate.init_empty_weights()`` (parameters on
+    meta, buffers such as the rotary frequencies computed as usual), not under ``torch.device("meta")``.
+    """
+    device = torch.device(device)
+    for mname, mod in model.named_modules():
+        for name, p in list(mod._parameters.items()):
+            if p is not None and p.is_meta:
+                new = nn.Parameter(torch.empty_like(p, device=device), requires_grad=p.requires_grad)
+                if hasattr(p, "_axonn_spec"):
+                    new._axonn_spec = p._axonn_spec
+                mod._parameters[name] = new
+        for name, b in list(mod._buffers.items()):
+            if b is not None and b.is_meta:
+                raise ValueError(f"buffer {mname}.{name} is on the meta device and its values are lost: build the "
+                                 "model under accelerate.init_empty_weights() (buffers stay real), "
+                                 "not torch.device('meta')")
+            if b is not None:
+                mod._buffers[name] = b.to(device)
+    return model
+
+
+@torch.no_grad()
+def load_shards(model: nn.Module, read: Callable[[str, ShardSpec], torch.Tensor]) -> None:
+    """Set every parameter to ``read(name, spec)``: this rank's local shard of the full tensor ``name``.
+
+    ``read`` sees the HF parameter name and the shard spec (:func:`axonn.sharding.shard_from_rows`
+    builds the shard from the rows it needs), so no rank has to hold a full tensor.
+    """
+    for name, p in model.named_parameters():
+        t = read(name, spec_of(p))
+        if t.numel() != p.numel():
+            raise ValueError(f"{name}: the reader returned {t.numel()} elements for a local shard of {p.numel()}")
+        p.copy_(t.reshape(p.shape))
 
 
 def _drop_col_hook(grid: Grid):
@@ -100,46 +149,57 @@ def _make_loss(grid: Grid):
     return loss_fn
 
 
-def parallelize(model: nn.Module, grid: Grid | None = None) -> nn.Module:
+def parallelize(model: nn.Module, grid: Grid | None = None, device: torch.device | str | None = None) -> nn.Module:
     """Turn an unmodified HF ``LlamaForCausalLM`` into its 4D-parallel form, in place.
 
     Raises before touching the model if a dimension is not divisible by the
     axis that splits it.  Parameter names stay HF's (``model.layers.0.self_attn.q_proj.weight``),
-    so :func:`full_state_dict` returns an HF state dict.  Every rank must hold the
-    same full model (same seed or same checkpoint) when calling this.
+    so :func:`full_state_dict` returns an HF state dict.
+
+    Two ways in:
+
+    * a real model: every rank must hold the same full model (same seed or checkpoint); each
+      layer's shards are copied out of it;
+    * a model whose parameters are on the ``meta`` device (``accelerate.init_empty_weights()``):
+      nothing full is ever allocated; every rank creates only its own shards, empty, on
+      ``device`` (default: the grid's), and the caller fills them with :func:`load_shards`.
+      This is how a 70B or 405B model is built: no rank, host or GPU, holds more than its shards.
     """
     grid = grid or get_grid()
     if getattr(model, "_axonn_grid", None) is not None:
         raise ValueError("model is already parallelized")
     _check_llama(model, grid)
+    meta = is_meta(model)
+    device = torch.device(device) if device is not None else grid.device
     model._axonn_grid = grid
     if grid.size(("row", "col", "depth")) == 1:
         # Nothing is sharded: keep HF's own (compile-friendly) modules; every parameter is
         # replicated, so sync_gradients is a data-parallel all-reduce and checkpoints still work.
-        return model
+        return materialize(model, device) if meta else model
     inner = model.model
     linears: list[Linear] = []
     for layer in inner.layers:
         attn, mlp = layer.self_attn, layer.mlp
         for n in ("q_proj", "k_proj", "v_proj"):
-            setattr(attn, n, _swap(getattr(attn, n), grid, transpose=False))
+            setattr(attn, n, _swap(getattr(attn, n), grid, False, device))
             linears.append(getattr(attn, n))
-        attn.o_proj = _swap(attn.o_proj, grid, transpose=True, gather_output=True)
+        attn.o_proj = _swap(attn.o_proj, grid, True, device, gather_output=True)
         linears.append(attn.o_proj)
         for n in ("gate_proj", "up_proj"):
-            setattr(mlp, n, _swap(getattr(mlp, n), grid, transpose=False))
+            setattr(mlp, n, _swap(getattr(mlp, n), grid, False, device))
             linears.append(getattr(mlp, n))
-        mlp.down_proj = _swap(mlp.down_proj, grid, transpose=True, gather_output=True)
+        mlp.down_proj = _swap(mlp.down_proj, grid, True, device, gather_output=True)
         linears.append(mlp.down_proj)
         layer.input_layernorm.register_forward_hook(_drop_col_hook(grid))
         layer.post_attention_layernorm.register_forward_hook(_drop_col_hook(grid))
     inner.norm.register_forward_hook(_drop_col_hook(grid))
     old = inner.embed_tokens
     emb = Embedding(old.num_embeddings, old.embedding_dim, old.padding_idx, grid=grid,
-                    device=old.weight.device, dtype=old.weight.dtype, init=False)
-    emb.load_full(old.weight.data)
+                    device=device if meta else old.weight.device, dtype=old.weight.dtype, init=False)
+    if not meta:
+        emb.load_full(old.weight.data)
     inner.embed_tokens = emb
-    model.lm_head = _swap(model.lm_head, grid, transpose=False, gather_output="auto")
+    model.lm_head = _swap(model.lm_head, grid, False, device, gather_output="auto")
     linears.append(model.lm_head)
     for a, b in zip(linears[:-1], linears[1:]):
         object.__setattr__(a, "_next_layer", b)  # plain attributes, not submodules
@@ -148,7 +208,7 @@ def parallelize(model: nn.Module, grid: Grid | None = None) -> nn.Module:
         if isinstance(mod, Linear):
             mod.axonn_name = name
     model.loss_function = _make_loss(grid)
-    return model
+    return materialize(model, device) if meta else model
 
 
 def param_specs(model: nn.Module) -> dict[str, ShardSpec]:

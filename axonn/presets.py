@@ -63,6 +63,17 @@ class ModelShape:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @staticmethod
+    def from_llama_config(config, name: str = "checkpoint") -> "ModelShape":
+        """The shape of a ``LlamaConfig`` (e.g. a ``--init`` checkpoint's); CPU-trainable when it is no
+        larger than the largest preset marked ``cpu_ok``."""
+        shape = ModelShape(name=name, layers=config.num_hidden_layers, hidden=config.hidden_size,
+                           heads=config.num_attention_heads, kv_heads=config.num_key_value_heads,
+                           ffn=config.intermediate_size, vocab=config.vocab_size,
+                           max_seq=config.max_position_embeddings)
+        cpu_max = max(get_preset(n).num_params() for n in preset_names() if get_preset(n).cpu_ok)
+        return ModelShape(**{**asdict(shape), "cpu_ok": shape.num_params() <= cpu_max})
+
 
 @lru_cache(maxsize=None)
 def _load() -> dict[str, dict]:

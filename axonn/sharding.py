@@ -11,7 +11,7 @@ gradient and to optimizer state of the same shape.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 import torch
 
@@ -62,6 +62,44 @@ def extract(full: torch.Tensor, spec: ShardSpec) -> torch.Tensor:
     if pad:
         flat = torch.cat([flat, flat.new_zeros(pad)])
     return flat[spec.flat[0]:spec.flat[1]].clone()
+
+
+def rows_needed(spec: ShardSpec) -> tuple[int, int]:
+    """The rows ``[r0, r1)`` of the full tensor (dim 0) that this shard is cut from.
+
+    A 1-D tensor's rows are its elements.  With depth sharding only the rows of the block that
+    the flat range ``[f0, f1)`` touches are needed (none when it lies entirely in the padding).
+    """
+    (a0, a1) = spec.block[0]
+    if spec.flat is None:
+        return a0, a1
+    cols = _numel(spec.block_shape[1:])
+    f0, f1 = spec.flat
+    total = (a1 - a0) * cols
+    if f0 >= total:
+        return a0, a0
+    return a0 + f0 // cols, a0 + min(a1 - a0, -(-min(f1, total) // cols))
+
+
+def shard_from_rows(spec: ShardSpec, read_rows: Callable[[int, int], torch.Tensor]) -> torch.Tensor:
+    """This rank's local shard, built from ``read_rows(r0, r1) = full[r0:r1]`` alone.
+
+    Equals :func:`extract` of the full tensor, but only the rows :func:`rows_needed` names are
+    ever read, so a rank can cut its shard from a file or a generator without holding the full
+    tensor (``full[r0:r1]`` of a 2-D tensor is full width; the column block is cut here).
+    """
+    r0, r1 = rows_needed(spec)
+    cols = spec.block[1:]
+    if spec.flat is None:
+        rows = read_rows(r0, r1)
+        return rows[(slice(None),) + tuple(slice(a, b) for a, b in cols)].contiguous()
+    f0, f1 = spec.flat
+    rows = read_rows(r0, r1)  # empty when the range is all padding
+    blk = rows[(slice(None),) + tuple(slice(a, b) for a, b in cols)].reshape(-1)
+    start = (r0 - spec.block[0][0]) * _numel(spec.block_shape[1:])  # flat index of rows[0] in the block
+    piece = blk[f0 - start:f1 - start]
+    pad = (f1 - f0) - piece.numel()
+    return torch.cat([piece, piece.new_zeros(pad)]) if pad else piece.clone()
 
 
 def gather_full(local: torch.Tensor, spec: ShardSpec, grid: Grid) -> torch.Tensor:

@@ -1,6 +1,7 @@
 """Build the Llama model of an experiment: from a size preset (config only) or a local HF checkpoint."""
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import torch
@@ -22,8 +23,8 @@ def check_size_runs_here(shape: ModelShape, device: torch.device, grid: tuple[in
 
     On a GPU the need is the planner's peak memory of one rank of ``grid`` (D, R, C, Z) for this
     sequence length, micro-batch, micro-steps per optimizer step and checkpointing
-    (:func:`axonn.planner.memory_per_gpu`, checked against traces of this trainer), against the free memory of the device (``free_bytes``
-    overrides the query, for tests).
+    (:func:`axonn.planner.memory_per_gpu`, checked against traces of this trainer), against the free
+    memory of the device (``free_bytes`` overrides the query, for tests).
     """
     if device.type == "cpu":
         if not shape.cpu_ok:
@@ -58,34 +59,190 @@ def check_size_runs_here(shape: ModelShape, device: torch.device, grid: tuple[in
         f"{free / g:.1f} GiB is free: " + "; or ".join(fixes))
 
 
+INIT_CHUNK_ELEMENTS = 1 << 22  # rows of a random init are drawn in chunks of ~4M values, each from its own seed
+
+
+def _chunk_seed(seed: int, name: str, chunk: int) -> int:
+    digest = hashlib.blake2b(f"{seed}/{name}/{chunk}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & (2**63 - 1)
+
+
+def normal_rows(seed: int, name: str, full_shape: tuple[int, ...], r0: int, r1: int, std: float,
+                device: torch.device | str = "cpu") -> torch.Tensor:
+    """Rows ``[r0, r1)`` of parameter ``name``'s random init, N(0, std²), without drawing the other rows.
+
+    The full tensor is cut into chunks of ``INIT_CHUNK_ELEMENTS // row_size`` rows and chunk ``i``
+    is drawn from a generator seeded with a hash of (``seed``, ``name``, ``i``) on ``device``, so
+    a value depends only on those, never on which rank draws it or how the tensor is sharded
+    (the same on every grid; CPU and CUDA generators differ from each other).
+    """
+    row = 1
+    for d in full_shape[1:]:
+        row *= d
+    per = max(1, INIT_CHUNK_ELEMENTS // row)
+    out = torch.empty((r1 - r0, *full_shape[1:]), device=device)
+    for c in range(r0 // per, -(-r1 // per)):
+        c0, c1 = c * per, min((c + 1) * per, full_shape[0])
+        g = torch.Generator(device=device).manual_seed(_chunk_seed(seed, name, c))
+        chunk = torch.empty((c1 - c0, *full_shape[1:]), device=device).normal_(0.0, std, generator=g)
+        lo, hi = max(r0, c0), min(r1, c1)
+        out[lo - r0:hi - r0] = chunk[lo - c0:hi - c0]
+    return out
+
+
+def init_rules(model: torch.nn.Module) -> dict[str, tuple[str, int | None]]:
+    """How HF initialises each parameter of a Llama: ``normal`` (Linear and Embedding weights, with
+    the embedding's padding row zeroed), ``ones`` (RMSNorm weights) or ``zeros`` (biases)."""
+    import axonn.intra_layer as ail
+
+    rules: dict[str, tuple[str, int | None]] = {}
+    for mname, mod in model.named_modules():
+        for pname, _ in mod.named_parameters(recurse=False):
+            name = f"{mname}.{pname}" if mname else pname
+            if pname == "bias":
+                rules[name] = ("zeros", None)
+            elif "RMSNorm" in type(mod).__name__ and pname == "weight":
+                rules[name] = ("ones", None)
+            elif isinstance(mod, (torch.nn.Embedding, ail.Embedding)) and pname == "weight":
+                rules[name] = ("normal", mod.padding_idx)
+            elif isinstance(mod, (torch.nn.Linear, ail.Linear)) and pname == "weight":
+                rules[name] = ("normal", None)
+            else:
+                raise ValueError(f"no initialisation rule for {name} ({type(mod).__name__})")
+    return rules
+
+
+class RandomInit:
+    """``read(name, spec)`` for :func:`axonn.load_shards`: this rank's shard of HF's Llama init."""
+
+    def __init__(self, model: torch.nn.Module, seed: int, std: float, device: torch.device):
+        self.rules, self.seed, self.std, self.device = init_rules(model), seed, std, device
+
+    def rows(self, name: str, full_shape: tuple[int, ...], r0: int, r1: int) -> torch.Tensor:
+        """Rows ``[r0, r1)`` of the full initial value of parameter ``name``."""
+        kind, pad = self.rules[name]
+        if kind != "normal":
+            fill = torch.ones if kind == "ones" else torch.zeros
+            return fill((r1 - r0, *full_shape[1:]), device=self.device)
+        t = normal_rows(self.seed, name, full_shape, r0, r1, self.std, self.device)
+        if pad is not None and r0 <= pad < r1:
+            t[pad - r0] = 0
+        return t
+
+    def __call__(self, name: str, spec) -> torch.Tensor:
+        from axonn.sharding import shard_from_rows
+
+        return shard_from_rows(spec, lambda r0, r1: self.rows(name, spec.full_shape, r0, r1))
+
+
+class CheckpointInit:
+    """``read(name, spec)`` cutting each shard from the rows of a HF safetensors checkpoint it needs.
+
+    A tied checkpoint's missing ``lm_head.weight`` is read from ``model.embed_tokens.weight``;
+    vocabulary rows beyond the checkpoint's (a larger tokenizer, padding to a multiple of 64) get
+    the random init.  Every name and shape is checked here, before anything is read.
+    """
+
+    def __init__(self, model: torch.nn.Module, ckpt, seed: int, std: float, device: torch.device):
+        from axonn import spec_of
+
+        self.ckpt, self.device, self.random = ckpt, device, RandomInit(model, seed, std, device)
+        self.source: dict[str, str] = {}
+        problems = []
+        for name, p in model.named_parameters():
+            full = spec_of(p).full_shape
+            src = name if name in ckpt else ("model.embed_tokens.weight" if name == "lm_head.weight" else None)
+            if src is None or src not in ckpt:
+                problems.append(f"{name}: not in the checkpoint")
+                continue
+            shape = ckpt.shape(src)
+            vocab = name in ("model.embed_tokens.weight", "lm_head.weight")
+            if shape[1:] != full[1:] or (shape[0] > full[0] if vocab else shape[0] != full[0]):
+                problems.append(f"{name}: checkpoint shape {list(shape)}, model {list(full)}")
+            self.source[name] = src
+        if problems:
+            raise ValueError(f"{ckpt.directory} does not match the model built from its config:\n  "
+                             + "\n  ".join(problems[:10]))
+
+    def rows(self, name: str, full_shape: tuple[int, ...], r0: int, r1: int) -> torch.Tensor:
+        src = self.source[name]
+        n_file = self.ckpt.shape(src)[0]
+        parts = []
+        if r0 < n_file or r1 <= n_file:
+            parts.append(self.ckpt.rows(src, r0, min(r1, n_file)).to(device=self.device, dtype=torch.float32))
+        if r1 > n_file:
+            parts.append(self.random.rows(name, full_shape, max(r0, n_file), r1))
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+    def __call__(self, name: str, spec) -> torch.Tensor:
+        from axonn.sharding import shard_from_rows
+
+        return shard_from_rows(spec, lambda r0, r1: self.rows(name, spec.full_shape, r0, r1))
+
+
+def model_config(size: str | None, vocab_size: int, init: str | None = None, max_seq: int | None = None):
+    """The ``LlamaConfig`` of a run: the preset's, or the checkpoint's (untied, vocabulary large enough)."""
+    if init is None:
+        shape = get_preset(size)
+        overrides = {"attn_implementation": "sdpa"}
+        if max_seq is not None:
+            overrides["max_position_embeddings"] = max(max_seq, shape.max_seq)
+        return shape.llama_config(vocab_size=padded_vocab(vocab_size), **overrides)
+    from transformers import AutoConfig
+
+    path = Path(init)
+    if not (path / "config.json").exists():
+        raise FileNotFoundError(f"--init {init}: no Hugging Face checkpoint (config.json) there")
+    config = AutoConfig.from_pretrained(str(path), attn_implementation="sdpa")
+    if config.model_type != "llama":
+        raise ValueError(f"--init {init} is a {config.model_type!r} model; only Llama is supported")
+    config.tie_word_embeddings = False  # axonn shards lm_head and the embedding differently: untie
+    if config.vocab_size < vocab_size:
+        config.vocab_size = padded_vocab(vocab_size)
+    return config
+
+
 def build_model(
     size: str | None,
     vocab_size: int,
     init: str | None = None,
     seed: int = 0,
     max_seq: int | None = None,
+    runtime=None,
 ) -> torch.nn.Module:
-    """A ``LlamaForCausalLM``: randomly initialised from preset ``size`` (seeded), or loaded from ``init``."""
-    from transformers import AutoModelForCausalLM
+    """A ``LlamaForCausalLM``: randomly initialised from preset ``size`` (seeded), or loaded from ``init``.
 
-    if init is not None:
-        path = Path(init)
-        if not (path / "config.json").exists():
-            raise FileNotFoundError(f"--init {init}: no Hugging Face checkpoint (config.json) there")
-        model = AutoModelForCausalLM.from_pretrained(str(path), attn_implementation="sdpa", dtype=torch.float32)
-        if model.config.model_type != "llama":
-            raise ValueError(f"--init {init} is a {model.config.model_type!r} model; only Llama is supported")
-        if model.get_input_embeddings().num_embeddings < vocab_size:
-            model.resize_token_embeddings(padded_vocab(vocab_size))
-        return model
+    No process ever holds more of the model than it keeps: the model is built with its parameters
+    on the ``meta`` device, then
+
+    * with a ``runtime`` (:class:`memorization.runtime.Runtime`), parallelized on its grid, each
+      rank allocating only its own shards on the runtime's device, and returned that way;
+    * without one, given full CPU storage (a plain HF model, e.g. for evaluation);
+
+    and every shard is filled from the rows it needs: of HF's Llama init (N(0, initializer_range²)
+    weights, unit norms; :func:`normal_rows`, identical on every grid) or of the ``init``
+    checkpoint's safetensors files (read memory-mapped, row range by row range).
+    """
+    import axonn
+    from accelerate import init_empty_weights
     from transformers import LlamaForCausalLM
 
-    shape = get_preset(size)
-    overrides = {"attn_implementation": "sdpa"}
-    if max_seq is not None:
-        overrides["max_position_embeddings"] = max(max_seq, shape.max_seq)
-    config = shape.llama_config(vocab_size=padded_vocab(vocab_size), **overrides)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    from axonn.checkpoint import SafetensorsCheckpoint
+
+    config = model_config(size, vocab_size, init, max_seq)
+    ckpt = SafetensorsCheckpoint(init) if init is not None else None  # refuses a missing/.bin checkpoint now
+    with init_empty_weights(include_buffers=False):
         model = LlamaForCausalLM(config)
+    if runtime is not None:
+        model = runtime.parallelize(model)
+        device = runtime.device
+    else:
+        device = torch.device("cpu")
+        axonn.materialize(model, device)
+    std = config.initializer_range
+    if ckpt is None:
+        axonn.load_shards(model, RandomInit(model, seed, std, device))
+    else:
+        with ckpt:
+            axonn.load_shards(model, CheckpointInit(model, ckpt, seed, std, device))
     return model

@@ -134,7 +134,12 @@ class Trainer:
             raise ValueError(f"micro batch {self.micro} does not divide this rank's {self.local_rows} rows per step")
         self.device = self.rt.device
         use_causal_sdpa(model)  # flash attention also under torch.compile (memorization/attention.py)
-        self.model = self.rt.parallelize(model.to(self.device))
+        if getattr(model, "_axonn_grid", None) is None:  # a full model: shard it here
+            model = self.rt.parallelize(model.to(self.device))
+        elif model._axonn_grid is not self.rt.grid:
+            raise ValueError("the model is parallelized on another grid than this trainer's runtime: build it with "
+                             "build_model(..., runtime=<the same Runtime>)")
+        self.model = model
         if cfg.activation_checkpointing:
             self.rt.enable_activation_checkpointing(self.model)
         self.model.train()

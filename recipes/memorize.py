@@ -39,8 +39,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g = p.add_argument_group("model")
     g.add_argument("--size", default="tiny", help="model-shape preset (axonn/presets.yaml): tiny, mini, small, "
                    "160m, 1b, 8b, 70b, 405b")
-    g.add_argument("--init", default=None, help="local Hugging Face Llama checkpoint to fine-tune (overrides --size's "
-                   "random initialisation; the paper's fine-tuning setting)")
+    g.add_argument("--init", default=None, help="local Hugging Face Llama checkpoint (safetensors) to fine-tune "
+                   "(overrides --size; the paper's fine-tuning setting); each rank reads only the rows of it that "
+                   "its shards need, so no process holds the full model")
     g = p.add_argument_group("data")
     g.add_argument("--corpus", default="builtin:pydocs", help="background corpus: builtin:pydocs (offline), a local "
                    ".txt/.json/.jsonl/.parquet file or directory, or a Hugging Face dataset name (needs network)")
@@ -163,8 +164,15 @@ def validate(args: argparse.Namespace) -> None:
         raise SystemExit("error: --arms goldfish needs --goldfish-k >= 2")
     _parse_exposures(args.exposures)
     _parse_grid(args.grid)
-    if args.init and not (Path(args.init) / "config.json").exists():
-        raise SystemExit(f"error: --init {args.init}: no Hugging Face checkpoint (config.json) there")
+    if args.init:
+        from axonn.checkpoint import SafetensorsCheckpoint
+
+        if not (Path(args.init) / "config.json").exists():
+            raise SystemExit(f"error: --init {args.init}: no Hugging Face checkpoint (config.json) there")
+        try:
+            SafetensorsCheckpoint(args.init).close()
+        except FileNotFoundError as e:
+            raise SystemExit(f"error: --init {e}") from None
     if args.targets and not Path(args.targets).exists():
         raise SystemExit(f"error: --targets {args.targets} does not exist")
     if args.corpus != "builtin:pydocs" and args.corpus.startswith(("/", ".", "~")) and not Path(args.corpus).exists():
@@ -195,14 +203,24 @@ def validate(args: argparse.Namespace) -> None:
         print(f"note: --resume: no run in {out} yet, starting a new one", file=sys.stderr)
 
 
+def run_shape(args: argparse.Namespace):
+    """The shape of the model this run trains: the ``--init`` checkpoint's, else the ``--size`` preset's."""
+    from axonn.presets import ModelShape, get_preset
+
+    if args.init:
+        from memorization.models import model_config
+
+        return ModelShape.from_llama_config(model_config(None, 0, init=args.init), name=Path(args.init).name)
+    return get_preset(args.size)
+
+
 def plan(args: argparse.Namespace) -> None:
     from axonn.planner import PlanError, format_plan, plan as make_plan
-    from axonn.presets import get_preset
 
     if not args.gpus:
         raise SystemExit("error: --plan needs --gpus N")
     try:
-        result = make_plan(get_preset(args.size), seq=args.seq_len, global_batch=args.batch_size, gpus=args.gpus,
+        result = make_plan(run_shape(args), seq=args.seq_len, global_batch=args.batch_size, gpus=args.gpus,
                            machine=args.machine)
     except PlanError as e:
         raise SystemExit(f"error: {e}") from None
@@ -234,7 +252,8 @@ def run_arm(arm: str, args, rt, mixture, tokenizer, out: Path) -> dict:
         return json.loads(done.read_text())
     gf = GoldfishConfig(k=args.goldfish_k, h=args.goldfish_h, strategy=args.goldfish_strategy, seed=0) \
         if arm == "goldfish" else GoldfishConfig(k=0)
-    model = build_model(args.size, len(tokenizer), init=args.init, seed=args.seed, max_seq=args.seq_len)
+    model = build_model(args.size, len(tokenizer), init=args.init, seed=args.seed, max_seq=args.seq_len,
+                        runtime=rt)  # each rank builds and fills only its own shards
     cfg = TrainConfig(batch_size=args.batch_size, micro_batch=args.micro_batch, steps=args.steps or None, lr=args.lr,
                       warmup_steps=args.warmup_steps, weight_decay=args.weight_decay, grad_clip=args.grad_clip,
                       eval_every=args.eval_every, checkpoint_every=args.checkpoint_every, compile=args.compile,
@@ -286,7 +305,6 @@ def main(argv: list[str] | None = None) -> dict | None:
     if args.plan:
         plan(args)
         return None
-    from axonn.presets import get_preset
     from memorization.corpus import load_documents, load_tokenizer
     from memorization.mixture import MixtureConfig, build_mixture
     from memorization.models import check_size_runs_here
@@ -294,7 +312,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     rt = make_runtime(args)
     local_rows = rt.local_batch_rows(args.batch_size)
     micro = args.micro_batch or local_rows
-    check_size_runs_here(get_preset(args.size), rt.device, _parse_grid(args.grid), seq=args.seq_len,
+    check_size_runs_here(run_shape(args), rt.device, _parse_grid(args.grid), seq=args.seq_len,
                          micro_batch=micro, activation_checkpointing=args.activation_checkpointing,
                          micro_steps=max(1, local_rows // micro))
     out = Path(args.out)

@@ -1,7 +1,8 @@
 """Checkpoint checks on 4 ranks (meant to be launched with ``mpiexec -n 4``).
 
 1. grid A=(data 1,row 2,col 1,depth 2): train 3 steps, save, train 2 more (losses L).
-2. same grid, fresh model with other weights: load -> 2 steps give exactly L (bit-exact resume).
+2. same grid, fresh model with other weights: load -> 2 steps give exactly L (bit-exact resume),
+   reading only the shard files of the ranks that own this rank's shards.
 3. grid B=(data 2,row 1,col 2,depth 1): load A's checkpoint -> same full state dict, 2 steps ~ L.
 4. a checkpoint from a different model is refused; export_hf loads in from_pretrained with equal logits.
 """
@@ -58,8 +59,19 @@ def main() -> None:
     cont = [step(model, opt, s) for s in range(3, 5)]
 
     model2, opt2 = make(123)
-    extra = ckpt.load(model2, opt2, path)
+    opened: list[str] = []
+    real_load = torch.load
+    torch.load = lambda f, *a, **k: (opened.append(Path(f).name), real_load(f, *a, **k))[1]
+    try:
+        extra = ckpt.load(model2, opt2, path)
+    finally:
+        torch.load = real_load
     assert extra == {"step": 3}, extra
+    # same grid: only the owners of this rank's shards are read. Rank 3 (depth 1, row 1) owns its
+    # weights; rank 1 (depth 0, row 1) its row's biases and embedding rows; rank 0 the norms
+    shard_files = sorted(n for n in opened if n.startswith("rank"))
+    if dist.get_rank() == 3:
+        assert shard_files == ["rank00000.pt", "rank00001.pt", "rank00003.pt"], shard_files
     resumed = [step(model2, opt2, s) for s in range(3, 5)]
     assert resumed == cont, f"resume not bit-exact: {resumed} vs {cont}"
 

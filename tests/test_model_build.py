@@ -1,0 +1,95 @@
+"""Building a model without any process holding all of it: meta parameters, per-shard init and loading.
+
+The 4-rank checks (tests/axonn_workers/build_checks.py) show that the sharded build equals the
+serial one bit for bit, from the random init and from a HF checkpoint, and that each rank reads only
+the checkpoint rows its shards are cut from.  The serial tests here cover the pieces and the errors.
+"""
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+WORKERS = Path(__file__).resolve().parent / "axonn_workers"
+_spec = importlib.util.spec_from_file_location("axonn_launcher", WORKERS / "launcher.py")
+launcher = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(launcher)
+
+
+@pytest.mark.timeout(400)
+def test_sharded_build_equals_serial_on_4_ranks() -> None:
+    grids = ["1,2,1,2", "1,1,2,2", "2,2,1,1"]
+    codes, out = launcher.launch("build_checks.py", 4, grids, timeout=380)
+    assert codes == [0] * 4, f"return codes {codes}\n{out}"
+    for g in grids:
+        assert f"OK build grid {g}" in out, out
+
+
+def test_shard_from_rows_equals_extract_and_reads_only_its_rows() -> None:
+    from axonn.sharding import ShardSpec, extract, rows_needed, shard_from_rows
+
+    full = torch.randn(12, 10)
+    for gr, gc, gz in itertools.product([1, 2, 3], [1, 2], [1, 2, 3, 4, 7]):
+        lo, li = 12 // gr, 10 // gc
+        per = math.ceil(lo * li / gz)
+        for r, c, z in itertools.product(range(gr), range(gc), range(gz)):
+            spec = ShardSpec((12, 10), ((r * lo, (r + 1) * lo), (c * li, (c + 1) * li)),
+                             flat=(z * per, (z + 1) * per), padded_len=per * gz)
+            asked = []
+            got = shard_from_rows(spec, lambda a, b: asked.append((a, b)) or full[a:b])
+            assert torch.equal(got, extract(full, spec)), (gr, gc, gz, r, c, z)
+            assert asked == [rows_needed(spec)]
+            a, b = rows_needed(spec)
+            assert b - a <= math.ceil(per / li) + 1, "reads more rows than its flat range touches"
+    bias = ShardSpec((12,), ((4, 8),))
+    assert torch.equal(shard_from_rows(bias, lambda a, b: full[a:b, 0]), full[4:8, 0])
+
+
+def test_random_init_is_hf_llama_init_and_independent_of_chunking(monkeypatch) -> None:
+    import memorization.models as mm
+
+    model = mm.build_model("tiny", 4096, seed=1)
+    sd = model.state_dict()
+    w = sd["model.layers.0.mlp.down_proj.weight"]
+    assert abs(float(w.std()) - model.config.initializer_range) < 1e-3 and abs(float(w.mean())) < 1e-3
+    assert torch.equal(sd["model.norm.weight"], torch.ones(256))
+    assert not torch.equal(w, mm.build_model("tiny", 4096, seed=2).state_dict()["model.layers.0.mlp.down_proj.weight"])
+    # rows drawn piecewise equal rows drawn at once (a rank's slice never depends on its neighbours')
+    shape = (300, 70)
+    monkeypatch.setattr(mm, "INIT_CHUNK_ELEMENTS", 700)  # 10 rows per chunk
+    whole = mm.normal_rows(0, "w", shape, 0, 300, 0.02)
+    parts = torch.cat([mm.normal_rows(0, "w", shape, a, b, 0.02) for a, b in [(0, 7), (7, 131), (131, 300)]])
+    assert torch.equal(whole, parts)
+
+
+def test_init_checkpoint_errors_say_what_is_wrong(tmp_path) -> None:
+    from transformers import LlamaConfig
+
+    from memorization.models import build_model
+
+    with pytest.raises(FileNotFoundError, match="no Hugging Face checkpoint"):
+        build_model(None, 100, init=str(tmp_path / "nowhere"))
+    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=128)
+    cfg.save_pretrained(tmp_path)
+    (tmp_path / "pytorch_model.bin").write_bytes(b"")
+    with pytest.raises(FileNotFoundError, match=r"found pytorch_model.bin: convert it"):
+        build_model(None, 100, init=str(tmp_path))
+    from safetensors.torch import save_file
+
+    save_file({"model.embed_tokens.weight": torch.zeros(128, 32)}, str(tmp_path / "model.safetensors"))
+    with pytest.raises(ValueError, match=r"checkpoint shape \[128, 32\], model \[128, 64\](.|\n)*not in the"):
+        build_model(None, 100, init=str(tmp_path))
+
+
+def test_export_refuses_a_directory_that_is_not_a_model(tmp_path) -> None:
+    import axonn.checkpoint as ckpt
+
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="not a model directory"):
+        ckpt.export_hf(torch.nn.Linear(2, 2), tmp_path, grid=object())
+    assert (tmp_path / "notes.txt").read_text() == "mine"
