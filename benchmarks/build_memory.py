@@ -43,19 +43,20 @@ def worker(variant: str, size: str, grid: tuple[int, int, int, int]) -> None:
 
     rt = Runtime.create(*grid)
     vocab = 32000
-    import transformers  # noqa: F401  (imported before the baseline, like everything else the build needs)
-    import accelerate  # noqa: F401
+    from transformers import LlamaForCausalLM
 
     from memorization.models import build_model, model_config
+
+    def build(size: str):
+        if variant == "full":
+            torch.manual_seed(0)
+            return rt.parallelize(LlamaForCausalLM(model_config(size, vocab)))
+        return build_model(size, vocab, seed=0, runtime=rt)
+
+    build("tiny")  # warm-up: lazy imports and first-use allocations are not part of the comparison
     rt.barrier()
     base = _vm("VmRSS")
-    if variant == "full":
-        from transformers import LlamaForCausalLM
-
-        torch.manual_seed(0)
-        model = rt.parallelize(LlamaForCausalLM(model_config(size, vocab)))
-    else:
-        model = build_model(size, vocab, seed=0, runtime=rt)
+    model = build(size)
     peak = _vm("VmHWM") - base
     kept = sum(p.numel() * p.element_size() for p in model.parameters())
     full = sum(s.full_shape[0] * (s.full_shape[1] if len(s.full_shape) > 1 else 1)

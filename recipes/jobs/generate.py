@@ -10,6 +10,10 @@ node of ``$SLURM_JOB_NODELIST``, and checkpoint/resume on requeue (``#SBATCH --r
 
     python recipes/jobs/generate.py --machine frontier --size 405b --gpus 1024 --goldfish-k 4
     python recipes/jobs/generate.py --all --account ABC123 --out-dir jobs/   # the paper matrix
+    python recipes/jobs/generate.py --all --init '/lustre/models/Llama-3.1-{size}'  # fine-tuning, as the paper
+
+With ``--init`` each rank reads only the rows of the checkpoint its shards need (no process holds
+the full model; ``memorization.models.build_model``).
 
 API: :func:`make_job` (a :class:`JobSpec` -> :class:`Job`, nothing written), :func:`write_job`,
 :func:`generate_job` (keyword arguments -> written script path; what a sweep calls) and
@@ -92,6 +96,7 @@ class JobSpec:
     grid: tuple[int, int, int, int] | None = None  # override the planner's choice
     activation_checkpointing: bool = True
     signal_lead_s: int = 120
+    init: str | None = None      # HF checkpoint to fine-tune; "{size}" in it becomes the size (8b, 70b, ...)
     extra_args: str = ""         # appended verbatim to the memorize.py command
 
     @property
@@ -180,6 +185,8 @@ def make_job(spec: JobSpec) -> Job:
             "--exposures", str(spec.exposures), "--seq-len", str(spec.seq), "--batch-size", str(spec.global_batch),
             "--micro-batch", str(mb), "--out", run_dir, "--resume"]
     args.append("--activation-checkpointing" if spec.activation_checkpointing else "--no-activation-checkpointing")
+    if spec.init:
+        args += ["--init", check_init(spec.init.replace("{size}", spec.size), spec.size)]
     train_args = " ".join(shlex.quote(a) for a in args)
     if spec.extra_args:
         train_args += " " + spec.extra_args
@@ -204,6 +211,33 @@ def make_job(spec: JobSpec) -> Job:
         raise RuntimeError(f"template placeholders left unfilled: {left}")
     path = Path(spec.out_dir) / f"{spec.name}.sbatch"
     return Job(spec, text, nodes, tpn, gpus, grid, mb, predicted, path, log_dir)
+
+
+def check_init(path: str, size: str) -> str:
+    """``path`` if it is a checkpoint of ``size``'s shape; refused when it is another model.
+
+    Checked only where this machine sees the path (scripts are often written on a login node
+    that mounts the same filesystem); one it cannot see is left for the job to check.
+    """
+    import json
+
+    from axonn.presets import get_preset
+
+    cfg_file = Path(path) / "config.json"
+    if not cfg_file.exists():
+        if Path(path).exists():
+            raise ValueError(f"--init {path}: no Hugging Face checkpoint (config.json) there")
+        print(f"note: --init {path} is not visible here; the job checks it when it starts", file=sys.stderr)
+        return path
+    c = json.loads(cfg_file.read_text())
+    shape = get_preset(size)
+    want = {"num_hidden_layers": shape.layers, "hidden_size": shape.hidden, "num_attention_heads": shape.heads,
+            "num_key_value_heads": shape.kv_heads, "intermediate_size": shape.ffn}
+    diff = {k: (c.get(k), v) for k, v in want.items() if c.get(k) != v}
+    if diff:
+        raise ValueError(f"--init {path} is not a {size} model (checkpoint vs preset: {diff}): the planner's grid "
+                         "and memory are for the preset; pass the matching --size")
+    return path
 
 
 def write_job(spec: JobSpec) -> Path:
@@ -248,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--global-batch", type=int, default=128, help="sequences per optimizer step (default 128)")
     p.add_argument("--micro-batch", type=int, default=None, help="per GPU (default: the planner's)")
     p.add_argument("--grid", default=None, help="D,R,C,Z instead of the planner's best grid")
+    p.add_argument("--init", default=None, help="Hugging Face checkpoint (safetensors) to fine-tune, as the paper "
+                   "does; '{size}' in the path becomes each job's size, e.g. /models/Llama-3.1-{size} with --all. "
+                   "Checked against the size's shape where this machine sees it. Default: random init")
     p.add_argument("--no-activation-checkpointing", action="store_true",
                    help="plan and train without per-layer activation checkpointing")
     p.add_argument("--all", action="store_true",
@@ -258,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = JobSpec(machine=a.machine, size=a.size, gpus=a.gpus, nodes=a.nodes, goldfish_k=a.goldfish_k,
                    exposures=a.exposures, time=a.time, account=a.account, out_dir=a.out_dir, run_root=a.run_root,
                    seq=a.seq, global_batch=a.global_batch, micro_batch=a.micro_batch, grid=grid,
-                   activation_checkpointing=not a.no_activation_checkpointing)
+                   activation_checkpointing=not a.no_activation_checkpointing, init=a.init)
     specs = paper_matrix(spec) if a.all else [spec]
     try:
         for s in specs:
