@@ -4,6 +4,7 @@ reproduces the true suffix (exact match of all S tokens, token match fraction, R
 
     python eval/extract.py --model runs/memorize/standard/model --manifest runs/memorize/manifest.json
     python eval/extract.py --model ckpt/ --documents docs.jsonl --prefix-mode all-but-suffix --out results/
+    python eval/extract.py --model runs/jobs/mem-70b-.../goldfish/model --manifest ... --device-map auto
 """
 from __future__ import annotations
 
@@ -35,6 +36,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "instead of refusing")
     p.add_argument("--batch-size", type=int, default=32, help="documents decoded together (KV cache)")
     p.add_argument("--device", default=None, help="cuda, cpu, ... (default: cuda if available)")
+    p.add_argument("--device-map", default=None, choices=["auto", "balanced", "sequential"],
+                   help="spread the layers over every visible GPU (then CPU) with accelerate, for a model larger "
+                        "than one GPU (a 70B in bf16 is 140 GB); replaces --device")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
                    help="weights dtype (auto: bf16 on CUDA, fp32 on CPU)")
     p.add_argument("--out", default=None, help="directory for extraction.json and extraction.md")
@@ -82,7 +86,10 @@ def main(argv: list[str] | None = None) -> dict:
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(
         args.dtype, torch.bfloat16 if device.type == "cuda" else torch.float32)
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype).to(device).eval()
+    if args.device_map:  # accelerate places the layers; inputs go to the embedding's device, outputs come back
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype, device_map=args.device_map).eval()
+    else:
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype).to(device).eval()
     try:
         res = extract(model, docs, cfg, tok, progress=not args.no_progress)
     except ValueError as e:

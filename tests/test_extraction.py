@@ -82,3 +82,30 @@ def test_document_shorter_than_prefix_plus_suffix():
         extract(model, docs, ExtractionConfig())
     res = extract(model, docs, ExtractionConfig(skip_short=True))
     assert res["skipped"] == ["short"] and res["overall"]["n"] == 3
+
+
+def test_extract_cli_device_map_gives_the_same_results(tmp_path):
+    """``--device-map auto`` (accelerate places the layers; all on the CPU here) changes nothing."""
+    import importlib.util
+    from pathlib import Path
+
+    from memorization.corpus import load_tokenizer
+
+    tok = load_tokenizer("builtin:bpe4096")
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, vocab_size=len(tok)))
+    model.save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    docs = tmp_path / "docs.txt"
+    docs.write_text("\n\n".join(f"Document {i}: the quick brown fox jumps over the lazy dog, then naps under "
+                                f"tree number {i} while the farmer counts {i * 7} sheep." for i in range(6)))
+    spec = importlib.util.spec_from_file_location("extract_cli", Path(__file__).parents[1] / "eval" / "extract.py")
+    cli = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cli)
+    base = ["--model", str(tmp_path / "m"), "--documents", str(docs), "--prefix", "8", "--suffix", "8",
+            "--no-progress", "--json"]
+    plain = cli.main(base)
+    mapped = cli.main(base + ["--device-map", "auto"])
+    assert plain["overall"] == mapped["overall"] and plain["overall"]["n"] == 6
+    assert [d["generated"] for d in plain["documents"]] == [d["generated"] for d in mapped["documents"]]
