@@ -64,3 +64,27 @@ def test_compiled_step_runs_flash_attention(tmp_path):
     with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
         rec = read_record(t.train_step())  # the first step compiles: SDPA's kernel is chosen here
     assert t.model.config._attn_implementation == "causal_sdpa" and rec["loss"] > 0
+
+
+def test_sharded_build_lands_on_the_gpu_and_trains(tmp_path):
+    """build_model(runtime=...) allocates and fills on the GPU (CUDA generator, checkpoint rows moved there),
+    is deterministic, has HF's init statistics, and a CUDA export round-trips through CheckpointInit."""
+    import axonn
+    from axonn.checkpoint import export_hf
+    from memorization.runtime import Runtime
+
+    rt = Runtime(axonn.init())
+    a = build_model("tiny", 4096, seed=0, runtime=rt)
+    b = build_model("tiny", 4096, seed=0, runtime=rt)
+    assert all(p.is_cuda for p in a.parameters()) and all(t.is_cuda for t in a.buffers())
+    assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
+    w = a.model.layers[0].mlp.up_proj.weight
+    assert abs(float(w.std()) - 0.02) < 1e-3
+    export_hf(a, tmp_path / "hf")
+    c = build_model(None, 4096, init=str(tmp_path / "hf"), runtime=rt)
+    assert all(torch.equal(x, y) for x, y in zip(a.parameters(), c.parameters()))
+    g = torch.Generator().manual_seed(0)
+    rows = torch.randint(3, 4096, (8, 64), generator=g)
+    cfg = TrainConfig(batch_size=4, checkpoint_every=0, progress=False)
+    t = Trainer(c, rows, torch.zeros_like(rows, dtype=torch.int32), rows[:4], cfg, tmp_path / "run", rt)
+    assert torch.isfinite(torch.tensor(read_record(t.train_step())["loss"]))
