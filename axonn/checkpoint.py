@@ -17,10 +17,11 @@ checkpoint at ``path`` is replaced only after the new one is complete).
 
 Loading on the grid the checkpoint was written on (a resumed or requeued job) reads
 only the files of the owners of this rank's shards and copies them; nothing is
-reassembled.  On another grid it reassembles one full tensor at a time from the
-stored (shard, slice) pairs and cuts this rank's shard with the *current* grid's
-spec, so a checkpoint written on one grid loads onto any other (each rank reads
-every file, memory-mapped: memory = the largest full tensor, not the model).
+reassembled.  On another grid it cuts this rank's shard (the *current* grid's spec)
+from the rows of each full tensor it needs, taken from the stored (shard, slice)
+pairs that hold them, so a checkpoint written on one grid loads onto any other;
+the files are memory-mapped, so each rank reads about its own share of the bytes
+(and every file's small index), and holds only its shards.
 Optimizer state tensors with the parameter's shape follow the parameter's
 spec; others (e.g. Adam's ``step``) are stored whole.
 """
@@ -39,7 +40,7 @@ import torch.nn as nn
 
 from .grid import AXES, Grid, get_grid
 from .parallelize import spec_of
-from .sharding import ShardSpec, assemble, extract, gather_full
+from .sharding import ShardSpec, gather_full, rows_from_pieces, shard_from_rows
 
 FORMAT = "axonn-sharded-v1"
 _CONFIG_KEYS = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
@@ -203,11 +204,11 @@ def _owner_of(spec: ShardSpec, grid: Grid) -> int:
 
 def _local_from_pieces(pieces: list[tuple[torch.Tensor, ShardSpec]], spec: ShardSpec) -> torch.Tensor:
     """This rank's shard from stored pieces: the identical piece if there is one (same grid), else
-    cut from the reassembled full tensor (resharding; one full tensor in memory at a time)."""
+    cut from the rows of the full tensor it needs, read from the pieces that hold them (resharding)."""
     for t, s in pieces:
         if s == spec:
             return t
-    return extract(assemble(pieces), spec)
+    return shard_from_rows(spec, lambda r0, r1: rows_from_pieces(pieces, r0, r1))
 
 
 def _load_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, meta: dict, opieces: dict) -> None:

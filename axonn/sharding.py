@@ -144,6 +144,41 @@ def assemble(pieces: list[tuple[torch.Tensor, ShardSpec]]) -> torch.Tensor:
     return full
 
 
+def rows_from_pieces(pieces: list[tuple[torch.Tensor, ShardSpec]], r0: int, r1: int) -> torch.Tensor:
+    """Rows ``[r0, r1)`` of the full tensor that ``pieces`` (local tensor, spec) cover, offline.
+
+    Only the parts of each piece that fall in those rows are read (with memory-mapped pieces,
+    only those bytes leave the disk): a rank cutting its shard for another grid
+    (:func:`shard_from_rows`) reads about its own share, not the whole tensor.
+    """
+    spec0 = pieces[0][1]
+    full_shape = spec0.full_shape
+    out = pieces[0][0].new_zeros((r1 - r0, *full_shape[1:]))
+    flats: dict[tuple, torch.Tensor] = {}
+    for t, s in pieces:
+        (a0, a1), cols = s.block[0], s.block[1:]
+        lo, hi = max(r0, a0), min(r1, a1)
+        if hi <= lo:
+            continue
+        dst = (slice(lo - r0, hi - r0),) + tuple(slice(c0, c1) for c0, c1 in cols)
+        if s.flat is None:
+            out[dst] = t.view(s.block_shape)[lo - a0:hi - a0]
+            continue
+        width = _numel(s.block_shape[1:])
+        b0 = (lo - a0) * width  # flat range of these rows inside the block
+        g0, g1 = max(b0, s.flat[0]), min((hi - a0) * width, s.flat[1])
+        if g1 <= g0:
+            continue
+        key = (s.block, lo, hi)
+        if key not in flats:
+            flats[key] = t.new_zeros((hi - lo) * width)
+        flats[key][g0 - b0:g1 - b0] = t[g0 - s.flat[0]:g1 - s.flat[0]]
+    for (block, lo, hi), buf in flats.items():
+        shape = (hi - lo,) + tuple(b - a for a, b in block[1:])
+        out[(slice(lo - r0, hi - r0),) + tuple(slice(a, b) for a, b in block[1:])] = buf.view(shape)
+    return out
+
+
 def _numel(shape: tuple[int, ...]) -> int:
     n = 1
     for s in shape:

@@ -49,6 +49,37 @@ def test_shard_from_rows_equals_extract_and_reads_only_its_rows() -> None:
     assert torch.equal(shard_from_rows(bias, lambda a, b: full[a:b, 0]), full[4:8, 0])
 
 
+def _linear_specs(out: int, inn: int, gr: int, gc: int, gz: int):
+    from axonn.sharding import ShardSpec
+
+    lo, li = out // gr, inn // gc
+    per = math.ceil(lo * li / gz)
+    return [ShardSpec((out, inn), ((r * lo, (r + 1) * lo), (c * li, (c + 1) * li)), flat=(z * per, (z + 1) * per),
+                      padded_len=per * gz, shard_axes=("depth", "row", "col"))
+            for r, c, z in itertools.product(range(gr), range(gc), range(gz))]
+
+
+def test_resharding_reads_each_shard_from_the_rows_it_needs() -> None:
+    """A checkpoint's pieces from one grid give exactly ``extract(full)`` for every spec of another,
+    and the rows read from the pieces are only the rows that spec needs."""
+    from axonn.sharding import extract, rows_from_pieces, rows_needed, shard_from_rows
+
+    full = torch.randn(12, 10)
+    grids = [(1, 1, 1), (2, 1, 3), (3, 2, 2), (1, 2, 4), (6, 2, 1), (2, 2, 7)]
+    for src, dst in itertools.product(grids, grids):
+        pieces = [(extract(full, s), s) for s in _linear_specs(12, 10, *src)]
+        for spec in _linear_specs(12, 10, *dst):
+            asked = []
+
+            def rows(a, b):
+                asked.append((a, b))
+                return rows_from_pieces(pieces, a, b)
+
+            assert torch.equal(shard_from_rows(spec, rows), extract(full, spec)), (src, dst, spec)
+            assert asked == [rows_needed(spec)]
+    assert torch.equal(rows_from_pieces([(extract(full, s), s) for s in _linear_specs(12, 10, 3, 2, 2)], 0, 12), full)
+
+
 def test_random_init_is_hf_llama_init_and_independent_of_chunking(monkeypatch) -> None:
     import memorization.models as mm
 
