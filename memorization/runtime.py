@@ -112,7 +112,8 @@ class Runtime:
             torch.set_rng_state(extra.pop("rng"))
         return extra
 
-    def export_hf(self, model: torch.nn.Module, out_dir: Path, tokenizer=None) -> None:
-        """Write a Hugging Face safetensors directory that ``from_pretrained`` loads (collective)."""
-        ack.export_hf(model, out_dir, tokenizer, grid=self.grid)
+    def export_hf(self, model: torch.nn.Module, out_dir: Path, tokenizer=None,
+                  dtype: torch.dtype | None = None) -> None:
+        """Write a Hugging Face safetensors directory that ``from_pretrained`` loads (collective, streamed)."""
+        ack.export_hf(model, out_dir, tokenizer, grid=self.grid, dtype=dtype)
 

@@ -60,7 +60,7 @@ def test_goldfish_off_and_overrides(tmp_path):
                                    time="1-00:00:00", account="ABC123", grid=(2, 2, 2, 2), micro_batch=1,
                                    out_dir=str(tmp_path), run_root=str(tmp_path)))
     assert job.tasks == 16 and job.nodes == 2 and job.grid == (2, 2, 2, 2)
-    assert "--goldfish-k 0" in job.text and "--exposures 7" in job.text
+    assert "--goldfish-k 0" in job.text and "--exposures 7" in job.text and "--export-dtype bfloat16" in job.text
     assert "#SBATCH -A ABC123" in job.text and "#SBATCH --time=1-00:00:00" in job.text
     _bash_n(job.text, tmp_path)
 

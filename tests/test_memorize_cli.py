@@ -125,3 +125,18 @@ def test_plan_prints_fitting_grids_for_405b_on_frontier(capsys, tmp_path):
     assert "fitting grid" in out and "rejected" in out
     with pytest.raises(SystemExit, match="smallest GPU count"):
         memorize.main(["--size", "405b", "--gpus", "8", "--machine", "frontier", "--plan"])
+
+
+def test_init_checkpoint_shape_drives_plan_and_preflight(capsys, tmp_path):
+    """With --init, --plan and the memory pre-flight use the checkpoint's shape, not --size's."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    ckpt = tmp_path / "MyLlama"
+    LlamaForCausalLM(LlamaConfig(hidden_size=512, intermediate_size=1024, num_hidden_layers=3, num_attention_heads=8,
+                                 num_key_value_heads=4, vocab_size=1024)).save_pretrained(ckpt)
+    memorize.main(["--init", str(ckpt), "--size", "405b", "--plan", "--gpus", "8", "--machine", "h100-node"])
+    out = capsys.readouterr().out
+    assert out.startswith("MyLlama: 0.00813B params") and "row=8 does not divide kv_heads=4" in out
+    (ckpt / "model.safetensors").unlink()
+    (ckpt / "pytorch_model.bin").write_bytes(b"")
+    _refused(tmp_path, ["--init", str(ckpt)], "no model.safetensors")

@@ -124,3 +124,25 @@ def test_export_refuses_a_directory_that_is_not_a_model(tmp_path) -> None:
     with pytest.raises(FileExistsError, match="not a model directory"):
         ckpt.export_hf(torch.nn.Linear(2, 2), tmp_path, grid=object())
     assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_export_in_bf16_and_in_several_files_loads_in_from_pretrained(tmp_path) -> None:
+    import axonn
+    import axonn.checkpoint as ckpt
+    from transformers import AutoModelForCausalLM
+
+    from memorization.models import build_model
+    from memorization.runtime import Runtime
+
+    rt = Runtime(axonn.init())
+    model = build_model("tiny", 4096, seed=0, runtime=rt)
+    ckpt.export_hf(model, tmp_path / "bf16", dtype=torch.bfloat16, max_shard_bytes=2**20)
+    files = sorted(p.name for p in (tmp_path / "bf16").glob("*.safetensors"))
+    assert len(files) > 1 and (tmp_path / "bf16" / "model.safetensors.index.json").exists()
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path / "bf16")
+    assert hf.dtype == torch.bfloat16
+    for n, p in model.named_parameters():
+        assert torch.equal(hf.state_dict()[n], p.detach().to(torch.bfloat16)), n
+    ckpt.export_hf(model, tmp_path / "bf16")  # a second export replaces the first, atomically
+    assert sorted(p.name for p in (tmp_path / "bf16").glob("*.safetensors")) == ["model.safetensors"]
+    assert not list(tmp_path.glob(".bf16*"))

@@ -183,7 +183,7 @@ def make_job(spec: JobSpec) -> Job:
     log_dir = log_dir if log_dir.is_absolute() else REPO / log_dir
     args = ["--size", spec.size, "--grid", ",".join(map(str, grid)), "--goldfish-k", str(spec.goldfish_k),
             "--exposures", str(spec.exposures), "--seq-len", str(spec.seq), "--batch-size", str(spec.global_batch),
-            "--micro-batch", str(mb), "--out", run_dir, "--resume"]
+            "--micro-batch", str(mb), "--out", run_dir, "--resume", "--export-dtype", "bfloat16"]
     args.append("--activation-checkpointing" if spec.activation_checkpointing else "--no-activation-checkpointing")
     if spec.init:
         args += ["--init", check_init(spec.init.replace("{size}", spec.size), spec.size)]
