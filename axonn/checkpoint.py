@@ -28,6 +28,7 @@ spec; others (e.g. Adam's ``step``) are stored whole.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import uuid
@@ -97,12 +98,7 @@ def save(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | 
     """Write a sharded checkpoint of ``model`` (+ ``optimizer``) to ``path`` (collective)."""
     grid = _grid(model, grid)
     path = Path(path)
-    tmp = path.parent / f".{path.name}.tmp"
-    if grid.rank == 0:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir()
+    tmp = _staging_dir(path, grid)
     _barrier()
     params: dict[str, tuple[torch.Tensor, dict]] = {}
     optim: dict[str, dict[str, tuple[torch.Tensor, dict | None]]] = {}
@@ -127,16 +123,33 @@ def save(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | 
         _fsync_write(tmp / "meta.json", lambda f: f.write(json.dumps(meta, indent=1, default=str).encode()))
         _fsync_write(tmp / "extra.pt", lambda f: torch.save(extra_state or {}, f))
         _fsync_write(tmp / "COMPLETE", lambda f: f.write(b"ok\n"))
-        _fsync_path(tmp)
-        old = None
-        if path.exists():
-            old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
-            os.rename(path, old)
-        os.rename(tmp, path)
-        _fsync_path(path.parent)
-        if old is not None:
-            shutil.rmtree(old)
+        _publish(tmp, path)
     _barrier()
+
+
+def _staging_dir(path: Path, grid: Grid) -> Path:
+    """``.<name>.tmp`` beside ``path``, emptied and created by rank 0 (the others only learn its name)."""
+    tmp = path.parent / f".{path.name}.tmp"
+    if grid.rank == 0:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+    return tmp
+
+
+def _publish(tmp: Path, path: Path) -> None:
+    """Make the finished staging directory ``tmp`` appear as ``path`` (rank 0): fsync it, move an
+    existing ``path`` aside, rename, and only then delete the old one."""
+    _fsync_path(tmp)
+    old = None
+    if path.exists():
+        old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
+        os.rename(path, old)
+    os.rename(tmp, path)
+    _fsync_path(path.parent)
+    if old is not None:
+        shutil.rmtree(old)
 
 
 def _check_compatible(meta: dict, model: nn.Module) -> None:
@@ -253,10 +266,7 @@ def _export_plan(model: nn.Module, max_shard_bytes: int, dtype: torch.dtype | No
     size = 0
     for name, t in model.state_dict().items():
         shape = spec_of(params[name]).full_shape if name in params else tuple(t.shape)
-        n = 1
-        for d in shape:
-            n *= d
-        nbytes = n * (dtype or t.dtype).itemsize
+        nbytes = math.prod(shape) * (dtype or t.dtype).itemsize
         if files[-1] and size + nbytes > max_shard_bytes:
             files.append([])
             size = 0
@@ -284,12 +294,7 @@ def export_hf(model: nn.Module, directory: str | os.PathLike, tokenizer=None, gr
     if d.exists() and any(d.iterdir()) and not (d / "config.json").exists():
         raise FileExistsError(f"{d} exists and is not a model directory (no config.json): export_hf replaces its "
                               "target, so choose a new or empty directory")
-    tmp = d.parent / f".{d.name}.tmp"
-    if grid.rank == 0:
-        d.parent.mkdir(parents=True, exist_ok=True)
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir()
+    tmp = _staging_dir(d, grid)
     plan = _export_plan(model, max_shard_bytes, dtype)
     names = [f"model-{i + 1:05d}-of-{len(plan):05d}.safetensors" for i in range(len(plan))]
     if len(plan) == 1:
@@ -326,11 +331,7 @@ def export_hf(model: nn.Module, directory: str | os.PathLike, tokenizer=None, gr
             gen.save_pretrained(tmp)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
-        _fsync_path(tmp)
-        if d.exists():
-            shutil.rmtree(d)
-        os.rename(tmp, d)
-        _fsync_path(d.parent)
+        _publish(tmp, d)
     _barrier()
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 from pathlib import Path
 
 import torch
@@ -76,10 +77,7 @@ def normal_rows(seed: int, name: str, full_shape: tuple[int, ...], r0: int, r1: 
     a value depends only on those, never on which rank draws it or how the tensor is sharded
     (the same on every grid; CPU and CUDA generators differ from each other).
     """
-    row = 1
-    for d in full_shape[1:]:
-        row *= d
-    per = max(1, INIT_CHUNK_ELEMENTS // row)
+    per = max(1, INIT_CHUNK_ELEMENTS // math.prod(full_shape[1:]))
     out = torch.empty((r1 - r0, *full_shape[1:]), device=device)
     for c in range(r0 // per, -(-r1 // per)):
         c0, c1 = c * per, min((c + 1) * per, full_shape[0])
@@ -112,8 +110,21 @@ def init_rules(model: torch.nn.Module) -> dict[str, tuple[str, int | None]]:
     return rules
 
 
-class RandomInit:
-    """``read(name, spec)`` for :func:`axonn.load_shards`: this rank's shard of HF's Llama init."""
+class _RowSource:
+    """A ``read(name, spec)`` for :func:`axonn.load_shards` built on ``rows(name, full_shape, r0, r1)``:
+    each shard is cut from the rows of the full tensor it needs (:func:`axonn.sharding.shard_from_rows`)."""
+
+    def rows(self, name: str, full_shape: tuple[int, ...], r0: int, r1: int) -> torch.Tensor:
+        raise NotImplementedError
+
+    def __call__(self, name: str, spec) -> torch.Tensor:
+        from axonn.sharding import shard_from_rows
+
+        return shard_from_rows(spec, lambda r0, r1: self.rows(name, spec.full_shape, r0, r1))
+
+
+class RandomInit(_RowSource):
+    """This rank's shard of HF's Llama init."""
 
     def __init__(self, model: torch.nn.Module, seed: int, std: float, device: torch.device):
         self.rules, self.seed, self.std, self.device = init_rules(model), seed, std, device
@@ -129,14 +140,9 @@ class RandomInit:
             t[pad - r0] = 0
         return t
 
-    def __call__(self, name: str, spec) -> torch.Tensor:
-        from axonn.sharding import shard_from_rows
 
-        return shard_from_rows(spec, lambda r0, r1: self.rows(name, spec.full_shape, r0, r1))
-
-
-class CheckpointInit:
-    """``read(name, spec)`` cutting each shard from the rows of a HF safetensors checkpoint it needs.
+class CheckpointInit(_RowSource):
+    """Each shard cut from the rows of a HF safetensors checkpoint it needs.
 
     A tied checkpoint's missing ``lm_head.weight`` is read from ``model.embed_tokens.weight``;
     vocabulary rows beyond the checkpoint's (a larger tokenizer, padding to a multiple of 64) get
@@ -173,11 +179,6 @@ class CheckpointInit:
         if r1 > n_file:
             parts.append(self.random.rows(name, full_shape, max(r0, n_file), r1))
         return parts[0] if len(parts) == 1 else torch.cat(parts)
-
-    def __call__(self, name: str, spec) -> torch.Tensor:
-        from axonn.sharding import shard_from_rows
-
-        return shard_from_rows(spec, lambda r0, r1: self.rows(name, spec.full_shape, r0, r1))
 
 
 def model_config(size: str | None, vocab_size: int, init: str | None = None, max_seq: int | None = None):
