@@ -54,14 +54,8 @@ def extract(full: torch.Tensor, spec: ShardSpec) -> torch.Tensor:
     """This rank's local shard of ``full`` according to ``spec`` (a fresh tensor)."""
     if tuple(full.shape) != spec.full_shape:
         raise ValueError(f"full tensor has shape {tuple(full.shape)}, expected {spec.full_shape}")
-    blk = full[spec.block_slices()]
-    if spec.flat is None:
-        return blk.clone().contiguous()
-    flat = blk.reshape(-1)
-    pad = spec.padded_len - flat.numel()
-    if pad:
-        flat = torch.cat([flat, flat.new_zeros(pad)])
-    return flat[spec.flat[0]:spec.flat[1]].clone()
+    t = shard_from_rows(spec, lambda r0, r1: full[r0:r1])
+    return t.clone() if spec.flat is None else t  # a block may still be a view of ``full``
 
 
 def rows_needed(spec: ShardSpec) -> tuple[int, int]:
@@ -84,18 +78,17 @@ def rows_needed(spec: ShardSpec) -> tuple[int, int]:
 def shard_from_rows(spec: ShardSpec, read_rows: Callable[[int, int], torch.Tensor]) -> torch.Tensor:
     """This rank's local shard, built from ``read_rows(r0, r1) = full[r0:r1]`` alone.
 
-    Equals :func:`extract` of the full tensor, but only the rows :func:`rows_needed` names are
-    ever read, so a rank can cut its shard from a file or a generator without holding the full
+    The shard ``spec`` describes (block, flattened, zero-padded, cut to ``flat``; :func:`extract`
+    is this on an in-memory tensor), but only the rows :func:`rows_needed` names are ever read, so a rank can cut its shard from a file or a generator without holding the full
     tensor (``full[r0:r1]`` of a 2-D tensor is full width; the column block is cut here).
     """
     r0, r1 = rows_needed(spec)
-    cols = spec.block[1:]
+    rows = read_rows(r0, r1)  # empty when a depth shard lies entirely in the padding
+    blk = rows[(slice(None),) + tuple(slice(a, b) for a, b in spec.block[1:])]
     if spec.flat is None:
-        rows = read_rows(r0, r1)
-        return rows[(slice(None),) + tuple(slice(a, b) for a, b in cols)].contiguous()
+        return blk.contiguous()
     f0, f1 = spec.flat
-    rows = read_rows(r0, r1)  # empty when the range is all padding
-    blk = rows[(slice(None),) + tuple(slice(a, b) for a, b in cols)].reshape(-1)
+    blk = blk.reshape(-1)
     start = (r0 - spec.block[0][0]) * _numel(spec.block_shape[1:])  # flat index of rows[0] in the block
     piece = blk[f0 - start:f1 - start]
     pad = (f1 - f0) - piece.numel()
@@ -124,23 +117,6 @@ def gather_full(local: torch.Tensor, spec: ShardSpec, grid: Grid) -> torch.Tenso
     for i in range(p):
         sl = tuple(slice(int(o), int(o) + s) for o, s in zip(offs[i].tolist(), bs))
         full[sl] = blocks[i]
-    return full
-
-
-def assemble(pieces: list[tuple[torch.Tensor, ShardSpec]]) -> torch.Tensor:
-    """Rebuild a full tensor from (local tensor, spec) pairs covering it (offline, no collectives)."""
-    spec0 = pieces[0][1]
-    full = pieces[0][0].new_zeros(spec0.full_shape)
-    flats: dict[tuple, torch.Tensor] = {}
-    for t, s in pieces:
-        if s.flat is None:
-            full[s.block_slices()] = t.view(s.block_shape)
-        else:
-            buf = flats.setdefault(s.block, t.new_zeros(s.padded_len))
-            buf[s.flat[0]:s.flat[1]] = t
-    for blk, buf in flats.items():
-        shape = tuple(b - a for a, b in blk)
-        full[tuple(slice(a, b) for a, b in blk)] = buf[: _numel(shape)].view(shape)
     return full
 
 
