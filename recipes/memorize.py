@@ -169,13 +169,13 @@ def validate(args: argparse.Namespace) -> None:
     _parse_grid(args.grid)
     if args.init:
         from axonn.checkpoint import SafetensorsCheckpoint
+        from memorization.models import model_config
 
-        if not (Path(args.init) / "config.json").exists():
-            raise SystemExit(f"error: --init {args.init}: no Hugging Face checkpoint (config.json) there")
         try:
-            SafetensorsCheckpoint(args.init).close()
-        except FileNotFoundError as e:
-            raise SystemExit(f"error: --init {e}") from None
+            model_config(None, 0, init=args.init)  # a Llama config.json is there
+            SafetensorsCheckpoint(args.init).close()  # and safetensors weights beside it
+        except (FileNotFoundError, ValueError) as e:
+            raise SystemExit(f"error: {e}") from None
     if args.targets and not Path(args.targets).exists():
         raise SystemExit(f"error: --targets {args.targets} does not exist")
     if args.corpus != "builtin:pydocs" and args.corpus.startswith(("/", ".", "~")) and not Path(args.corpus).exists():
