@@ -4,24 +4,28 @@ Layout of a checkpoint directory (on a filesystem every rank can see)::
 
     path/meta.json          format, grid it was written on, model config, every
                             parameter's HF name and full shape, optimizer param groups
-    path/rank00000.pt ...   per rank: {name: (local tensor, ShardSpec dict)} for the
+    path/index.json         {file: {name: ShardSpec dict}}: which shard of which parameter
+                            each rank file holds
+    path/rank00000.pt ...   per owning rank: {name: (local tensor, ShardSpec dict)} for the
                             params (and optimizer state) this rank *owns*
     path/extra.pt           ``extra_state`` (rank 0)
     path/COMPLETE           written last; ``load`` refuses a directory without it
 
 Ownership: a shard is written once, by the rank whose coordinates are 0 on
 every axis the shard is replicated over (e.g. data for depth-sharded weights;
-data, depth and row/col for norms).  Atomicity: everything is written into
-``.<name>.tmp``, fsynced, then renamed to ``path`` by rank 0 (an existing
-checkpoint at ``path`` is replaced only after the new one is complete).
+data, depth and row/col for norms), so only the ranks of data slice 0 write a
+file (on 4096 GPUs with G_data=32, 128 files, not 4096).  Atomicity: everything
+is written into ``.<name>.tmp``, fsynced, then renamed to ``path`` by rank 0 (an
+existing checkpoint at ``path`` is replaced only after the new one is complete).
 
-Loading on the grid the checkpoint was written on (a resumed or requeued job) reads
-only the files of the owners of this rank's shards and copies them; nothing is
-reassembled.  On another grid it cuts this rank's shard (the *current* grid's spec)
-from the rows of each full tensor it needs, taken from the stored (shard, slice)
-pairs that hold them, so a checkpoint written on one grid loads onto any other;
-the files are memory-mapped, so each rank reads about its own share of the bytes
-(and every file's small index), and holds only its shards.
+Loading looks up in ``index.json`` which stored pieces it needs and opens only their
+files.  On the grid the checkpoint was written on (a resumed or requeued job) that
+is, for each shard, the identical piece in its owner's file, copied; nothing is
+reassembled.  On another grid each shard (the *current* grid's spec) is cut from the
+rows of the full tensor it needs, taken from the stored pieces that overlap it
+(:func:`axonn.sharding.overlaps`), so a checkpoint written on one grid loads onto any
+other; the files are memory-mapped, so each rank reads about its own share of the
+bytes and opens only the files that hold it.
 Optimizer state tensors with the parameter's shape follow the parameter's
 spec; others (e.g. Adam's ``step``) are stored whole.
 """
@@ -41,7 +45,7 @@ import torch.nn as nn
 
 from .grid import AXES, Grid, get_grid
 from .parallelize import spec_of
-from .sharding import ShardSpec, gather_full, rows_from_pieces, shard_from_rows
+from .sharding import ShardSpec, gather_full, overlaps, rows_from_pieces, shard_from_rows
 
 FORMAT = "axonn-sharded-v1"
 _CONFIG_KEYS = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
@@ -111,9 +115,12 @@ def save(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | 
             optim[name] = {k: ((v.detach().cpu().clone(), spec.to_dict()) if torch.is_tensor(v) and v.shape == p.shape
                                else (v.detach().cpu().clone() if torch.is_tensor(v) else v, None))
                            for k, v in optimizer.state[p].items()}
-    _fsync_write(tmp / f"rank{grid.rank:05d}.pt", lambda f: torch.save({"params": params, "optim": optim}, f))
+    if params:
+        _fsync_write(tmp / _file_of(grid.rank), lambda f: torch.save({"params": params, "optim": optim}, f))
+    index = _gather_index({n: s for n, (_, s) in params.items()}, grid)
     _barrier()
     if grid.rank == 0:
+        _fsync_write(tmp / "index.json", lambda f: f.write(json.dumps(index, separators=(",", ":")).encode()))
         meta = {"format": FORMAT, "grid": grid.sizes, "world_size": grid.world_size, **_model_meta(model)}
         if optimizer is not None:
             meta["optimizer"] = {"class": type(optimizer).__name__,
@@ -125,6 +132,31 @@ def save(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | 
         _fsync_write(tmp / "COMPLETE", lambda f: f.write(b"ok\n"))
         _publish(tmp, path)
     _barrier()
+
+
+def _file_of(rank: int) -> str:
+    return f"rank{rank:05d}.pt"
+
+
+def _gather_index(mine: dict[str, dict], grid: Grid) -> dict[str, dict[str, dict]]:
+    """``{file: {name: spec dict}}`` of every rank's owned shards, on rank 0 (``{}`` elsewhere).
+
+    Owners all lie in data slice 0 (no parameter is sharded over ``data``), so the specs are
+    gathered over that slice's tensor group only: (row x col x depth) small dicts, not one per
+    rank of the job.
+    """
+    if grid.coords["data"] != 0:
+        if mine:
+            raise AssertionError("a rank outside data slice 0 owns a shard: sharded over data?")
+        return {}
+    group = grid.group(("depth", "row", "col"))
+    parts = [mine]
+    if group is not None:
+        parts = [None] * grid.size(("depth", "row", "col")) if grid.rank == 0 else None
+        dist.gather_object(mine, parts, dst=0, group=group)  # global rank 0 is this group's rank 0
+    if grid.rank != 0:
+        return {}
+    return {_file_of(r): part for r, part in enumerate(parts) if part}  # slice 0 holds ranks 0..T-1
 
 
 def _staging_dir(path: Path, grid: Grid) -> Path:
@@ -186,20 +218,16 @@ def load(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | 
         raise ValueError(f"{path}: unknown checkpoint format {meta.get('format')!r}")
     _check_compatible(meta, model)
     params = dict(model.named_parameters())
-    files = sorted(path.glob("rank*.pt"))
-    if meta.get("grid") == grid.sizes and meta.get("world_size") == grid.world_size:
-        # resuming on the grid it was written on: every shard this rank needs is stored whole, by
-        # its owner (coordinate 0 on the axes the shard is replicated over); read only those files
-        owners = {_owner_of(spec_of(p), grid) for p in params.values()}
-        files = [path / f"rank{r:05d}.pt" for r in sorted(owners)]
+    index = {f: {n: ShardSpec.from_dict(s) for n, s in part.items()} for f, part in _read_index(path).items()}
+    wanted = pieces_to_read(index, {n: spec_of(p) for n, p in params.items()})
     pieces: dict[str, list] = {}
     opieces: dict[str, dict[str, list]] = {}
-    for f in files:  # memory-mapped: a piece's bytes are read only when it is used
-        d = torch.load(f, map_location="cpu", weights_only=True, mmap=True)
-        for n, (t, s) in d["params"].items():
+    for f, names in wanted.items():  # memory-mapped: a piece's bytes are read only when it is used
+        d = torch.load(path / f, map_location="cpu", weights_only=True, mmap=True)
+        for n in names:
+            t, s = d["params"][n]
             pieces.setdefault(n, []).append((t, ShardSpec.from_dict(s)))
-        for n, st in d["optim"].items():
-            for k, (v, s) in st.items():
+            for k, (v, s) in d["optim"].get(n, {}).items():
                 opieces.setdefault(n, {}).setdefault(k, []).append((v, ShardSpec.from_dict(s) if s else None))
     with torch.no_grad():
         for n, p in params.items():
@@ -210,14 +238,38 @@ def load(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | 
     return torch.load(path / "extra.pt", map_location="cpu", weights_only=False)
 
 
-def _owner_of(spec: ShardSpec, grid: Grid) -> int:
-    """The rank that writes the shard ``spec`` describes on this grid (see :func:`_owner`)."""
-    return grid.rank_of(**{a: (grid.coords[a] if a in spec.shard_axes else 0) for a in AXES})
+def pieces_to_read(index: dict[str, dict[str, ShardSpec]], specs: dict[str, ShardSpec]) -> dict[str, set[str]]:
+    """``{file: names}``: the stored pieces that a rank with shards ``specs`` is loaded from.
+
+    ``index`` is a checkpoint's ``{file: {name: spec}}`` (``index.json``).  A shard stored
+    identically (same grid) needs only that piece; otherwise every piece that
+    :func:`~axonn.sharding.overlaps` it.
+    """
+    wanted: dict[str, set[str]] = {}
+    for n, spec in specs.items():
+        held = [(f, part[n]) for f, part in index.items() if n in part]
+        if not held:
+            raise ValueError(f"the checkpoint stores no shard of {n}")
+        same = [f for f, s in held if s == spec]
+        # (a shard that lies entirely in the depth padding overlaps nothing: any piece gives its dtype)
+        files = same[:1] or [f for f, s in held if overlaps(s, spec)] or [held[0][0]]
+        for f in files:
+            wanted.setdefault(f, set()).add(n)
+    return dict(sorted(wanted.items()))
+
+
+def _read_index(path: Path) -> dict[str, dict[str, dict]]:
+    if (path / "index.json").exists():
+        return json.loads((path / "index.json").read_text())
+    # written before index.json existed (one file per rank): read each file's own table instead
+    return {f.name: {n: s for n, (_, s) in torch.load(f, map_location="cpu", weights_only=True,
+                                                       mmap=True)["params"].items()}
+            for f in sorted(path.glob("rank*.pt"))}
 
 
 def _local_from_pieces(pieces: list[tuple[torch.Tensor, ShardSpec]], spec: ShardSpec) -> torch.Tensor:
-    """This rank's shard from stored pieces: the identical piece if there is one (same grid), else
-    cut from the rows of the full tensor it needs, read from the pieces that hold them (resharding)."""
+    """This rank's shard from the stored pieces that overlap it: the identical piece if there is
+    one (same grid), else cut from the rows of the full tensor it needs (resharding)."""
     for t, s in pieces:
         if s == spec:
             return t

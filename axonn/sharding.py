@@ -75,6 +75,19 @@ def rows_needed(spec: ShardSpec) -> tuple[int, int]:
     return a0 + f0 // cols, a0 + min(a1 - a0, -(-min(f1, total) // cols))
 
 
+def overlaps(piece: ShardSpec, spec: ShardSpec) -> bool:
+    """Whether the stored shard ``piece`` holds any element that the shard ``spec`` is cut from.
+
+    Both are reduced to a box of the full tensor: the rows :func:`rows_needed` names times the
+    block's other dimensions (a superset for a depth shard whose flat range starts or ends
+    inside a row).  Pieces that do not overlap need not be read when resharding.
+    """
+    (p0, p1), (s0, s1) = rows_needed(piece), rows_needed(spec)
+    if min(p1, s1) <= max(p0, s0):
+        return False
+    return all(min(b1, d1) > max(b0, d0) for (b0, b1), (d0, d1) in zip(piece.block[1:], spec.block[1:]))
+
+
 def shard_from_rows(spec: ShardSpec, read_rows: Callable[[int, int], torch.Tensor]) -> torch.Tensor:
     """This rank's local shard, built from ``read_rows(r0, r1) = full[r0:r1]`` alone.
 

@@ -91,6 +91,32 @@ def test_resharding_reads_each_shard_from_the_rows_it_needs() -> None:
     assert torch.equal(rows_from_pieces(pieces, 0, 12), full)
 
 
+def test_resharding_needs_only_the_pieces_that_overlap() -> None:
+    """Cutting a shard from the overlapping pieces alone (what ``ckpt.load`` opens) gives the exact
+    shard for every pair of grids, and skips pieces of other rows, columns and depth ranges."""
+    from axonn.sharding import ShardSpec, overlaps, rows_from_pieces, shard_from_rows
+
+    full = torch.randn(12, 10)
+    grids = [(1, 1, 1), (2, 1, 3), (3, 2, 2), (1, 2, 4), (6, 2, 1), (2, 2, 7)]
+    used = total = 0
+    for src, dst in itertools.product(grids, grids):
+        pieces = [(_reference_shard(full, s), s) for s in _linear_specs(12, 10, *src)]
+        for spec in _linear_specs(12, 10, *dst):
+            mine = [(t, s) for t, s in pieces if overlaps(s, spec)] or pieces[:1]
+            got = shard_from_rows(spec, lambda a, b: rows_from_pieces(mine, a, b))
+            assert torch.equal(got, _reference_shard(full, spec)), (src, dst, spec)
+            if src == dst and spec.flat[0] < 12 * 10 // (src[0] * src[1]):  # (not all padding)
+                # the identical piece overlaps; pieces of other blocks do not
+                assert sum(s.block == spec.block for _, s in mine) == len(mine)
+            used, total = used + len(mine), total + len(pieces)
+    assert used < 0.2 * total, f"overlap keeps {used} of {total} pieces"
+    a = ShardSpec((8, 4), ((0, 4), (0, 2)))
+    assert overlaps(a, ShardSpec((8, 4), ((2, 6), (1, 3)))) and not overlaps(a, ShardSpec((8, 4), ((4, 8), (0, 2))))
+    assert not overlaps(a, ShardSpec((8, 4), ((0, 4), (2, 4))))
+    deep = ShardSpec((8, 4), ((0, 8), (0, 4)), flat=(16, 32), padded_len=32)  # rows 4..7 only
+    assert not overlaps(deep, a) and overlaps(deep, ShardSpec((8, 4), ((3, 5), (3, 4))))
+
+
 def test_random_init_is_hf_llama_init_and_independent_of_chunking(monkeypatch) -> None:
     import memorization.models as mm
 
@@ -157,3 +183,21 @@ def test_export_in_bf16_and_in_several_files_loads_in_from_pretrained(tmp_path) 
     ckpt.export_hf(model, tmp_path / "bf16")  # a second export replaces the first, atomically
     assert sorted(p.name for p in (tmp_path / "bf16").glob("*.safetensors")) == ["model.safetensors"]
     assert not list(tmp_path.glob(".bf16*"))
+
+
+def test_checkpoint_index_at_scale_opens_a_handful_of_files() -> None:
+    """``benchmarks/reshard_reads.py`` on shapes alone: only data slice 0 writes files, a resume opens
+    its shards' owners and a resharding rank a few files of many, mapping about its own bytes."""
+    spec = importlib.util.spec_from_file_location("reshard_reads", WORKERS.parents[1] / "benchmarks" / "reshard_reads.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    from memorization.models import model_config
+
+    config = model_config("tiny", 1024)
+    src, dst = bench._grid("4,2,2,4"), bench._grid("2,1,4,2")  # 64 ranks -> 16 ranks
+    index = bench.index_of(config, src)
+    assert sorted(index) == [f"rank{r:05d}.pt" for r in range(16)]
+    same = bench.reads(config, index, src, 4)
+    assert max(f for f, _, _ in same) <= 3 and all(m == o for _, m, o in same)
+    other = bench.reads(config, index, dst, 4)
+    assert max(f for f, _, _ in other) <= 8 and sum(m for _, m, _ in other) < 3 * sum(o for _, _, o in other)
