@@ -95,23 +95,22 @@ def test_generate_job_api_and_cli(tmp_path, capsys):
 
 
 def test_init_checkpoint_per_size_checked_where_visible(tmp_path, capsys):
-    import json
+    from transformers import LlamaConfig
 
     from axonn.presets import get_preset
 
-    s = get_preset("8b")
     ckpt = tmp_path / "Llama-3.1-8b"
-    ckpt.mkdir()
-    cfg = {"num_hidden_layers": s.layers, "hidden_size": s.hidden, "num_attention_heads": s.heads,
-           "num_key_value_heads": s.kv_heads, "intermediate_size": s.ffn}
-    (ckpt / "config.json").write_text(json.dumps(cfg))
+    get_preset("8b").llama_config().save_pretrained(ckpt)
     spec = gen.JobSpec(machine="alps", size="8b", gpus=16, init=str(tmp_path / "Llama-3.1-{size}"),
                        out_dir=str(tmp_path), run_root=str(tmp_path))
     job = gen.make_job(spec)
     assert f"--init {ckpt}" in job.text
     _bash_n(job.text, tmp_path)
-    (ckpt / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": 16}))
-    with pytest.raises(ValueError, match=r"is not a 8b model .*num_hidden_layers.*\(16, 32\)"):
+    LlamaConfig.from_pretrained(ckpt, num_hidden_layers=16).save_pretrained(ckpt)
+    with pytest.raises(ValueError, match=r"is not a 8b model .*layers.*\(16, 32\)"):
+        gen.make_job(spec)
+    (ckpt / "config.json").write_text('{"model_type": "gpt2"}')
+    with pytest.raises(ValueError, match="only Llama is supported"):
         gen.make_job(spec)
     # a path this machine cannot see is passed on, with a note; the job checks it when it starts
     job = gen.make_job(gen.JobSpec(machine="alps", size="70b", gpus=64, init="/nowhere/Llama-3.1-{size}",

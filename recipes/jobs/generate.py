@@ -219,21 +219,15 @@ def check_init(path: str, size: str) -> str:
     Checked only where this machine sees the path (scripts are often written on a login node
     that mounts the same filesystem); one it cannot see is left for the job to check.
     """
-    import json
+    from axonn.presets import ModelShape, get_preset
+    from memorization.models import model_config
 
-    from axonn.presets import get_preset
-
-    cfg_file = Path(path) / "config.json"
-    if not cfg_file.exists():
-        if Path(path).exists():
-            raise ValueError(f"--init {path}: no Hugging Face checkpoint (config.json) there")
+    if not Path(path).exists():
         print(f"note: --init {path} is not visible here; the job checks it when it starts", file=sys.stderr)
         return path
-    c = json.loads(cfg_file.read_text())
-    shape = get_preset(size)
-    want = {"num_hidden_layers": shape.layers, "hidden_size": shape.hidden, "num_attention_heads": shape.heads,
-            "num_key_value_heads": shape.kv_heads, "intermediate_size": shape.ffn}
-    diff = {k: (c.get(k), v) for k, v in want.items() if c.get(k) != v}
+    got, want = ModelShape.from_llama_config(model_config(None, 0, init=path)), get_preset(size)
+    diff = {f: (getattr(got, f), getattr(want, f)) for f in ("layers", "hidden", "heads", "kv_heads", "ffn")
+            if getattr(got, f) != getattr(want, f)}
     if diff:
         raise ValueError(f"--init {path} is not a {size} model (checkpoint vs preset: {diff}): the planner's grid "
                          "and memory are for the preset; pass the matching --size")
