@@ -88,3 +88,21 @@ def test_sharded_build_lands_on_the_gpu_and_trains(tmp_path):
     cfg = TrainConfig(batch_size=4, checkpoint_every=0, progress=False)
     t = Trainer(c, rows, torch.zeros_like(rows, dtype=torch.int32), rows[:4], cfg, tmp_path / "run", rt)
     assert torch.isfinite(torch.tensor(read_record(t.train_step())["loss"]))
+
+
+def test_checkpoint_of_cuda_state_is_written_from_the_gpu_and_resumes(tmp_path):
+    """``ckpt.save`` hands torch.save the live CUDA tensors (copied to the host one at a time); the files
+    load memory-mapped on the CPU and a resumed trainer has the same weights and AdamW state."""
+    t = _trainer(tmp_path)
+    for _ in range(2):
+        t.train_step()
+    t.step = 2
+    t.save_checkpoint()
+    r = _trainer(tmp_path)
+    assert r.try_resume() and r.step == 2
+    for (n, p), q in zip(t.model.named_parameters(), r.model.parameters()):
+        assert q.is_cuda and torch.equal(p, q), n
+        for k, v in t.opt.state[p].items():
+            assert torch.equal(v.cpu(), r.opt.state[q][k].cpu()), (n, k)
+    files = sorted((tmp_path / "checkpoint").glob("step_*/rank*.pt"))
+    assert files and torch.load(files[0], map_location="cpu", weights_only=True, mmap=True)["params"]
