@@ -6,21 +6,23 @@ Layout of a checkpoint directory (on a filesystem every rank can see)::
                             parameter's HF name and full shape, optimizer param groups
     path/index.json         {file: {name: ShardSpec dict}}: which shard of which parameter
                             each rank file holds
-    path/rank00000.pt ...   per owning rank: {name: (local tensor, ShardSpec dict)} for the
-                            params (and optimizer state) this rank *owns*
+    path/rank00000.pt ...   per writing rank: {name: (local tensor, ShardSpec dict)} for the
+                            params (and optimizer state) this rank *writes*
     path/extra.pt           ``extra_state`` (rank 0)
     path/COMPLETE           written last; ``load`` refuses a directory without it
 
-Ownership: a shard is written once, by the rank whose coordinates are 0 on
-every axis the shard is replicated over (e.g. data for depth-sharded weights;
-data, depth and row/col for norms), so only the ranks of data slice 0 write a
-file (on 4096 GPUs with G_data=32, 128 files, not 4096).  Atomicity: everything
-is written into ``.<name>.tmp``, fsynced, then renamed to ``path`` by rank 0 (an
-existing checkpoint at ``path`` is replaced only after the new one is complete).
+Ownership: a shard is written once.  Of the ranks that hold it, the tensor coordinate that
+is 0 on every tensor axis the shard is replicated over owns it (depth for row/col blocks,
+depth and row/col for norms), and its data replicas, which hold the same shards, split
+the writing (:func:`writers`, balanced by size): each rank writes about 1/G_data of
+what its tensor coordinate owns, so the save runs at the bandwidth of every node, not
+of data slice 0's alone.  Atomicity: everything is written into ``.<name>.tmp``,
+fsynced, then renamed to ``path`` by rank 0 (an existing checkpoint at ``path`` is
+replaced only after the new one is complete).
 
 Loading looks up in ``index.json`` which stored pieces it needs and opens only their
 files.  On the grid the checkpoint was written on (a resumed or requeued job) that
-is, for each shard, the identical piece in its owner's file, copied; nothing is
+is, for each shard, the identical piece in its writer's file, copied; nothing is
 reassembled.  On another grid each shard (the *current* grid's spec) is cut from the
 rows of the full tensor it needs, taken from the stored pieces that overlap it
 (:func:`axonn.sharding.overlaps`), so a checkpoint written on one grid loads onto any
@@ -43,7 +45,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from .grid import AXES, Grid, get_grid
+from .grid import Grid, get_grid
 from .parallelize import spec_of
 from .sharding import ShardSpec, gather_full, overlaps, rows_from_pieces, shard_from_rows
 
@@ -61,8 +63,48 @@ def _barrier() -> None:
         dist.barrier()
 
 
-def _owner(spec: ShardSpec, grid: Grid) -> bool:
-    return all(grid.coords[a] == 0 for a in AXES if a not in spec.shard_axes)
+TENSOR_AXES = ("depth", "row", "col")
+
+
+def tensor_owned(specs: dict[str, ShardSpec], coords: dict[str, int]) -> dict[str, ShardSpec]:
+    """The shards that the tensor coordinate ``coords`` stores: those of ``specs`` for which it is
+    coordinate 0 on every tensor axis the shard is replicated over (each distinct shard once)."""
+    if any("data" in s.shard_axes for s in specs.values()):
+        raise NotImplementedError("checkpoints of parameters sharded over the data axis")
+    return {n: s for n, s in specs.items() if all(coords[a] == 0 for a in TENSOR_AXES if a not in s.shard_axes)}
+
+
+def writers(owned: dict[str, ShardSpec], data_size: int) -> dict[str, int]:
+    """Which data replica writes each of one tensor coordinate's shards ``owned``.
+
+    Every data replica holds the same shards, so they split the writing: largest shard first, each
+    to the replica with the fewest elements so far (longest-processing-time order: no replica
+    writes more than ``total / data_size`` plus one shard).  Deterministic, so the writers and
+    rank 0's index agree without asking each other.
+    """
+    load = [0] * data_size
+    out: dict[str, int] = {}
+    for n in sorted(owned, key=lambda n: (-_local_numel(owned[n]), n)):
+        d = min(range(data_size), key=lambda i: (load[i], i))
+        out[n] = d
+        load[d] += _local_numel(owned[n])
+    return out
+
+
+def build_index(parts: dict[int, dict[str, ShardSpec]], sizes: dict[str, int]) -> dict[str, dict[str, ShardSpec]]:
+    """``{file: {name: spec}}`` of a save on the grid ``sizes``, from ``parts[t]``: the shards
+    tensor coordinate ``t`` (its rank in data slice 0) owns.  The writer of a shard is the rank at
+    data index :func:`writers` gives and tensor index ``t``: ``data * T + t``."""
+    t_size = math.prod(sizes[a] for a in TENSOR_AXES)
+    index: dict[str, dict[str, ShardSpec]] = {}
+    for t, owned in parts.items():
+        for n, d in writers(owned, sizes["data"]).items():
+            index.setdefault(_file_of(d * t_size + t), {})[n] = owned[n]
+    return dict(sorted(index.items()))
+
+
+def _local_numel(spec: ShardSpec) -> int:
+    return spec.flat[1] - spec.flat[0] if spec.flat else math.prod(spec.block_shape)
 
 
 def _fsync_write(path: Path, write) -> None:
@@ -104,12 +146,14 @@ def save(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | 
     path = Path(path)
     tmp = _staging_dir(path, grid)
     _barrier()
+    owned = tensor_owned({n: spec_of(p) for n, p in model.named_parameters()}, grid.coords)
+    mine = {n for n, d in writers(owned, grid.sizes["data"]).items() if d == grid.coords["data"]}
     params: dict[str, tuple[torch.Tensor, dict]] = {}
     optim: dict[str, dict[str, tuple[torch.Tensor, dict | None]]] = {}
     for name, p in model.named_parameters():
-        spec = spec_of(p)
-        if not _owner(spec, grid):
+        if name not in mine:
             continue
+        spec = owned[name]
         params[name] = (_as_saved(p), spec.to_dict())
         if optimizer is not None and p in optimizer.state:
             optim[name] = {k: ((_as_saved(v), spec.to_dict()) if torch.is_tensor(v) and v.shape == p.shape
@@ -117,7 +161,7 @@ def save(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | 
                            for k, v in optimizer.state[p].items()}
     if params:
         _fsync_write(tmp / _file_of(grid.rank), lambda f: torch.save({"params": params, "optim": optim}, f))
-    index = _gather_index({n: s for n, (_, s) in params.items()}, grid)
+    index = _gather_index(owned, grid)
     _barrier()
     if grid.rank == 0:
         _fsync_write(tmp / "index.json", lambda f: f.write(json.dumps(index, separators=(",", ":")).encode()))
@@ -138,8 +182,8 @@ def _as_saved(t: torch.Tensor) -> torch.Tensor:
     """``t`` as ``torch.save`` should see it: the live tensor itself, on its device.
 
     ``torch.save`` copies one storage at a time to the host while it writes, so a rank's
-    save needs host memory for its largest tensor, not for all of its shards and optimizer
-    state (38 GB per rank for a 405b on 128 owners; the save used to copy it all first).  A
+    save needs host memory for its largest tensor, not for all it writes of its shards and
+    optimizer state (the save used to copy all of that first).  A
     view into a larger storage is cloned, since ``torch.save`` would write the whole storage.
     """
     t = t.detach()
@@ -151,25 +195,25 @@ def _file_of(rank: int) -> str:
     return f"rank{rank:05d}.pt"
 
 
-def _gather_index(mine: dict[str, dict], grid: Grid) -> dict[str, dict[str, dict]]:
-    """``{file: {name: spec dict}}`` of every rank's owned shards, on rank 0 (``{}`` elsewhere).
+def _gather_index(owned: dict[str, ShardSpec], grid: Grid) -> dict[str, dict[str, dict]]:
+    """``{file: {name: spec dict}}`` of the whole save (:func:`build_index`) on rank 0, ``{}`` elsewhere.
 
-    Owners all lie in data slice 0 (no parameter is sharded over ``data``), so the specs are
-    gathered over that slice's tensor group only: (row x col x depth) small dicts, not one per
-    rank of the job.
+    The data replicas of a tensor coordinate own the same shards, so only data slice 0 sends its
+    ``owned`` specs, over its tensor group: (depth x row x col) small dicts, not one per rank.
     """
     if grid.coords["data"] != 0:
-        if mine:
-            raise AssertionError("a rank outside data slice 0 owns a shard: sharded over data?")
         return {}
-    group = grid.group(("depth", "row", "col"))
+    group = grid.group(TENSOR_AXES)
+    mine = {n: s.to_dict() for n, s in owned.items()}
     parts = [mine]
     if group is not None:
-        parts = [None] * grid.size(("depth", "row", "col")) if grid.rank == 0 else None
+        parts = [None] * grid.size(TENSOR_AXES) if grid.rank == 0 else None
         dist.gather_object(mine, parts, dst=0, group=group)  # global rank 0 is this group's rank 0
     if grid.rank != 0:
         return {}
-    return {_file_of(r): part for r, part in enumerate(parts) if part}  # slice 0 holds ranks 0..T-1
+    index = build_index({t: {n: ShardSpec.from_dict(d) for n, d in part.items()} for t, part in enumerate(parts)},
+                        grid.sizes)  # data slice 0 holds ranks 0..T-1 (data is the slowest axis)
+    return {f: {n: spec.to_dict() for n, spec in part.items()} for f, part in index.items()}
 
 
 def _staging_dir(path: Path, grid: Grid) -> Path:
@@ -232,7 +276,7 @@ def load(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | 
     _check_compatible(meta, model)
     params = dict(model.named_parameters())
     index = {f: {n: ShardSpec.from_dict(s) for n, s in part.items()} for f, part in _read_index(path).items()}
-    wanted = pieces_to_read(index, {n: spec_of(p) for n, p in params.items()})
+    wanted = pieces_to_read(pieces_by_name(index), {n: spec_of(p) for n, p in params.items()})
     pieces: dict[str, list] = {}
     opieces: dict[str, dict[str, list]] = {}
     for f, names in wanted.items():  # memory-mapped: a piece's bytes are read only when it is used
@@ -251,21 +295,28 @@ def load(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | 
     return torch.load(path / "extra.pt", map_location="cpu", weights_only=False)
 
 
-def pieces_to_read(index: dict[str, dict[str, ShardSpec]], specs: dict[str, ShardSpec]) -> dict[str, set[str]]:
-    """``{file: names}``: the stored pieces that a rank with shards ``specs`` is loaded from.
+def pieces_by_name(index: dict[str, dict[str, ShardSpec]]) -> dict[str, list[tuple[str, ShardSpec]]]:
+    """A checkpoint's ``{file: {name: spec}}`` (``index.json``) as ``{name: [(file, spec), ...]}``."""
+    held: dict[str, list[tuple[str, ShardSpec]]] = {}
+    for f, part in index.items():
+        for n, s in part.items():
+            held.setdefault(n, []).append((f, s))
+    return held
 
-    ``index`` is a checkpoint's ``{file: {name: spec}}`` (``index.json``).  A shard stored
-    identically (same grid) needs only that piece; otherwise every piece that
-    :func:`~axonn.sharding.overlaps` it.
+
+def pieces_to_read(held: dict[str, list[tuple[str, ShardSpec]]], specs: dict[str, ShardSpec]) -> dict[str, set[str]]:
+    """``{file: names}``: the stored pieces (``held``, :func:`pieces_by_name`) that a rank with
+    shards ``specs`` is loaded from.  A shard stored identically (same grid) needs only that
+    piece; otherwise every piece that :func:`~axonn.sharding.overlaps` it.
     """
     wanted: dict[str, set[str]] = {}
     for n, spec in specs.items():
-        held = [(f, part[n]) for f, part in index.items() if n in part]
-        if not held:
+        pieces = held.get(n)
+        if not pieces:
             raise ValueError(f"the checkpoint stores no shard of {n}")
-        same = [f for f, s in held if s == spec]
+        same = [f for f, s in pieces if s == spec]
         # (a shard that lies entirely in the depth padding overlaps nothing: any piece gives its dtype)
-        files = same[:1] or [f for f, s in held if overlaps(s, spec)] or [held[0][0]]
+        files = same[:1] or [f for f, s in pieces if overlaps(s, spec)] or [pieces[0][0]]
         for f in files:
             wanted.setdefault(f, set()).add(n)
     return dict(sorted(wanted.items()))

@@ -1,24 +1,30 @@
-"""What one rank opens to load a sharded checkpoint: every file (before ``index.json``) vs only the
-files holding the pieces it needs (now), for a real model shape on a real job size.
+"""A sharded checkpoint at job scale: what each rank writes, and which files a rank opens to load it
+on the same grid or another one, for the checkpoint layout of session 14 and the current one.
 
     python benchmarks/reshard_reads.py --size 405b --src 32,8,4,4 --dst 64,4,4,4
 
-No processes and no tensors: each rank's shard specs are computed by ``axonn.parallelize`` on the
-``meta`` device with a process-group-free :class:`axonn.grid.Grid` at that rank's coordinates,
-the source grid's owners give the checkpoint's ``index.json``, and
-:func:`axonn.checkpoint.pieces_to_read` says what each destination rank opens (all data slices
-need the same shards, so the ranks of data slice 0 are the sample).  Every layer is sharded
-alike, so ``--layers`` (default 2) changes the bytes, not the file counts.
+No processes and no tensors: each rank's shard specs come from ``axonn.parallelize`` on the
+``meta`` device with a process-group-free :class:`axonn.grid.Grid` at that rank's coordinates
+(two decoder layers are built; every layer is sharded alike, so the others' specs are the second
+one's under their names).  Then, as :func:`axonn.checkpoint.save` and ``load`` do:
 
-Printed side by side: files per rank before and now, for a resume on the same grid (which already
-read only its shards' owners) and for a resharding load (which read every file), and the bytes
-of the pieces a rank maps against the bytes of its own shards (a memory-mapped piece is read only
-where it overlaps, so this bounds the bytes read).
+* the layout: :func:`axonn.checkpoint.build_index` of what each tensor coordinate owns.  The
+  current one splits each coordinate's shards over its ``G_data`` replicas
+  (:func:`axonn.checkpoint.writers`); the old one (session 14) had data slice 0 write everything,
+  which is the same index with ``G_data = 1``;
+* the load: :func:`axonn.checkpoint.pieces_to_read`, for ``--sample`` ranks of data slice 0
+  (every data slice loads the same shards).  The old load opened every file of the job when the grid changed.
+
+Printed side by side: files written, the largest number of bytes one rank writes (fp32 weights
+and AdamW's two moments), files a rank opens (mean and max), and the bytes of the pieces a rank
+maps against the bytes of its own shards (a memory-mapped piece is read only where it overlaps,
+so this bounds what is read).
 """
 from __future__ import annotations
 
 import argparse
 import math
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -28,56 +34,62 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from axonn.checkpoint import _owner, pieces_to_read  # noqa: E402
-from axonn.grid import AXES, Grid, _coords_of  # noqa: E402
+from axonn.checkpoint import _local_numel, build_index, pieces_by_name, pieces_to_read, tensor_owned  # noqa: E402
+from axonn.grid import Grid, _coords_of  # noqa: E402
 from axonn.sharding import ShardSpec  # noqa: E402
 
+STATE_BYTES = 12  # per element written: fp32 weight, AdamW exp_avg and exp_avg_sq
 
-def specs_on(config, sizes: dict[str, int], rank: int) -> tuple[dict[str, ShardSpec], Grid]:
-    """The shard spec of every parameter on ``rank`` of the grid ``sizes`` (nothing allocated), and that grid."""
+
+def specs_on(config, sizes: dict[str, int], rank: int) -> dict[str, ShardSpec]:
+    """The shard spec of every parameter on ``rank`` of the grid ``sizes``; nothing is allocated."""
     from accelerate import init_empty_weights
     from transformers import LlamaForCausalLM
 
     import axonn
 
+    layers = config.num_hidden_layers
+    small = type(config).from_dict({**config.to_dict(), "num_hidden_layers": min(layers, 2)})
     grid = Grid(sizes=dict(sizes), coords=_coords_of(rank, sizes), rank=rank, world_size=math.prod(sizes.values()),
                 backend="gloo", device=torch.device("meta"))
     with init_empty_weights():
-        model = LlamaForCausalLM(config)
+        model = LlamaForCausalLM(small)
     axonn.parallelize(model, grid, device="meta")
-    return axonn.param_specs(model), grid
+    specs = axonn.param_specs(model)
+    for name, spec in list(specs.items()):  # layers 2.. are sharded exactly as layer 1
+        if name.startswith("model.layers.1."):
+            for i in range(2, layers):
+                specs[re.sub(r"^model\.layers\.1\.", f"model.layers.{i}.", name)] = spec
+    return specs
 
 
 def slice0(sizes: dict[str, int]) -> range:
-    return range(math.prod(sizes[a] for a in AXES if a != "data"))
+    return range(math.prod(sizes[a] for a in ("depth", "row", "col")))
 
 
-def index_of(config, sizes: dict[str, int]) -> dict[str, dict[str, ShardSpec]]:
-    """The ``index.json`` a save on grid ``sizes`` writes: each owner's file and its shards."""
-    index = {}
-    for r in slice0(sizes):
-        specs, grid = specs_on(config, sizes, r)
-        mine = {n: s for n, s in specs.items() if _owner(s, grid)}
-        if mine:
-            index[f"rank{r:05d}.pt"] = mine
-    return index
+def owned_by_slice0(config, sizes: dict[str, int]) -> dict[int, dict[str, ShardSpec]]:
+    """What each tensor coordinate (its rank in data slice 0) owns on the grid ``sizes``."""
+    return {r: tensor_owned(specs_on(config, sizes, r), _coords_of(r, sizes)) for r in slice0(sizes)}
 
 
-def reads(config, index, sizes: dict[str, int], elsize: int) -> list[tuple[int, int, int]]:
-    """Per rank of data slice 0 of grid ``sizes``: (files opened, bytes of the pieces read, own bytes)."""
+def written(index: dict[str, dict[str, ShardSpec]]) -> list[int]:
+    """Bytes in each file of ``index``."""
+    return [sum(_local_numel(s) for s in part.values()) * STATE_BYTES for part in index.values()]
+
+
+def reads(config, index, sizes: dict[str, int], sample: int) -> list[tuple[int, int, int]]:
+    """For ``sample`` ranks of data slice 0 of grid ``sizes``, evenly spaced: (files opened, elements
+    of the pieces read, elements of its own shards)."""
+    held = pieces_by_name(index)
+    ranks = slice0(sizes)
     out = []
-    for r in slice0(sizes):
-        specs, _ = specs_on(config, sizes, r)
-        wanted = pieces_to_read(index, specs)
-        mapped = sum(_nbytes(index[f][n], elsize) for f, names in wanted.items() for n in names)
-        own = sum(_nbytes(s, elsize) for s in specs.values())
-        out.append((len(wanted), mapped, own))
+    n = min(sample, len(ranks))
+    for r in (ranks[i * len(ranks) // n] for i in range(n)):
+        specs = specs_on(config, sizes, r)
+        wanted = pieces_to_read(held, specs)
+        mapped = sum(_local_numel(index[f][n]) for f, names in wanted.items() for n in names)
+        out.append((len(wanted), mapped, sum(_local_numel(s) for s in specs.values())))
     return out
-
-
-def _nbytes(spec: ShardSpec, elsize: int) -> int:
-    n = spec.flat[1] - spec.flat[0] if spec.flat else math.prod(spec.block_shape)
-    return n * elsize
 
 
 def _grid(text: str) -> dict[str, int]:
@@ -85,34 +97,44 @@ def _grid(text: str) -> dict[str, int]:
     return {"data": d, "depth": z, "row": r, "col": c}
 
 
+def _gb(n: float) -> str:
+    return f"{n / 1e9:.1f} GB"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", default="405b", help="model preset (default 405b)")
-    ap.add_argument("--layers", type=int, default=2,
-                    help="decoder layers to build (file counts do not depend on it; default 2)")
-    ap.add_argument("--src", default="32,8,4,4", help="grid the checkpoint was saved on: data,row,col,depth")
+    ap.add_argument("--src", default="32,8,4,4", help="grid the checkpoint is saved on: data,row,col,depth")
     ap.add_argument("--dst", default="64,4,4,4", help="grid it is loaded onto: data,row,col,depth")
+    ap.add_argument("--sample", type=int, default=16,
+                    help="loading ranks to evaluate, evenly spaced over data slice 0 (default 16)")
     args = ap.parse_args()
     from memorization.models import model_config
 
     config = model_config(args.size, 128256)
-    config.num_hidden_layers = args.layers
     src, dst = _grid(args.src), _grid(args.dst)
     world = math.prod(src.values())
-    print(f"{args.size} ({args.layers} layers), saved on {args.src} ({world} ranks), loaded onto {args.dst} "
-          f"({math.prod(dst.values())} ranks); fp32 master weights")
-    index = index_of(config, src)
-    print(f"files in the checkpoint: before {world} (one per rank), now {len(index)} (owners only)")
-    print(f"{'load':<26}{'files a rank opens: before':>28}{'now':>18}{'fewer':>8}{'piece / own bytes':>19}")
-    for label, sizes, before in (("resume on the same grid", src, "owners'"), ("reshard onto --dst", dst, "all")):
-        rows = reads(config, index, sizes, 4)
-        files = [f for f, _, _ in rows]
-        now = statistics.mean(files)
-        ratio = sum(m for _, m, _ in rows) / sum(o for _, _, o in rows)
-        was = now if before == "owners'" else world  # same-grid resume already read only the owners' files
-        print(f"{label:<26}{f'{was:.{1 if was == now else 0}f} ({before})':>28}{f'{now:.1f} (max {max(files)})':>18}"
-              f"{f'{was / now:.0f}x':>8}{ratio:>19.2f}")
+    print(f"{args.size}, saved on {args.src} ({world} ranks), loaded onto {args.dst} ({math.prod(dst.values())} "
+          f"ranks); fp32 weights + AdamW state")
+    parts = owned_by_slice0(config, src)
+    old, new = build_index(parts, {**src, "data": 1}), build_index(parts, src)
+    w_old, w_new = written(old), written(new)
+    print(f"{'':<44}{'session 14':>20}{'now':>20}{'ratio':>8}")
+    print(f"{'files written':<44}{f'{world} ({len(old)} non-empty)':>20}{len(new):>20}")
+    print(f"{'largest write by one rank':<44}{_gb(max(w_old)):>20}{_gb(max(w_new)):>20}"
+          f"{max(w_old) / max(w_new):>7.1f}x")
+    for label, sizes in (("resume on the same grid", src), ("reshard onto --dst", dst)):
+        now = reads(config, new, sizes, args.sample)
+        f_new = [f for f, _, _ in now]
+        if sizes is src:
+            f_old = [f for f, _, _ in reads(config, old, sizes, args.sample)]
+            was = f"{statistics.mean(f_old):.1f} (max {max(f_old)})"
+        else:
+            was = f"{world} (all)"  # the old load opened every file of the job to reshard
+        print(f"{f'files a rank opens: {label}':<44}{was:>20}{f'{statistics.mean(f_new):.1f} (max {max(f_new)})':>20}")
+        print(f"{'  piece bytes mapped / own bytes':<44}{'':>20}{sum(m for _, m, _ in now) / sum(o for _, _, o in now):>20.2f}")
+
 
 if __name__ == "__main__":
     main()

@@ -185,19 +185,49 @@ def test_export_in_bf16_and_in_several_files_loads_in_from_pretrained(tmp_path) 
     assert not list(tmp_path.glob(".bf16*"))
 
 
-def test_checkpoint_index_at_scale_opens_a_handful_of_files() -> None:
-    """``benchmarks/reshard_reads.py`` on shapes alone: only data slice 0 writes files, a resume opens
-    its shards' owners and a resharding rank a few files of many, mapping about its own bytes."""
+def test_checkpoint_layout_at_scale_splits_writes_and_opens_few_files() -> None:
+    """``benchmarks/reshard_reads.py`` on shapes alone (64 ranks saving, 16 loading): every rank writes
+    about 1/G_data of its tensor coordinate's shards, each distinct shard exactly once; a resume
+    opens a few files per data replica and maps exactly its own bytes; a reshard opens far fewer
+    files than the job has."""
     spec = importlib.util.spec_from_file_location("reshard_reads", WORKERS.parents[1] / "benchmarks" / "reshard_reads.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    from axonn.checkpoint import build_index
     from memorization.models import model_config
 
     config = model_config("tiny", 1024)
     src, dst = bench._grid("4,2,2,4"), bench._grid("2,1,4,2")  # 64 ranks -> 16 ranks
-    index = bench.index_of(config, src)
-    assert sorted(index) == [f"rank{r:05d}.pt" for r in range(16)]
-    same = bench.reads(config, index, src, 4)
-    assert max(f for f, _, _ in same) <= 3 and all(m == o for _, m, o in same)
-    other = bench.reads(config, index, dst, 4)
-    assert max(f for f, _, _ in other) <= 8 and sum(m for _, m, _ in other) < 3 * sum(o for _, _, o in other)
+    parts = bench.owned_by_slice0(config, src)
+    index, slice0_only = build_index(parts, src), build_index(parts, {**src, "data": 1})
+    assert len(index) == 64 and sorted(slice0_only) == [f"rank{r:05d}.pt" for r in range(16)]
+    from collections import Counter
+
+    stored = Counter((n, s) for part in index.values() for n, s in part.items())
+    assert stored == Counter((n, s) for part in slice0_only.values() for n, s in part.items())  # each shard once
+    assert max(stored.values()) == 1
+    assert max(bench.written(index)) < 0.4 * max(bench.written(slice0_only))  # 4 replicas share the writing
+    same = bench.reads(config, index, src, 16)
+    assert all(m == o for _, m, o in same) and max(f for f, _, _ in same) <= 3 * 4
+    other = bench.reads(config, index, dst, 16)
+    assert max(f for f, _, _ in other) <= 40 and sum(m for _, m, _ in other) < 3 * sum(o for _, _, o in other)
+
+
+def test_writers_balance_each_coordinates_shards_over_its_data_replicas() -> None:
+    """Longest-processing-time order: no data replica writes more than an even share plus one shard."""
+    import random
+
+    from axonn.checkpoint import _local_numel, writers
+    from axonn.sharding import ShardSpec
+
+    rng = random.Random(0)
+    for trial in range(50):
+        owned = {f"p{i}": ShardSpec.replicated((rng.choice([1, 7, 64, 4096]), rng.randint(1, 300)))
+                 for i in range(rng.randint(1, 40))}
+        d = rng.randint(1, 8)
+        w = writers(owned, d)
+        assert set(w) == set(owned) and set(w.values()) <= set(range(d))
+        load = [sum(_local_numel(owned[n]) for n in w if w[n] == i) for i in range(d)]
+        biggest = max(_local_numel(s) for s in owned.values())
+        assert max(load) <= sum(load) / d + biggest, (trial, load)
+        assert w == writers(dict(reversed(list(owned.items()))), d)  # the same on every rank

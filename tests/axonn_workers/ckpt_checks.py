@@ -4,11 +4,12 @@
 2. same grid, fresh model with other weights: load -> 2 steps give exactly L (bit-exact resume),
    reading only the shard files of the ranks that own this rank's shards.
 3. grid B=(data 2,row 1,col 2,depth 1): load A's checkpoint -> same full state dict, 2 steps ~ L;
-   saved on B, only data slice 0 writes files, and they load back.
+   saved on B, the data replicas split the writing, and it loads back (also without index.json).
 4. a checkpoint from a different model is refused; export_hf loads in from_pretrained with equal logits.
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
@@ -82,10 +83,14 @@ def main() -> None:
     sd3 = axonn.full_state_dict(model3)
     for n, t in saved_sd.items():
         assert torch.equal(sd3[n], t), f"reshard changed {n}"
-    # on grid B only data slice 0 (ranks 0, 1) owns shards, so only they write a file
+    # on grid B the two data replicas of each column rank split its shards: all four ranks write,
+    # each distinct shard once
     ckpt.save(model3, opt3, base / "ckB", extra_state={"step": 3})
     written = sorted(p.name for p in (base / "ckB").glob("rank*.pt"))
-    assert written == ["rank00000.pt", "rank00001.pt"], written
+    assert written == [f"rank{r:05d}.pt" for r in range(4)], written
+    index = json.loads((base / "ckB" / "index.json").read_text())
+    names = [n for part in index.values() for n in part]
+    assert sorted(set(names)) == sorted(dict(model3.named_parameters())), "index misses parameters"
     model4, opt4 = make(5)
     ckpt.load(model4, opt4, base / "ckB")
     sd4 = axonn.full_state_dict(model4)
