@@ -4,8 +4,9 @@ Layout of a checkpoint directory (on a filesystem every rank can see)::
 
     path/meta.json          format, grid it was written on, model config, every
                             parameter's HF name and full shape, optimizer param groups
-    path/index.json         {file: {name: ShardSpec dict}}: which shard of which parameter
-                            each rank file holds
+    path/index.json         which shard of which parameter each rank file holds:
+                            {"specs": [ShardSpec dict, ...], "files": {file: {name: spec no.}}}
+                            (each distinct spec once: 5 MB for a 405b on 4,096 ranks, not 21)
     path/rank00000.pt ...   per writing rank: {name: (local tensor, ShardSpec dict)} for the
                             params (and optimizer state) this rank *writes*
     path/extra.pt           ``extra_state`` (rank 0)
@@ -164,7 +165,7 @@ def save(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | 
     index = _gather_index(owned, grid)
     _barrier()
     if grid.rank == 0:
-        _fsync_write(tmp / "index.json", lambda f: f.write(json.dumps(index, separators=(",", ":")).encode()))
+        _fsync_write(tmp / "index.json", lambda f: f.write(json.dumps(_encode_index(index), separators=(",", ":")).encode()))
         meta = {"format": FORMAT, "grid": grid.sizes, "world_size": grid.world_size, **_model_meta(model)}
         if optimizer is not None:
             meta["optimizer"] = {"class": type(optimizer).__name__,
@@ -195,8 +196,8 @@ def _file_of(rank: int) -> str:
     return f"rank{rank:05d}.pt"
 
 
-def _gather_index(owned: dict[str, ShardSpec], grid: Grid) -> dict[str, dict[str, dict]]:
-    """``{file: {name: spec dict}}`` of the whole save (:func:`build_index`) on rank 0, ``{}`` elsewhere.
+def _gather_index(owned: dict[str, ShardSpec], grid: Grid) -> dict[str, dict[str, ShardSpec]]:
+    """The whole save's index (:func:`build_index`) on rank 0, ``{}`` elsewhere.
 
     The data replicas of a tensor coordinate own the same shards, so only data slice 0 sends its
     ``owned`` specs, over its tensor group: (depth x row x col) small dicts, not one per rank.
@@ -211,9 +212,30 @@ def _gather_index(owned: dict[str, ShardSpec], grid: Grid) -> dict[str, dict[str
         dist.gather_object(mine, parts, dst=0, group=group)  # global rank 0 is this group's rank 0
     if grid.rank != 0:
         return {}
-    index = build_index({t: {n: ShardSpec.from_dict(d) for n, d in part.items()} for t, part in enumerate(parts)},
-                        grid.sizes)  # data slice 0 holds ranks 0..T-1 (data is the slowest axis)
-    return {f: {n: spec.to_dict() for n, spec in part.items()} for f, part in index.items()}
+    # data slice 0 holds ranks 0..T-1 (data is the slowest axis): part t is tensor coordinate t's
+    return build_index({t: {n: ShardSpec.from_dict(d) for n, d in part.items()} for t, part in enumerate(parts)},
+                       grid.sizes)
+
+
+def _encode_index(index: dict[str, dict[str, ShardSpec]]) -> dict:
+    """``index.json``'s form: every distinct spec once, each file's entries point at it."""
+    number: dict[ShardSpec, int] = {}
+    files = {f: {n: number.setdefault(s, len(number)) for n, s in part.items()} for f, part in index.items()}
+    return {"specs": [s.to_dict() for s in number], "files": files}
+
+
+def read_index(path: str | os.PathLike) -> dict[str, dict[str, ShardSpec]]:
+    """A checkpoint's ``{file: {name: spec}}`` (equal specs are one object)."""
+    path = Path(path)
+    if (path / "index.json").exists():
+        raw = json.loads((path / "index.json").read_text())
+        specs = [ShardSpec.from_dict(d) for d in raw["specs"]]
+        return {f: {n: specs[i] for n, i in part.items()} for f, part in raw["files"].items()}
+    # written before index.json existed (one file per rank): read each file's own table instead
+    seen: dict[ShardSpec, ShardSpec] = {}
+    return {f.name: {n: seen.setdefault(ShardSpec.from_dict(d), ShardSpec.from_dict(d)) for n, (_, d) in
+                     torch.load(f, map_location="cpu", weights_only=True, mmap=True)["params"].items()}
+            for f in sorted(path.glob("rank*.pt"))}
 
 
 def _staging_dir(path: Path, grid: Grid) -> Path:
@@ -275,8 +297,7 @@ def load(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | 
         raise ValueError(f"{path}: unknown checkpoint format {meta.get('format')!r}")
     _check_compatible(meta, model)
     params = dict(model.named_parameters())
-    index = {f: {n: ShardSpec.from_dict(s) for n, s in part.items()} for f, part in _read_index(path).items()}
-    wanted = pieces_to_read(pieces_by_name(index), {n: spec_of(p) for n, p in params.items()})
+    wanted = pieces_to_read(pieces_by_name(read_index(path)), {n: spec_of(p) for n, p in params.items()})
     pieces: dict[str, list] = {}
     opieces: dict[str, dict[str, list]] = {}
     for f, names in wanted.items():  # memory-mapped: a piece's bytes are read only when it is used
@@ -310,25 +331,26 @@ def pieces_to_read(held: dict[str, list[tuple[str, ShardSpec]]], specs: dict[str
     piece; otherwise every piece that :func:`~axonn.sharding.overlaps` it.
     """
     wanted: dict[str, set[str]] = {}
+    mine: dict[ShardSpec, ShardSpec] = {}
+    # (piece, shard) -> (identical, overlapping): every layer repeats the same few pairs of specs
+    test: dict[tuple[int, int], tuple[bool, bool]] = {}
     for n, spec in specs.items():
         pieces = held.get(n)
         if not pieces:
             raise ValueError(f"the checkpoint stores no shard of {n}")
-        same = [f for f, s in pieces if s == spec]
+        spec = mine.setdefault(spec, spec)
+        rel = []
+        for f, s in pieces:
+            key = (id(s), id(spec))
+            if key not in test:
+                test[key] = (s == spec, overlaps(s, spec))
+            rel.append((f, *test[key]))
+        same = [f for f, eq, _ in rel if eq]
         # (a shard that lies entirely in the depth padding overlaps nothing: any piece gives its dtype)
-        files = same[:1] or [f for f, s in pieces if overlaps(s, spec)] or [pieces[0][0]]
+        files = same[:1] or [f for f, _, ov in rel if ov] or [pieces[0][0]]
         for f in files:
             wanted.setdefault(f, set()).add(n)
     return dict(sorted(wanted.items()))
-
-
-def _read_index(path: Path) -> dict[str, dict[str, dict]]:
-    if (path / "index.json").exists():
-        return json.loads((path / "index.json").read_text())
-    # written before index.json existed (one file per rank): read each file's own table instead
-    return {f.name: {n: s for n, (_, s) in torch.load(f, map_location="cpu", weights_only=True,
-                                                       mmap=True)["params"].items()}
-            for f in sorted(path.glob("rank*.pt"))}
 
 
 def _local_from_pieces(pieces: list[tuple[torch.Tensor, ShardSpec]], spec: ShardSpec) -> torch.Tensor:

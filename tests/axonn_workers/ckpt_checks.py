@@ -88,9 +88,11 @@ def main() -> None:
     ckpt.save(model3, opt3, base / "ckB", extra_state={"step": 3})
     written = sorted(p.name for p in (base / "ckB").glob("rank*.pt"))
     assert written == [f"rank{r:05d}.pt" for r in range(4)], written
-    index = json.loads((base / "ckB" / "index.json").read_text())
-    names = [n for part in index.values() for n in part]
-    assert sorted(set(names)) == sorted(dict(model3.named_parameters())), "index misses parameters"
+    index = ckpt.read_index(base / "ckB")
+    stored = [(n, s) for part in index.values() for n, s in part.items()]
+    assert len(set(stored)) == len(stored), "a shard is stored twice"
+    assert {n for n, _ in stored} == set(dict(model3.named_parameters())), "a parameter is not stored"
+    assert len(json.loads((base / "ckB" / "index.json").read_text())["specs"]) < len(stored)  # specs stored once
     model4, opt4 = make(5)
     ckpt.load(model4, opt4, base / "ckB")
     sd4 = axonn.full_state_dict(model4)
