@@ -50,7 +50,8 @@ from .grid import Grid, get_grid
 from .parallelize import spec_of
 from .sharding import ShardSpec, gather_full, overlaps, rows_from_pieces, shard_from_rows
 
-FORMAT = "axonn-sharded-v1"
+FORMAT = "axonn-sharded-v2"  # v2: index.json, data replicas split the writing
+READABLE = (FORMAT, "axonn-sharded-v1")  # v1: one file per rank, no index (each file's table is read)
 _CONFIG_KEYS = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                 "num_key_value_heads", "vocab_size", "head_dim")
 
@@ -165,7 +166,8 @@ def save(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | 
     index = _gather_index(owned, grid)
     _barrier()
     if grid.rank == 0:
-        _fsync_write(tmp / "index.json", lambda f: f.write(json.dumps(_encode_index(index), separators=(",", ":")).encode()))
+        compact = json.dumps(_encode_index(index), separators=(",", ":")).encode()
+        _fsync_write(tmp / "index.json", lambda f: f.write(compact))
         meta = {"format": FORMAT, "grid": grid.sizes, "world_size": grid.world_size, **_model_meta(model)}
         if optimizer is not None:
             meta["optimizer"] = {"class": type(optimizer).__name__,
@@ -231,11 +233,14 @@ def read_index(path: str | os.PathLike) -> dict[str, dict[str, ShardSpec]]:
         raw = json.loads((path / "index.json").read_text())
         specs = [ShardSpec.from_dict(d) for d in raw["specs"]]
         return {f: {n: specs[i] for n, i in part.items()} for f, part in raw["files"].items()}
-    # written before index.json existed (one file per rank): read each file's own table instead
+    # format v1, before index.json (one file per rank): read each file's own table instead
     seen: dict[ShardSpec, ShardSpec] = {}
-    return {f.name: {n: seen.setdefault(ShardSpec.from_dict(d), ShardSpec.from_dict(d)) for n, (_, d) in
-                     torch.load(f, map_location="cpu", weights_only=True, mmap=True)["params"].items()}
-            for f in sorted(path.glob("rank*.pt"))}
+
+    def table(f: Path) -> dict[str, ShardSpec]:
+        part = torch.load(f, map_location="cpu", weights_only=True, mmap=True)["params"]
+        return {n: seen.setdefault(s := ShardSpec.from_dict(d), s) for n, (_, d) in part.items()}
+
+    return {f.name: table(f) for f in sorted(path.glob("rank*.pt"))}
 
 
 def _staging_dir(path: Path, grid: Grid) -> Path:
@@ -293,7 +298,7 @@ def load(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | 
     if not (path / "COMPLETE").exists():
         raise FileNotFoundError(f"{path} is not a complete axonn checkpoint (no COMPLETE marker)")
     meta = json.loads((path / "meta.json").read_text())
-    if meta.get("format") != FORMAT:
+    if meta.get("format") not in READABLE:
         raise ValueError(f"{path}: unknown checkpoint format {meta.get('format')!r}")
     _check_compatible(meta, model)
     params = dict(model.named_parameters())

@@ -98,8 +98,10 @@ def main() -> None:
     sd4 = axonn.full_state_dict(model4)
     assert all(torch.equal(sd4[n], t) for n, t in saved_sd.items()), "grid B round trip changed the state"
     dist.barrier()
-    if dist.get_rank() == 0:  # a checkpoint from before index.json: each file's own table is read
+    if dist.get_rank() == 0:  # a v1 checkpoint, from before index.json: each file's own table is read
         (base / "ckB" / "index.json").unlink()
+        meta = json.loads((base / "ckB" / "meta.json").read_text())
+        (base / "ckB" / "meta.json").write_text(json.dumps({**meta, "format": "axonn-sharded-v1"}))
     dist.barrier()
     model5, opt5 = make(6)
     ckpt.load(model5, opt5, base / "ckB")
