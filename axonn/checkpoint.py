@@ -40,7 +40,7 @@ import os
 import shutil
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -127,7 +127,10 @@ def _fsync_path(path: Path) -> None:  # a directory or a file, through a read-on
 def _model_meta(model: nn.Module) -> dict:
     cfg = getattr(model, "config", None)
     c = {k: getattr(cfg, k, None) for k in _CONFIG_KEYS} if cfg is not None else {}
-    return {"config": c, "params": {n: list(spec_of(p).full_shape) for n, p in model.named_parameters()}}
+    meta = {"config": c, "params": {n: list(spec_of(p).full_shape) for n, p in model.named_parameters()}}
+    if hasattr(cfg, "to_json_string"):  # the whole HF config: to_hf writes a loadable model without the model
+        meta["hf_config"] = json.loads(cfg.to_json_string(use_diff=False))
+    return meta
 
 
 def _names_of_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[list[str]]:
@@ -146,7 +149,7 @@ def save(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | 
     """Write a sharded checkpoint of ``model`` (+ ``optimizer``) to ``path`` (collective)."""
     grid = _grid(model, grid)
     path = Path(path)
-    tmp = _staging_dir(path, grid)
+    tmp = _staging_dir(path, grid.rank)
     _barrier()
     owned = tensor_owned({n: spec_of(p) for n, p in model.named_parameters()}, grid.coords)
     mine = {n for n, d in writers(owned, grid.sizes["data"]).items() if d == grid.coords["data"]}
@@ -243,10 +246,10 @@ def read_index(path: str | os.PathLike) -> dict[str, dict[str, ShardSpec]]:
     return {f.name: table(f) for f in sorted(path.glob("rank*.pt"))}
 
 
-def _staging_dir(path: Path, grid: Grid) -> Path:
+def _staging_dir(path: Path, rank: int) -> Path:
     """``.<name>.tmp`` beside ``path``, emptied and created by rank 0 (the others only learn its name)."""
     tmp = path.parent / f".{path.name}.tmp"
-    if grid.rank == 0:
+    if rank == 0:
         path.parent.mkdir(parents=True, exist_ok=True)
         if tmp.exists():
             shutil.rmtree(tmp)
@@ -295,11 +298,7 @@ def load(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | 
     """
     grid = _grid(model, grid)
     path = Path(path)
-    if not (path / "COMPLETE").exists():
-        raise FileNotFoundError(f"{path} is not a complete axonn checkpoint (no COMPLETE marker)")
-    meta = json.loads((path / "meta.json").read_text())
-    if meta.get("format") not in READABLE:
-        raise ValueError(f"{path}: unknown checkpoint format {meta.get('format')!r}")
+    meta = read_meta(path)
     _check_compatible(meta, model)
     params = dict(model.named_parameters())
     wanted = pieces_to_read(pieces_by_name(read_index(path)), {n: spec_of(p) for n, p in params.items()})
@@ -319,6 +318,17 @@ def load(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | 
         _load_optimizer(model, optimizer, meta, opieces)
     _barrier()
     return torch.load(path / "extra.pt", map_location="cpu", weights_only=False)
+
+
+def read_meta(path: str | os.PathLike) -> dict:
+    """``meta.json`` of a complete checkpoint in a format this version reads (else a clear error)."""
+    path = Path(path)
+    if not (path / "COMPLETE").exists():
+        raise FileNotFoundError(f"{path} is not a complete axonn checkpoint (no COMPLETE marker)")
+    meta = json.loads((path / "meta.json").read_text())
+    if meta.get("format") not in READABLE:
+        raise ValueError(f"{path}: unknown checkpoint format {meta.get('format')!r}")
+    return meta
 
 
 def pieces_by_name(index: dict[str, dict[str, ShardSpec]]) -> dict[str, list[tuple[str, ShardSpec]]]:
@@ -402,20 +412,71 @@ def _load_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, meta: di
 HF_SHARD_BYTES = 5 * 2**30  # the size of one safetensors file of an export (HF's default max_shard_size)
 
 
-def _export_plan(model: nn.Module, max_shard_bytes: int, dtype: torch.dtype | None) -> list[list[str]]:
-    """State-dict names grouped into files of at most ``max_shard_bytes`` (a larger tensor gets its own)."""
-    params = dict(model.named_parameters())
+def _by_bytes(entries: list[tuple[str, int]], max_bytes: int) -> list[list[str]]:
+    """Names grouped in order into files of at most ``max_bytes`` (a larger tensor gets its own)."""
     files: list[list[str]] = [[]]
     size = 0
-    for name, t in model.state_dict().items():
-        shape = spec_of(params[name]).full_shape if name in params else tuple(t.shape)
-        nbytes = math.prod(shape) * (dtype or t.dtype).itemsize
-        if files[-1] and size + nbytes > max_shard_bytes:
+    for name, nbytes in entries:
+        if files[-1] and size + nbytes > max_bytes:
             files.append([])
             size = 0
         files[-1].append(name)
         size += nbytes
     return files
+
+
+def _check_export_target(d: Path) -> Path:
+    if d.exists() and any(d.iterdir()) and not (d / "config.json").exists():
+        raise FileExistsError(f"{d} exists and is not a model directory (no config.json): an export replaces its "
+                              "target, so choose a new or empty directory")
+    return d
+
+
+def _write_hf_dir(d: Path, rank: int, entries: list[tuple[str, int]], full_of: Callable[[str], torch.Tensor],
+                  config, savers: list, dtype: torch.dtype | None, max_shard_bytes: int) -> None:
+    """Write a HF model directory from ``full_of(name)`` (the full tensor; every rank calls it for every
+    name, in order, so it may be a collective), rank 0 holding one file's tensors at a time.
+
+    ``entries`` are (state-dict name, bytes as written); ``savers`` more objects with
+    ``save_pretrained`` (generation config, tokenizer).  One file is ``model.safetensors``; more
+    are ``model-0000i-of-0000n.safetensors`` with HF's ``model.safetensors.index.json``.  The
+    directory appears atomically (the callers refuse a target that is not a model directory first).
+    """
+    from safetensors.torch import save_file
+
+    tmp = _staging_dir(d, rank)
+    plan = _by_bytes(entries, max_shard_bytes)
+    names = [f"model-{i + 1:05d}-of-{len(plan):05d}.safetensors" for i in range(len(plan))]
+    if len(plan) == 1:
+        names = ["model.safetensors"]
+    weight_map, total = {}, 0
+    for fname, group in zip(names, plan):
+        tensors = {}
+        for name in group:
+            full = full_of(name)
+            if rank == 0:
+                full = full.to("cpu", dtype=dtype if dtype is not None and full.is_floating_point() else None)
+                tensors[name] = full.contiguous()
+                weight_map[name] = fname
+                total += full.numel() * full.element_size()
+            del full
+        if rank == 0:
+            save_file(tensors, str(tmp / fname), metadata={"format": "pt"})
+            _fsync_path(tmp / fname)
+        del tensors
+    if rank != 0:
+        return
+    if len(plan) > 1:
+        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    if dtype is not None:
+        config = type(config).from_dict(config.to_dict())
+        config.dtype = dtype
+    config.save_pretrained(tmp)
+    for obj in savers:
+        if obj is not None:
+            obj.save_pretrained(tmp)
+    _publish(tmp, d)
 
 
 def export_hf(model: nn.Module, directory: str | os.PathLike, tokenizer=None, grid: Grid | None = None,
@@ -430,52 +491,66 @@ def export_hf(model: nn.Module, directory: str | os.PathLike, tokenizer=None, gr
     tensors on the way.  The directory appears atomically (written beside it, then renamed over a
     previous export; a non-empty directory that is not a model directory is refused).
     """
-    from safetensors.torch import save_file
-
+    d = _check_export_target(Path(directory))
     grid = _grid(model, grid)
-    d = Path(directory)
-    if d.exists() and any(d.iterdir()) and not (d / "config.json").exists():
-        raise FileExistsError(f"{d} exists and is not a model directory (no config.json): export_hf replaces its "
-                              "target, so choose a new or empty directory")
-    tmp = _staging_dir(d, grid)
-    plan = _export_plan(model, max_shard_bytes, dtype)
-    names = [f"model-{i + 1:05d}-of-{len(plan):05d}.safetensors" for i in range(len(plan))]
-    if len(plan) == 1:
-        names = ["model.safetensors"]
     params = dict(model.named_parameters())
     state = model.state_dict()
-    weight_map, total = {}, 0
-    for fname, group in zip(names, plan):
-        tensors = {}
-        for name in group:
-            t = state[name]
-            full = gather_full(t, spec_of(params[name]), grid) if name in params else t.detach()
-            if grid.rank == 0:
-                full = full.to("cpu", dtype=dtype if dtype is not None and full.is_floating_point() else None)
-                tensors[name] = full.contiguous()
-                weight_map[name] = fname
-                total += full.numel() * full.element_size()
-            del full
-        if grid.rank == 0:
-            save_file(tensors, str(tmp / fname), metadata={"format": "pt"})
-            _fsync_path(tmp / fname)
-        del tensors
-    if grid.rank == 0:
-        if len(plan) > 1:
-            index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-            (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
-        config = model.config
-        if dtype is not None:
-            config = type(config).from_dict(config.to_dict())
-            config.dtype = dtype
-        config.save_pretrained(tmp)
-        gen = getattr(model, "generation_config", None)
-        if gen is not None:
-            gen.save_pretrained(tmp)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(tmp)
-        _publish(tmp, d)
+    entries = [(n, math.prod(spec_of(params[n]).full_shape if n in params else t.shape) * (dtype or t.dtype).itemsize)
+               for n, t in state.items()]
+
+    def full_of(name: str) -> torch.Tensor:
+        t = state[name]
+        return gather_full(t, spec_of(params[name]), grid) if name in params else t.detach()
+
+    _write_hf_dir(d, grid.rank, entries, full_of, model.config,
+                  [getattr(model, "generation_config", None), tokenizer], dtype, max_shard_bytes)
     _barrier()
+
+
+def to_hf(checkpoint: str | os.PathLike, directory: str | os.PathLike, tokenizer=None, config=None,
+          dtype: torch.dtype | None = None, max_shard_bytes: int = HF_SHARD_BYTES) -> None:
+    """Turn a sharded checkpoint into a HF directory offline: one process, no grid, no GPU.
+
+    For a job that stopped after its last checkpoint but before its export, or to get an HF model of
+    any step.  Each full tensor is assembled from its stored pieces (memory-mapped; the pieces that
+    :func:`read_index` names, :func:`~axonn.sharding.rows_from_pieces` over all rows) and written
+    before the next is read, so the process holds one tensor plus one output file's worth (at most
+    ``max_shard_bytes``).  ``config`` (a ``PretrainedConfig``) is needed only for a checkpoint
+    written before ``meta.json`` carried the model's config.
+    """
+    from transformers import AutoConfig, GenerationConfig
+
+    path, d = Path(checkpoint), _check_export_target(Path(directory))
+    meta = read_meta(path)
+    if config is None:
+        if "hf_config" not in meta:
+            raise ValueError(f"{path}: this checkpoint predates meta.json's hf_config; pass the model's config "
+                             "(--config DIR: a directory with its config.json, e.g. the run's export or --init model)")
+        cfg = dict(meta["hf_config"])
+        config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    held = pieces_by_name(read_index(path))
+    shapes = {n: tuple(s) for n, s in meta["params"].items()}
+    missing = sorted(set(shapes) - set(held))
+    if missing:
+        raise ValueError(f"{path}: the checkpoint stores no shard of {missing[:3]}")
+    files: dict[str, dict] = {}
+
+    def pieces(name: str) -> list[tuple[torch.Tensor, ShardSpec]]:
+        out = []
+        for f, spec in held[name]:
+            if f not in files:
+                files[f] = torch.load(path / f, map_location="cpu", weights_only=True, mmap=True)["params"]
+            out.append((files[f][name][0], spec))
+        return out
+
+    entries = [(n, math.prod(shape) * (dtype or pieces(n)[0][0].dtype).itemsize) for n, shape in shapes.items()]
+
+    def full_of(name: str) -> torch.Tensor:
+        shape = shapes[name]
+        return rows_from_pieces(pieces(name), 0, shape[0]).view(shape)
+
+    _write_hf_dir(d, 0, entries, full_of, config,
+                  [GenerationConfig.from_model_config(config), tokenizer], dtype, max_shard_bytes)
 
 
 class SafetensorsCheckpoint:

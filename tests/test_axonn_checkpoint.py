@@ -56,3 +56,34 @@ def test_save_streams_instead_of_copying_the_state() -> None:
     assert out.returncode == 0, out.stderr
     growth = float(out.stdout.split("growth")[-1])
     assert growth < 0.2, f"a save grew the peak resident set by {growth:.2f}x the state it wrote"
+
+
+def test_convert_cli_turns_a_trainer_checkpoint_into_a_hf_model(tmp_path) -> None:
+    """``python -m axonn.convert ROOT OUT``: the newest checkpoint under a trainer's root (LATEST) becomes
+    a directory that from_pretrained loads with the trained weights; bad input says what is wrong."""
+    import subprocess
+
+    import torch
+    from transformers import LlamaForCausalLM
+
+    import axonn
+    from memorization.models import build_model
+    from memorization.runtime import Runtime
+
+    rt = Runtime(axonn.init())
+    model = build_model("tiny", 512, seed=3, runtime=rt)
+    opt = torch.optim.AdamW(model.parameters())
+    x = torch.randint(0, 512, (2, 16))
+    model(input_ids=x, labels=x).loss.backward()
+    opt.step()
+    rt.save_checkpoint(model, opt, tmp_path / "ckpt", {"step": 1})
+    root = Path(__file__).resolve().parents[1]
+    run = [sys.executable, "-m", "axonn.convert", str(tmp_path / "ckpt"), str(tmp_path / "hf")]
+    out = subprocess.run(run, cwd=root, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    hf = LlamaForCausalLM.from_pretrained(tmp_path / "hf")
+    with torch.no_grad():
+        assert torch.equal(hf(input_ids=x).logits, model(input_ids=x).logits)
+    bad = subprocess.run([sys.executable, "-m", "axonn.convert", str(tmp_path / "nothing"), str(tmp_path / "o")],
+                         cwd=root, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "not a complete axonn checkpoint" in bad.stderr

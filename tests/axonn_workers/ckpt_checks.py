@@ -5,7 +5,8 @@
    reading only the shard files of the ranks that own this rank's shards.
 3. grid B=(data 2,row 1,col 2,depth 1): load A's checkpoint -> same full state dict, 2 steps ~ L;
    saved on B, the data replicas split the writing, and it loads back (also without index.json).
-4. a checkpoint from a different model is refused; export_hf loads in from_pretrained with equal logits.
+4. a checkpoint from a different model is refused; ``to_hf`` of A offline equals the saved state;
+   export_hf loads in from_pretrained with equal logits.
 """
 from __future__ import annotations
 
@@ -119,6 +120,16 @@ def main() -> None:
     else:
         raise AssertionError("loading a different model's checkpoint was not refused")
 
+    if dist.get_rank() == 0:  # offline, one process: checkpoint A (row and depth pieces) -> a HF directory
+        from safetensors.torch import load_file
+
+        ckpt.to_hf(path, base / "hfA", max_shard_bytes=40_000)
+        got = {}
+        for f in sorted((base / "hfA").glob("*.safetensors")):
+            got.update(load_file(f))
+        assert len(list((base / "hfA").glob("*.safetensors"))) > 1 and set(got) == set(saved_sd)
+        for n, t in saved_sd.items():
+            assert torch.equal(got[n], t), f"to_hf changed {n}"
     hf_dir = base / "hf"
     ckpt.export_hf(model3, hf_dir)
     if dist.get_rank() == 0:

@@ -1,0 +1,62 @@
+"""Turn a sharded axonn checkpoint into a Hugging Face model directory, offline (one process, no GPU).
+
+    python -m axonn.convert runs/memorize/standard/checkpoint runs/standard-latest --dtype bfloat16 \\
+        --tokenizer data/cache/tokenizer-bpe4096
+
+``CHECKPOINT`` is one checkpoint (a directory with ``COMPLETE``) or a trainer's checkpoint root,
+whose ``LATEST`` names the newest.  Whatever grid wrote it, the output is what ``from_pretrained``
+loads; see :func:`axonn.checkpoint.to_hf`.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+
+def resolve(checkpoint: Path) -> Path:
+    """``checkpoint`` itself, or the checkpoint its ``LATEST`` file names."""
+    if (checkpoint / "COMPLETE").exists() or not (checkpoint / "LATEST").exists():
+        return checkpoint
+    return checkpoint / (checkpoint / "LATEST").read_text().strip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m axonn.convert", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("checkpoint", type=Path, help="a checkpoint directory, or a checkpoint root with a LATEST file")
+    ap.add_argument("out", type=Path, help="the HF directory to write (replaced atomically if it is a model directory)")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
+                    help="convert floating-point weights (default: as stored, fp32 master weights)")
+    ap.add_argument("--tokenizer", default=None, help="a tokenizer directory to save alongside (AutoTokenizer)")
+    ap.add_argument("--config", default=None,
+                    help="config.json directory of the model, only for checkpoints whose meta.json has no hf_config")
+    ap.add_argument("--max-shard-gb", type=float, default=5.0, help="largest safetensors file, GiB (default 5, HF's)")
+    args = ap.parse_args(argv)
+
+    from axonn.checkpoint import to_hf
+
+    path = resolve(args.checkpoint)
+    tokenizer = config = None
+    if args.tokenizer:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    if args.config:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(args.config)
+    try:
+        to_hf(path, args.out, tokenizer=tokenizer, config=config,
+              dtype=getattr(torch, args.dtype) if args.dtype else None, max_shard_bytes=int(args.max_shard_gb * 2**30))
+    except (FileNotFoundError, FileExistsError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.out} from {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
