@@ -210,16 +210,14 @@ def _gather_index(owned: dict[str, ShardSpec], grid: Grid) -> dict[str, dict[str
     if grid.coords["data"] != 0:
         return {}
     group = grid.group(TENSOR_AXES)
-    mine = {n: s.to_dict() for n, s in owned.items()}
-    parts = [mine]
+    parts = [owned]
     if group is not None:
         parts = [None] * grid.size(TENSOR_AXES) if grid.rank == 0 else None
-        dist.gather_object(mine, parts, dst=0, group=group)  # global rank 0 is this group's rank 0
+        dist.gather_object(owned, parts, dst=0, group=group)  # global rank 0 is this group's rank 0
     if grid.rank != 0:
         return {}
     # data slice 0 holds ranks 0..T-1 (data is the slowest axis): part t is tensor coordinate t's
-    return build_index({t: {n: ShardSpec.from_dict(d) for n, d in part.items()} for t, part in enumerate(parts)},
-                       grid.sizes)
+    return build_index(dict(enumerate(parts)), grid.sizes)
 
 
 def _encode_index(index: dict[str, dict[str, ShardSpec]]) -> dict:
@@ -301,16 +299,9 @@ def load(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | 
     meta = read_meta(path)
     _check_compatible(meta, model)
     params = dict(model.named_parameters())
-    wanted = pieces_to_read(pieces_by_name(read_index(path)), {n: spec_of(p) for n, p in params.items()})
-    pieces: dict[str, list] = {}
-    opieces: dict[str, dict[str, list]] = {}
-    for f, names in wanted.items():  # memory-mapped: a piece's bytes are read only when it is used
-        d = torch.load(path / f, map_location="cpu", weights_only=True, mmap=True)
-        for n in names:
-            t, s = d["params"][n]
-            pieces.setdefault(n, []).append((t, ShardSpec.from_dict(s)))
-            for k, (v, s) in d["optim"].get(n, {}).items():
-                opieces.setdefault(n, {}).setdefault(k, []).append((v, ShardSpec.from_dict(s) if s else None))
+    index = read_index(path)
+    pieces, opieces = _open_pieces(path, index, pieces_to_read(pieces_by_name(index),
+                                                                {n: spec_of(p) for n, p in params.items()}))
     with torch.no_grad():
         for n, p in params.items():
             p.copy_(_local_from_pieces(pieces[n], spec_of(p)).view_as(p))
@@ -366,6 +357,22 @@ def pieces_to_read(held: dict[str, list[tuple[str, ShardSpec]]], specs: dict[str
         for f in files:
             wanted.setdefault(f, set()).add(n)
     return dict(sorted(wanted.items()))
+
+
+def _open_pieces(path: Path, index: dict[str, dict[str, ShardSpec]], wanted: dict[str, set[str]]):
+    """The stored pieces ``wanted`` names (``{file: names}``), memory-mapped, so a piece's bytes are
+    read only when it is used: ``{name: [(tensor, spec)]}`` for the parameters and
+    ``{name: {key: [(value, spec or None)]}}`` for their optimizer state (None: stored whole)."""
+    pieces: dict[str, list] = {}
+    opieces: dict[str, dict[str, list]] = {}
+    for f, names in wanted.items():
+        d = torch.load(path / f, map_location="cpu", weights_only=True, mmap=True)
+        for n in names:
+            spec = index[f][n]
+            pieces.setdefault(n, []).append((d["params"][n][0], spec))
+            for k, (v, s) in d["optim"].get(n, {}).items():
+                opieces.setdefault(n, {}).setdefault(k, []).append((v, spec if s else None))
+    return pieces, opieces
 
 
 def _local_from_pieces(pieces: list[tuple[torch.Tensor, ShardSpec]], spec: ShardSpec) -> torch.Tensor:
@@ -528,26 +535,17 @@ def to_hf(checkpoint: str | os.PathLike, directory: str | os.PathLike, tokenizer
                              "(--config DIR: a directory with its config.json, e.g. the run's export or --init model)")
         cfg = dict(meta["hf_config"])
         config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
-    held = pieces_by_name(read_index(path))
+    index = read_index(path)
     shapes = {n: tuple(s) for n, s in meta["params"].items()}
-    missing = sorted(set(shapes) - set(held))
+    missing = sorted(set(shapes).difference(*index.values()))
     if missing:
         raise ValueError(f"{path}: the checkpoint stores no shard of {missing[:3]}")
-    files: dict[str, dict] = {}
-
-    def pieces(name: str) -> list[tuple[torch.Tensor, ShardSpec]]:
-        out = []
-        for f, spec in held[name]:
-            if f not in files:
-                files[f] = torch.load(path / f, map_location="cpu", weights_only=True, mmap=True)["params"]
-            out.append((files[f][name][0], spec))
-        return out
-
-    entries = [(n, math.prod(shape) * (dtype or pieces(n)[0][0].dtype).itemsize) for n, shape in shapes.items()]
+    pieces, _ = _open_pieces(path, index, {f: set(part) for f, part in index.items()})  # every piece, mmapped
+    entries = [(n, math.prod(shape) * (dtype or pieces[n][0][0].dtype).itemsize) for n, shape in shapes.items()]
 
     def full_of(name: str) -> torch.Tensor:
         shape = shapes[name]
-        return rows_from_pieces(pieces(name), 0, shape[0]).view(shape)
+        return rows_from_pieces(pieces[name], 0, shape[0]).view(shape)
 
     _write_hf_dir(d, 0, entries, full_of, config,
                   [GenerationConfig.from_model_config(config), tokenizer], dtype, max_shard_bytes)

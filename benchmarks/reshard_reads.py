@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from axonn.checkpoint import _local_numel, build_index, pieces_by_name, pieces_to_read, tensor_owned  # noqa: E402
+from axonn.checkpoint import TENSOR_AXES, _local_numel, build_index, pieces_by_name, pieces_to_read, tensor_owned  # noqa: E402,E501
 from axonn.grid import Grid, _coords_of  # noqa: E402
 from axonn.sharding import ShardSpec  # noqa: E402
 
@@ -64,7 +64,7 @@ def specs_on(config, sizes: dict[str, int], rank: int) -> dict[str, ShardSpec]:
 
 
 def slice0(sizes: dict[str, int]) -> range:
-    return range(math.prod(sizes[a] for a in ("depth", "row", "col")))
+    return range(math.prod(sizes[a] for a in TENSOR_AXES))
 
 
 def owned_by_slice0(config, sizes: dict[str, int]) -> dict[int, dict[str, ShardSpec]]:
