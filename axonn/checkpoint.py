@@ -86,10 +86,10 @@ def writers(owned: dict[str, ShardSpec], data_size: int) -> dict[str, int]:
     """
     load = [0] * data_size
     out: dict[str, int] = {}
-    for n in sorted(owned, key=lambda n: (-_local_numel(owned[n]), n)):
+    for n in sorted(owned, key=lambda n: (-owned[n].local_numel, n)):
         d = min(range(data_size), key=lambda i: (load[i], i))
         out[n] = d
-        load[d] += _local_numel(owned[n])
+        load[d] += owned[n].local_numel
     return out
 
 
@@ -103,10 +103,6 @@ def build_index(parts: dict[int, dict[str, ShardSpec]], sizes: dict[str, int]) -
         for n, d in writers(owned, sizes["data"]).items():
             index.setdefault(_file_of(d * t_size + t), {})[n] = owned[n]
     return dict(sorted(index.items()))
-
-
-def _local_numel(spec: ShardSpec) -> int:
-    return spec.flat[1] - spec.flat[0] if spec.flat else math.prod(spec.block_shape)
 
 
 def _fsync_write(path: Path, write) -> None:

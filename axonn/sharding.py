@@ -36,6 +36,11 @@ class ShardSpec:
     def block_shape(self) -> tuple[int, ...]:
         return tuple(b - a for a, b in self.block)
 
+    @property
+    def local_numel(self) -> int:
+        """Elements of the local tensor: the flat range's length, or the block's size."""
+        return self.flat[1] - self.flat[0] if self.flat else _numel(self.block_shape)
+
     def block_slices(self) -> tuple[slice, ...]:
         return tuple(slice(a, b) for a, b in self.block)
 

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from axonn.checkpoint import TENSOR_AXES, _local_numel, build_index, pieces_by_name, pieces_to_read, tensor_owned  # noqa: E402,E501
+from axonn.checkpoint import TENSOR_AXES, build_index, pieces_by_name, pieces_to_read, tensor_owned  # noqa: E402
 from axonn.grid import Grid, _coords_of  # noqa: E402
 from axonn.sharding import ShardSpec  # noqa: E402
 
@@ -74,7 +74,7 @@ def owned_by_slice0(config, sizes: dict[str, int]) -> dict[int, dict[str, ShardS
 
 def written(index: dict[str, dict[str, ShardSpec]]) -> list[int]:
     """Bytes in each file of ``index``."""
-    return [sum(_local_numel(s) for s in part.values()) * STATE_BYTES for part in index.values()]
+    return [sum(s.local_numel for s in part.values()) * STATE_BYTES for part in index.values()]
 
 
 def reads(config, index, sizes: dict[str, int], sample: int) -> list[tuple[int, int, int]]:
@@ -87,8 +87,8 @@ def reads(config, index, sizes: dict[str, int], sample: int) -> list[tuple[int, 
     for r in (ranks[i * len(ranks) // n] for i in range(n)):
         specs = specs_on(config, sizes, r)
         wanted = pieces_to_read(held, specs)
-        mapped = sum(_local_numel(index[f][n]) for f, names in wanted.items() for n in names)
-        out.append((len(wanted), mapped, sum(_local_numel(s) for s in specs.values())))
+        mapped = sum(index[f][n].local_numel for f, names in wanted.items() for n in names)
+        out.append((len(wanted), mapped, sum(s.local_numel for s in specs.values())))
     return out
 
 

@@ -217,7 +217,7 @@ def test_writers_balance_each_coordinates_shards_over_its_data_replicas() -> Non
     """Longest-processing-time order: no data replica writes more than an even share plus one shard."""
     import random
 
-    from axonn.checkpoint import _local_numel, writers
+    from axonn.checkpoint import writers
     from axonn.sharding import ShardSpec
 
     rng = random.Random(0)
@@ -227,7 +227,7 @@ def test_writers_balance_each_coordinates_shards_over_its_data_replicas() -> Non
         d = rng.randint(1, 8)
         w = writers(owned, d)
         assert set(w) == set(owned) and set(w.values()) <= set(range(d))
-        load = [sum(_local_numel(owned[n]) for n in w if w[n] == i) for i in range(d)]
-        biggest = max(_local_numel(s) for s in owned.values())
+        load = [sum(owned[n].local_numel for n in w if w[n] == i) for i in range(d)]
+        biggest = max(s.local_numel for s in owned.values())
         assert max(load) <= sum(load) / d + biggest, (trial, load)
         assert w == writers(dict(reversed(list(owned.items()))), d)  # the same on every rank
