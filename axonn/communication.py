@@ -84,15 +84,22 @@ def _record(op: str, axes, p: int, n_full: int, elsize: int, fallback: bool = Fa
 
 
 class Pending:
-    """Result of an async collective: ``wait()`` returns the finished tensor."""
+    """Result of an async collective: ``wait()`` returns the finished tensor.
 
-    def __init__(self, work, result: torch.Tensor, post: Callable[[torch.Tensor], torch.Tensor] | None = None):
-        self._work, self._result, self._post = work, result, post
+    ``keep``: the collective's input, referenced until ``wait()`` so that its memory is never
+    reused while the collective may still read it, whatever the backend does (and so that a
+    memory trace sees it live for exactly that long).
+    """
+
+    def __init__(self, work, result: torch.Tensor, post: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                 keep: torch.Tensor | None = None):
+        self._work, self._result, self._post, self._keep = work, result, post, keep
 
     def wait(self) -> torch.Tensor:
         if self._work is not None:
             self._work.wait()
             self._work = None
+        self._keep = None
         if self._post is not None:
             self._result, self._post = self._post(self._result), None
         return self._result
@@ -147,7 +154,7 @@ def reduce_scatter(t: torch.Tensor, axes, async_op: bool = False, grid: Grid | N
         try:
             work = _REDUCE_SCATTER_T(out, t, group=g, async_op=async_op)
             _record("reduce_scatter", axes, p, t.numel(), t.element_size())
-            return Pending(work, out) if async_op else out
+            return Pending(work, out, keep=t) if async_op else out
         except (RuntimeError, NotImplementedError, ValueError):
             _RS_SUPPORTED[backend] = False
     # Fallback: all-reduce the whole buffer, keep our slice.

@@ -205,7 +205,7 @@ def parallelize(model: nn.Module, grid: Grid | None = None, device: torch.device
         object.__setattr__(a, "_next_layer", b)  # plain attributes, not submodules
         object.__setattr__(b, "_prev_layer", a)
     for name, mod in model.named_modules():
-        if isinstance(mod, Linear):
+        if isinstance(mod, (Linear, Embedding)):
             mod.axonn_name = name
     model.loss_function = _make_loss(grid)
     return materialize(model, device) if meta else model

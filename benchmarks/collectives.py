@@ -18,9 +18,18 @@ data-parallel replica (``m/Gz`` per rank), non-transposed layer:
 * backward all-reduce dX over row:      2(Gr-1)/Gr · mk/(GzGc)
 * backward reduce-scatter dW over depth:(Gz-1)/Gz · nk/(GrGc)
 
-(row and col swap for ``transpose=True``).  Exits non-zero if any differs.
-Collectives outside the Linear layers (block entry/exit re-layouts, embedding,
-loss, gradient sync) are listed separately without an analytic column.
+(row and col swap for ``transpose=True``), and for the ``V × h`` embedding (vocabulary over
+row × col, each chunk flattened over depth):
+
+* forward  all-gather the chunk over depth:       (Gz-1)/Gz · Vh/(GrGc)
+* forward  all-reduce the output over row × col:  2(GrGc-1)/(GrGc) · mh/Gz
+* backward reduce-scatter its gradient over depth:(Gz-1)/Gz · Vh/(GrGc)
+
+Bytes per element: 4 in fp32.  With ``--autocast`` (bf16 autocast, as the trainer runs on a
+GPU) the Linear weights are all-gathered and the Linear activations all-reduced in bf16 (2 B);
+weight gradients are reduce-scattered in fp32 and the embedding stays fp32.  Exits non-zero if
+any differs.  Other collectives (block entry/exit re-layouts, loss, gradient sync) are listed
+separately without an analytic column.
 """
 from __future__ import annotations
 
@@ -32,20 +41,34 @@ import torch
 import torch.distributed as dist
 
 
-def analytic(layer, m_local: int) -> dict[tuple[str, str], float]:
-    """Per-rank element volumes of one Linear for ``m_local`` tokens on this rank."""
+def analytic(layer, m_local: int, low: int) -> dict[tuple[str, str], float]:
+    """Per-rank byte volumes of one Linear or Embedding for ``m_local`` tokens on this rank.
+
+    ``low``: bytes per element of what autocast runs in low precision (2 for bf16, else 4).
+    """
+    from axonn.intra_layer import Embedding
+
     g = layer.grid
-    gz, gout, gin = g.size("depth"), g.size(layer.out_axis), g.size(layer.in_axis)
-    n, k = layer.out_features, layer.in_features
+    gz = g.size("depth")
     vol: dict[tuple[str, str], float] = defaultdict(float)
+    w = (gz - 1) / gz * layer.weight_spec.padded_len  # = nk/(GrGc) up to depth padding
+    if isinstance(layer, Embedding):
+        t = g.size(("row", "col"))
+        if gz > 1:
+            vol[("all_gather", "depth")] += 4 * w
+            vol[("reduce_scatter", "depth")] += 4 * w
+        if t > 1:
+            vol[("all_reduce", "row+col")] += 4 * 2 * (t - 1) / t * m_local * layer.embedding_dim
+        return vol
+    gout, gin = g.size(layer.out_axis), g.size(layer.in_axis)
+    n, k = layer.out_features, layer.in_features
     if gz > 1:
-        w = (gz - 1) / gz * layer.weight_spec.padded_len  # = nk/(GrGc) up to depth padding
-        vol[("all_gather", "depth")] += 2 * w              # forward gather + backward re-gather
-        vol[("reduce_scatter", "depth")] += w
+        vol[("all_gather", "depth")] += low * 2 * w              # forward gather + backward re-gather
+        vol[("reduce_scatter", "depth")] += 4 * w
     if gin > 1:
-        vol[("all_reduce", layer.in_axis)] += 2 * (gin - 1) / gin * m_local * n / gout
+        vol[("all_reduce", layer.in_axis)] += low * 2 * (gin - 1) / gin * m_local * n / gout
     if gout > 1:
-        vol[("all_reduce", layer.out_axis)] += 2 * (gout - 1) / gout * m_local * k / gin
+        vol[("all_reduce", layer.out_axis)] += low * 2 * (gout - 1) / gout * m_local * k / gin
     return vol
 
 
@@ -57,10 +80,12 @@ def main() -> int:
     ap.add_argument("--hidden", type=int, default=64,
                     help="hidden size of the probe Llama (divisible by every grid axis)")
     ap.add_argument("--layers", type=int, default=2, help="decoder layers of the probe Llama")
+    ap.add_argument("--autocast", action="store_true",
+                    help="run the forward under bf16 autocast (on the CPU here), as the trainer does on a GPU")
     args = ap.parse_args()
     import axonn
     from axonn.communication import count_bytes
-    from axonn.intra_layer import Linear
+    from axonn.intra_layer import Embedding, Linear
     from transformers import LlamaConfig, LlamaForCausalLM
 
     d, r, c, z = (int(v) for v in args.grid.split(","))
@@ -73,20 +98,21 @@ def main() -> int:
     x = torch.randint(0, 256, (args.batch, args.seq), generator=torch.Generator().manual_seed(0))
     xs = axonn.batch_slice(x)
     with count_bytes() as counter:
-        loss = model(input_ids=xs, labels=xs).loss
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast):
+            loss = model(input_ids=xs, labels=xs).loss
         loss.backward()
         axonn.sync_gradients(model)
     m_local = xs.numel()
-    linears = {mod.axonn_name: mod for mod in model.modules() if isinstance(mod, Linear)}
+    linears = {mod.axonn_name: mod for mod in model.modules() if isinstance(mod, (Linear, Embedding))}
     measured: dict[tuple[str, str, str], float] = defaultdict(float)
     fallback = False
     for tag, op, axes, elems, nbytes, fb in counter.records:
         measured[(tag if tag in linears else "(other)", op, axes)] += nbytes
         fallback |= fb
-    esize = next(model.parameters()).element_size()
+    low = 2 if args.autocast else 4
     rows, ok = [], True
     for name, layer in linears.items():
-        exp = {(name, op, ax): v * esize for (op, ax), v in analytic(layer, m_local).items()}
+        exp = {(name, op, ax): v for (op, ax), v in analytic(layer, m_local, low).items()}
         for key in sorted(set(exp) | {k for k in measured if k[0] == name}):
             a, b = measured.get(key, 0.0), exp.get(key, 0.0)
             good = abs(a - b) <= 1e-6 * max(b, 1.0)
@@ -95,14 +121,16 @@ def main() -> int:
     for key in sorted(k for k in measured if k[0] == "(other)"):
         rows.append((*key, measured[key], float("nan"), "-"))
     if grid.rank == 0:
-        print(f"grid {grid.sizes}, {m_local} tokens/rank, fp32; bytes moved by rank 0 per collective"
+        print(f"grid {grid.sizes}, {m_local} tokens/rank, {'bf16 autocast' if args.autocast else 'fp32'}; "
+              "bytes moved by rank 0 per collective"
               + (" (gloo reduce-scatter fallback moves 2x the logical volume)" if fallback else ""))
         w = max(len(r[0]) for r in rows) if rows else 10
         print(f"{'layer':<{w}}  {'collective':<15}{'axis':<12}{'measured':>14}{'analytic':>14}  check")
         for name, op, ax, a, b, chk in rows:
             print(f"{name:<{w}}  {op:<15}{ax:<12}{a:>14.1f}{b:>14.1f}  {chk}")
         tot = sum(r[3] for r in rows)
-        print(f"total {tot:.0f} bytes; linear layers {'MATCH' if ok else 'DO NOT MATCH'} the analytic volumes")
+        print(f"total {tot:.0f} bytes; linear and embedding layers {'MATCH' if ok else 'DO NOT MATCH'} "
+              "the analytic volumes")
     flag = torch.tensor([0 if ok else 1])
     dist.all_reduce(flag)
     dist.destroy_process_group()

@@ -46,7 +46,8 @@ DEFAULT = QUICK + [
     ("8b", (1, 4, 1, 2), 2048, 1, False, 1), ("8b", (1, 1, 1, 8), 2048, 2, True, 1),
     # the planner's picks for the paper's runs at global batch 128 (one micro-step each)
     ("70b", (1, 2, 1, 128), 2048, 1, True, 1),  # 70b on 256 Frontier GCDs
-    ("405b", (8, 8, 2, 8), 2048, 2, True, 1),  # 405b on 1024 Frontier GCDs
+    ("405b", (1, 8, 4, 32), 2048, 4, True, 1),  # 405b on 1024 Frontier GCDs (the pick)
+    ("405b", (8, 8, 2, 8), 2048, 2, True, 1),  # 405b on 1024 Frontier GCDs (the pick before session 16)
 ]
 
 

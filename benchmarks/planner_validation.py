@@ -19,9 +19,9 @@ On the ranks it was launched with (CPU + gloo, or GPUs + NCCL) it
    the profile it used, ``OUT.profile.yaml``.
 
 The cost model is told what the measured software does (``CostConfig``): fp32 activations and
-gradients on the wire (CPU), no overlap (``optimize_communication`` is off in the trainer by
-default, and on an oversubscribed CPU a collective takes cores from compute anyway), and no
-activation checkpointing.
+gradients on the wire (CPU), no overlap (``TrainConfig(overlap=False)`` here: on an
+oversubscribed CPU a collective takes cores from compute anyway, and the committed result was
+measured so), and no activation checkpointing.
 """
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def measure_grid(shape: ModelShape, grid: tuple[int, int, int, int], seq: int, g
     rows = torch.randint(0, shape.vocab, (n * global_batch, seq), generator=gen)
     docs = torch.zeros_like(rows, dtype=torch.int32)
     cfg = TrainConfig(batch_size=global_batch, micro_batch=micro_batch, steps=n, lr=1e-4, checkpoint_every=0,
-                      progress=False, warmup_steps=1)
+                      progress=False, warmup_steps=1, overlap=False)  # the committed result's setting
     times = []
     with tempfile.TemporaryDirectory() as tmp:
         tr = Trainer(model, rows, docs, rows[:global_batch], cfg, tmp, runtime=Runtime(g), run_name="validate")
@@ -189,7 +189,7 @@ def main() -> int:
     shape = ModelShape(name="validation", layers=a.layers, hidden=a.hidden, heads=a.heads, kv_heads=a.kv_heads,
                        ffn=a.ffn, vocab=a.vocab, max_seq=a.seq)
     cost = CostConfig(overlap_depth=0.0, overlap_tensor_bwd=0.0, overlap_data=0.0,
-                      bytes_act=4 if cpu else 2, bytes_grad_comm=4 if cpu else 2)
+                      bytes_act=4 if cpu else 2)
     res = plan(shape, seq=a.seq, global_batch=a.global_batch, gpus=world, machine=prof,
                activation_checkpointing=False, cost_cfg=cost)
     entries = list(res.ranked)

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from axonn import optimize_communication
 
 from .attention import use_causal_sdpa
 from .goldfish import IGNORE_INDEX, GoldfishConfig, apply_goldfish
@@ -61,6 +62,7 @@ class TrainConfig:
     bf16: bool = True  # autocast to bf16 on CUDA (ignored on CPU)
     compile: bool = False
     activation_checkpointing: bool = False
+    overlap: bool = True  # non-blocking collectives overlapped with compute (axonn.optimize_communication)
     chunk_tokens: int = 4096
     seed: int = 0
     wandb: bool = False  # sync to wandb (default: offline run directory only)
@@ -200,13 +202,15 @@ class Trainer:
             g["lr"] = lr
         loss_sum = torch.zeros((), device=self.device)
         scale = self.rt.replicas / n_kept
-        for i in range(0, self.local_rows, self.micro):
-            with self.autocast():
-                ls, _ = self.forward(self.model, ids_l[i : i + self.micro], labels_l[i : i + self.micro],
-                                     chunk_tokens=cfg.chunk_tokens)
-            (ls * scale).backward()
-            loss_sum += ls.detach()
-        self.rt.sync_gradients(self.model)
+        on = cfg.overlap
+        with optimize_communication(overlap_all_reduce=on, overlap_reduce_scatter=on, overlap_all_gather=on):
+            for i in range(0, self.local_rows, self.micro):
+                with self.autocast():
+                    ls, _ = self.forward(self.model, ids_l[i : i + self.micro], labels_l[i : i + self.micro],
+                                         chunk_tokens=cfg.chunk_tokens)
+                (ls * scale).backward()
+                loss_sum += ls.detach()
+            self.rt.sync_gradients(self.model)
         grad_norm = self.rt.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)

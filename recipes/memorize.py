@@ -84,6 +84,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="recompute layer activations in backward (less memory, ~30%% more compute)")
     g.add_argument("--seed", type=int, default=0, help="seed of the mixture and the initial weights")
     g = p.add_argument_group("parallelism and planning")
+    g.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
+                   help="overlap the tensor-parallel collectives with compute (depth all-gathers prefetched a "
+                        "layer ahead, reduce-scatters and dX all-reduces left in flight); same numbers either way")
     g.add_argument("--grid", default="1,1,1,1", help="4D grid data,row,column,depth; product = world size")
     g.add_argument("--plan", action="store_true", help="print the planner's best grids for --gpus/--machine and exit")
     g.add_argument("--gpus", type=int, default=None, help="GPU count for --plan")
@@ -260,7 +263,8 @@ def run_arm(arm: str, args, rt, mixture, tokenizer, out: Path) -> dict:
     cfg = TrainConfig(batch_size=args.batch_size, micro_batch=args.micro_batch, steps=args.steps or None, lr=args.lr,
                       warmup_steps=args.warmup_steps, weight_decay=args.weight_decay, grad_clip=args.grad_clip,
                       eval_every=args.eval_every, checkpoint_every=args.checkpoint_every, compile=args.compile,
-                      activation_checkpointing=args.activation_checkpointing, seed=args.seed, wandb=args.wandb,
+                      activation_checkpointing=args.activation_checkpointing, overlap=args.overlap,
+                      seed=args.seed, wandb=args.wandb,
                       progress=not args.no_progress, goldfish=gf)
     trainer = Trainer(model, mixture.input_ids, mixture.doc_ids, mixture.val_ids, cfg, arm_dir, rt, run_name=arm)
     t0 = time.perf_counter()

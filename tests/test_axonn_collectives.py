@@ -1,4 +1,4 @@
-"""benchmarks/collectives.py: measured per-rank bytes of every Linear collective == analytic volume."""
+"""benchmarks/collectives.py: measured per-rank bytes of every Linear and embedding collective == analytic."""
 from __future__ import annotations
 
 import importlib.util
@@ -13,10 +13,14 @@ _spec.loader.exec_module(launcher)
 
 
 @pytest.mark.timeout(150)
-def test_collective_volumes_match_analytic() -> None:
-    codes, out = launcher.launch(str(ROOT / "benchmarks/collectives.py"), 4, ["--grid", "1,2,1,2"], timeout=140)
+@pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "bf16-autocast"])
+def test_collective_volumes_match_analytic(autocast: bool) -> None:
+    """fp32, and bf16 autocast: Linear weights gathered and activations reduced in 2 B per element."""
+    args = ["--grid", "1,2,1,2"] + (["--autocast"] if autocast else [])
+    codes, out = launcher.launch(str(ROOT / "benchmarks/collectives.py"), 4, args, timeout=140)
     assert codes == [0] * 4, out
-    assert "linear layers MATCH the analytic volumes" in out, out
+    assert "linear and embedding layers MATCH the analytic volumes" in out, out
     assert "MISMATCH" not in out
-    for needle in ("all_gather     depth", "reduce_scatter depth", "all_reduce     row"):
+    for needle in ("all_gather     depth", "reduce_scatter depth", "all_reduce     row",
+                   "model.embed_tokens               all_gather     depth"):
         assert needle in out, out

@@ -13,7 +13,10 @@ Sharding (``transpose=False``; ``transpose=True`` swaps row and col):
   layer takes and returns full (replicated) activations instead.
 
 Forward: all-gather W over depth; ``Y_local = X_local W_localᵀ``; all-reduce Y over col.
-Backward: all-gather W over depth again; ``dX = dY W`` all-reduced over row;
+Under autocast the shard is cast to the autocast dtype *before* the all-gather (the matmul would
+cast the gathered weight anyway, so the result is bit-identical): a bf16 run moves and holds 2 B
+per gathered element, not 4.
+Backward: all-gather W over depth again (in ``dY``'s dtype); ``dX = dY W`` all-reduced over row;
 ``dW = dYᵀ X`` reduce-scattered over depth (summing the depth ranks' different
 micro-batches).  Data-parallel (and, for replicated params, depth) reduction
 happens in :func:`axonn.sync_gradients`.
@@ -29,15 +32,21 @@ from ..communication import all_gather, all_reduce, comm_tag, reduce_scatter
 from ..grid import Grid, get_grid
 from ..sharding import ShardSpec, extract
 from . import autotune
-from .overlap import CONFIG, PENDING_GRADS, STATS
+from .overlap import CONFIG, STATS, queue_grad
 from .primitives import drop, gather
+
+
+def _autocast_dtype(x: torch.Tensor, w: torch.Tensor) -> torch.dtype:
+    """The dtype the forward matmul will run in: autocast's, where it is on for ``x``'s device."""
+    dev = x.device.type
+    return torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else w.dtype
 
 
 class _LinearFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w_shard, layer):
         with comm_tag(layer.axonn_name):
-            w = layer._local_weight(w_shard, backward=False)
+            w = layer._local_weight(w_shard, backward=False, dtype=_autocast_dtype(x, w_shard))
             y = autotune.matmul("fwd", x, w)  # F.linear(x, w) unless autotuning is on
             all_reduce(y, layer.in_axis, grid=layer.grid)
         ctx.save_for_backward(x, w_shard)
@@ -56,7 +65,7 @@ class _LinearFn(torch.autograd.Function):
         dy = dy.contiguous()
         # under autocast the forward ran in low precision; backward runs outside autocast, so
         # compute in dy's dtype and hand the weight gradient back in the master weight's dtype
-        w = layer._local_weight(w_shard, backward=True).to(dy.dtype)
+        w = layer._local_weight(w_shard, backward=True, dtype=dy.dtype).to(dy.dtype)
         x = x.to(dy.dtype)
         dx = pending_dx = None
         if ctx.needs_input_grad[0]:
@@ -74,9 +83,7 @@ class _LinearFn(torch.autograd.Function):
             if layer.grid.size("depth") == 1:
                 dw = flat
             elif CONFIG.reduce_scatter:
-                STATS["async_reduce_scatters"] += 1
-                PENDING_GRADS.append((reduce_scatter(flat, "depth", async_op=True, grid=layer.grid),
-                                      layer.weight))
+                queue_grad(reduce_scatter(flat, "depth", async_op=True, grid=layer.grid), layer.weight)
             else:
                 dw = reduce_scatter(flat, "depth", grid=layer.grid)
         if CONFIG.all_reduce and pending_dx is not None:
@@ -152,21 +159,28 @@ class Linear(nn.Module):
                 raise ValueError("layer was built without bias")
             self.bias.copy_(extract(bias.to(self.bias.dtype), self.bias_spec))
 
-    def _local_weight(self, w_shard: torch.Tensor, backward: bool) -> torch.Tensor:
+    def _local_weight(self, w_shard: torch.Tensor, backward: bool, dtype: torch.dtype) -> torch.Tensor:
+        """This rank's ``local_out × local_in`` block: the depth shards all-gathered in ``dtype``."""
         numel = self.local_out * self.local_in
         if self.grid.size("depth") == 1:
             return w_shard.view(self.local_out, self.local_in)
+        if not backward and torch._C._current_graph_task_id() != -1:
+            # a forward recomputed inside the backward (activation checkpointing): gather now and
+            # leave this layer's prefetch (issued for its own backward) untouched
+            STATS["recompute_gathers"] += 1
+            full = all_gather(w_shard.detach().to(dtype), "depth", grid=self.grid)
+            return full[:numel].view(self.local_out, self.local_in)
         pre = self._prefetch
         self._prefetch = None
-        if pre is not None and pre[1] == w_shard._version and pre[2] == backward:
+        if pre is not None and pre[1:] == (w_shard._version, backward, dtype):
             full = pre[0].wait()
             STATS["prefetch_hits"] += 1
         else:
-            full = all_gather(w_shard.detach(), "depth", grid=self.grid)
+            full = all_gather(w_shard.detach().to(dtype), "depth", grid=self.grid)
         nxt = self._prev_layer if backward else self._next_layer
         if CONFIG.all_gather and nxt is not None and nxt._prefetch is None and nxt.grid is self.grid:
-            nxt._prefetch = (all_gather(nxt.weight.detach(), "depth", async_op=True, grid=self.grid),
-                             nxt.weight._version, backward)
+            nxt._prefetch = (all_gather(nxt.weight.detach().to(dtype), "depth", async_op=True, grid=self.grid),
+                             nxt.weight._version, backward, dtype)
         return full[:numel].view(self.local_out, self.local_in)
 
     @torch.compiler.disable  # collectives, async handles, prefetch state: eager under torch.compile

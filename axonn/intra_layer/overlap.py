@@ -9,26 +9,38 @@ import torch
 @dataclass
 class OverlapConfig:
     all_reduce: bool = False      # dX all-reduce overlapped with the dW matmul
-    reduce_scatter: bool = False  # dW reduce-scatter left in flight until sync_gradients
+    reduce_scatter: bool = False  # dW reduce-scatter left in flight while earlier layers back-propagate
     all_gather: bool = False      # next layer's depth all-gather prefetched one layer ahead
 
 
 CONFIG = OverlapConfig()
-# Counters for tests/diagnostics: prefetched all-gathers actually consumed, async RS issued.
-STATS: dict[str, int] = {"prefetch_hits": 0, "async_reduce_scatters": 0}
-# (Pending, parameter) pairs of asynchronous weight-gradient reduce-scatters.
+# Counters for tests/diagnostics: prefetched all-gathers consumed, async reduce-scatters issued,
+# all-gathers of forwards recomputed by activation checkpointing.
+STATS: dict[str, int] = {"prefetch_hits": 0, "async_reduce_scatters": 0, "recompute_gathers": 0}
+# (Pending, parameter) pairs of asynchronous weight-gradient reduce-scatters, oldest first.
 PENDING_GRADS: list = []
+# At most this many stay in flight: queuing one more first finishes the oldest.  Each holds its
+# fp32 input (the unreduced gradient of a whole local block) until it is waited for, so an
+# unbounded queue would keep Z times every gradient shard alive until sync_gradients.
+MAX_IN_FLIGHT_GRADS = 2
+_CALLBACK_TASK = -1  # the autograd graph task whose end will finish the queue
 
 
 class optimize_communication:
     """Turn on non-blocking collectives overlapped with compute.
 
+    * ``overlap_all_reduce``: a Linear's ``dX`` all-reduce runs while its ``dW`` matmul computes;
+    * ``overlap_reduce_scatter``: a Linear's (and the embedding's) ``dW`` reduce-scatter over
+      depth stays in flight while the layers before it back-propagate (at most
+      ``MAX_IN_FLIGHT_GRADS`` at a time; the rest are finished when the backward pass ends);
+    * ``overlap_all_gather``: each Linear starts the depth all-gather of the next one's weight
+      (forward order in the forward, reverse order in the backward) before its own matmul.  A
+      forward recomputed by activation checkpointing gathers synchronously and leaves the
+      backward's prefetch in place, so no gathered weight is dropped or left dangling.
+
     Usable as a setter (``axonn.optimize_communication(overlap_all_reduce=True)``
     keeps the setting) or as a context manager (restores the previous setting
-    on exit).  With ``overlap_reduce_scatter`` the weight-gradient
-    reduce-scatters are waited for (and accumulated into ``.grad``) in
-    :func:`axonn.sync_gradients` / :func:`finish_pending_grads`.  The numbers
-    are identical to the blocking path.
+    on exit).  The numbers are identical to the blocking path.
     """
 
     def __init__(self, overlap_all_reduce: bool = False, overlap_reduce_scatter: bool = False,
@@ -47,13 +59,34 @@ class optimize_communication:
             self._prev.all_reduce, self._prev.reduce_scatter, self._prev.all_gather)
 
 
+def queue_grad(pending, param: torch.nn.Parameter) -> None:
+    """Leave a weight-gradient reduce-scatter in flight (accumulated into ``param.grad`` later).
+
+    Called from a backward: the rest are finished when this backward pass ends (an autograd
+    engine callback, as DDP's), so none outlives it into the next micro-step's forward.
+    """
+    global _CALLBACK_TASK
+    STATS["async_reduce_scatters"] += 1
+    PENDING_GRADS.append((pending, param))
+    while len(PENDING_GRADS) > MAX_IN_FLIGHT_GRADS:
+        _finish_oldest()
+    task = torch._C._current_graph_task_id()
+    if task != _CALLBACK_TASK:  # once per backward pass (a failed one leaves no stale flag behind)
+        torch.autograd.Variable._execution_engine.queue_callback(finish_pending_grads)
+        _CALLBACK_TASK = task
+
+
+def _finish_oldest() -> None:
+    pending, param = PENDING_GRADS.pop(0)
+    g = pending.wait()
+    with torch.no_grad():
+        if param.grad is None:
+            param.grad = g.to(param.dtype)
+        else:
+            param.grad.add_(g)
+
+
 def finish_pending_grads() -> None:
     """Wait for every in-flight weight-gradient reduce-scatter and accumulate into ``.grad``."""
     while PENDING_GRADS:
-        pending, param = PENDING_GRADS.pop(0)
-        g = pending.wait()
-        with torch.no_grad():
-            if param.grad is None:
-                param.grad = g.to(param.dtype)
-            else:
-                param.grad.add_(g)
+        _finish_oldest()

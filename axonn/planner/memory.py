@@ -27,11 +27,18 @@ embedding is fp32); matmul outputs are bf16.  Two layouts:
 
       A = m·(16h + 8h/C + 4h/R + 4kv/R + 8f/R + 4·heads/R)
 
-States (every rank, the data axis replicates them): ``16 B × (P_lin/(R·C·Z) + V·h/(R·C) + P_norm)``
-(the embedding is split over row × column only).  With ``D·Z > 1`` the gradient all-reduce
+States (every rank, the data axis replicates them): ``16 B × ((P_lin + V·h)/(R·C·Z) + P_norm)``
+(the embedding is split over row × column and depth, like a Linear).  With ``D·Z > 1`` the gradient all-reduce
 flattens one bucket of at most 64 Mi fp32 elements at a time.  Depth buffers (Z > 1): the Linear being
 back-propagated holds its gathered weight in bf16 and its unreduced weight gradient in bf16 and
 fp32, ``8 B`` per element of its local block; the largest is the LM head, ``8·V·h/(R·C)``.
+With the trainer's overlap, up to two earlier Linears' reduce-scatters are in flight, each holding
+its fp32 input, and the next Linear's bf16 weight is being prefetched: ``10 B`` per element of the
+largest decoder-layer block more while a layer back-propagates (``axonn.intra_layer.overlap``; all
+are finished when a backward pass ends; nothing is in flight yet when the LM head runs, so the
+buffers are the larger of the two), and ``2 B`` per element (a prefetched weight) in the loss's
+backward.  The embedding's chunk (``4·V·h/(R·C)``, fp32) is all-gathered at the start of the forward and
+its dense gradient built at the end of the backward, two moments of their own.
 
 Activations: without checkpointing, ``L·A`` plus ``8·m·h + 8·m·h/C`` (embedding output, final
 norm, the loss's shifted input and its gradient), at the start of the loss's backward.  With
@@ -78,6 +85,7 @@ class MemoryConfig:
     bytes_per_param: int = 16        # fp32 weight + fp32 gradient + 2 × fp32 AdamW moment
     chunk_tokens: int = 4096         # the loss's chunk (TrainConfig.chunk_tokens)
     gathered_bytes: int = 8          # depth, per local-block element: bf16 weight, bf16 and fp32 unreduced gradient
+    in_flight_bytes: int = 10        # overlap (TrainConfig.overlap): 2 fp32 reduce-scatter inputs + 1 prefetched bf16 weight
 
 
 @dataclass
@@ -138,14 +146,19 @@ def memory_per_gpu(shape: ModelShape, grid: Grid, seq: int, micro_batch: int,
     h, L, V = shape.hidden, shape.layers, shape.vocab
     p_lin, p_norm, p_layer = param_counts(shape)
     hf = hf_layout(grid)
-    states = cfg.bytes_per_param * (p_lin / (R * C * Z) + V * h / (R * C) + p_norm)
+    states = cfg.bytes_per_param * ((p_lin + V * h) / (R * C * Z) + p_norm)
     m = micro_batch * seq
     a_layer = activation_bytes_per_layer(shape, grid, seq, micro_batch, cfg)
     c = min(m, cfg.chunk_tokens)
     logits_fwd, logits_bwd = 8 * c * V / R, 12 * c * V / R  # fp32 logits + log-softmax (+ its gradient)
     bf16_weights = 2 * p_lin if hf else 0.0  # HF layout: autocast's cached casts
-    largest = max([lin.params for lin in layer_linears(shape)] + [V * h])
-    gathered = cfg.gathered_bytes * largest / (R * C) if Z > 1 else 0.0
+    # depth buffers of the Linear being back-propagated: the LM head's alone (nothing is in flight yet
+    # when it runs), or a decoder layer's largest with two reduce-scatters in flight and a prefetch
+    block = max(lin.params for lin in layer_linears(shape)) / (R * C)
+    head_buffers = cfg.gathered_bytes * V * h / (R * C)
+    layer_buffers_z = (cfg.gathered_bytes + cfg.in_flight_bytes) * block
+    gathered = max(head_buffers, layer_buffers_z) if Z > 1 else 0.0
+    prefetched = 2 * block if Z > 1 else 0.0  # the LM head's backward prefetches the last layer's weight
     # gradient all-reduce over data x depth (sync_gradients): one flattened bucket at a time
     sync = (0.0, 0.0, 0.0) if grid.data * Z == 1 else (min(4.0 * GRAD_BUCKET_ELEMENTS, states / 4), 0.0, 0.0)
     # gradients not yet produced at a moment of a single-micro-step step (fp32, this rank's shards)
@@ -160,26 +173,33 @@ def memory_per_gpu(shape: ModelShape, grid: Grid, seq: int, micro_batch: int,
         bottom_layer = grads - head_grad - L * layer_grads  # only the embedding's is still missing
     around_loss = 8 * m * h + 8 * m * h / C  # embedding output, final norm, the loss's input and its gradient
     layer_buffers = 2 * p_layer if hf else gathered  # one layer's bf16 weights (HF) or depth buffers (axonn)
+    # the embedding's chunk gathered over depth (forward) and its dense gradient (end of the backward)
+    emb_chunk = 4 * V * h / (R * C) if Z > 1 and not hf else 0.0
+    embedding = [(in_forward, emb_chunk, 0.0, 0.0), (0.0, emb_chunk, 4 * m * h, 0.0)]
     if not activation_checkpointing:
         moments = [  # (missing gradients, buffers, activations, logits); the largest total counts
             # the loss's backward starts: every layer's activations are still saved
-            (before_backward, bf16_weights, L * a_layer + around_loss, logits_bwd),
+            (before_backward, bf16_weights + prefetched, L * a_layer + around_loss, logits_bwd),
             # the first layer's backward: the other layers' activations and bf16 weights are freed
             (bottom_layer, layer_buffers, a_layer + around_loss, 0.0),
             (0.0, *sync),
+            *embedding,
         ]
     else:
         # each layer's fp32 input (axonn layout: a 1/(R·C) slice, axonn.checkpointing); the final norm's
         # output and the loss's input
         layer_input = 4 * m * h / (R * C)
         inputs = L * layer_input + 8 * m * h
-        recompute = a_layer + (0 if hf else 4 * m * h)  # a layer rerun and back-propagated (axonn: regathered input)
+        # a layer rerun and back-propagated (axonn: its regathered input), with an RMSNorm backward's two
+        # full-width fp32 temporaries (traced at the peak of the 405b on 1,8,4,32)
+        recompute = a_layer + 8 * m * h + (0 if hf else 4 * m * h)
         moments = [
             (in_forward, bf16_weights, inputs, logits_fwd),  # end of forward (HF: bf16 cache)
-            (before_backward, 0.0, inputs, logits_bwd),  # the loss's backward
+            (before_backward, prefetched, inputs, logits_bwd),  # the loss's backward
             (before_backward, layer_buffers, inputs + recompute, 0.0),  # the last layer's recomputation
             (bottom_layer, layer_buffers, layer_input + 8 * m * h + recompute, 0.0),  # the first layer's
             (0.0, *sync),
+            *embedding,
         ]
     missing, buffers, acts, logits = max(moments, key=lambda mo: sum(mo[1:]) - mo[0])
     return MemoryBreakdown(states=states - missing, buffers=buffers, activations=acts, logits=logits)

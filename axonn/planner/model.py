@@ -35,7 +35,9 @@ recomputes the forward.
 
 Communication
 -------------
-Per-rank volumes (elements, bf16 = 2 bytes) from the 3D algorithm, per Linear and micro-step::
+Per-rank volumes (elements) from the 3D algorithm, per Linear and micro-step; weights travel in
+bf16 (``bytes_act``: the trainer's autocast casts a shard before it is all-gathered), gradients
+in fp32 (``bytes_grad_comm``: they are reduced in the master weights' dtype)::
 
     all-gather W over Z (fwd, and again bwd):  (Z−1)/Z · nk/(Gr·Gc)
     all-reduce Y over Gc (fwd):              2(Gc−1)/Gc · m·n/Gr
@@ -43,7 +45,11 @@ Per-rank volumes (elements, bf16 = 2 bytes) from the 3D algorithm, per Linear an
     reduce-scatter dW over Z (bwd):            (Z−1)/Z · nk/(Gr·Gc)
     all-reduce dW shard over D (once/step):  2(D−1)/D · nk/(Gr·Gc·Z)
 
-and, with activation checkpointing on a row × column grid, one fp32 all-gather of the layer
+the ``V × h`` embedding (vocabulary over row × column, each chunk over depth, fp32 throughout)
+adds per micro-step an all-gather of its chunk over Z in the forward and a reduce-scatter of its
+gradient in the backward, ``(Z−1)/Z · V·h/(R·C)`` each and not overlapped, plus the forward
+all-reduce of its ``m × h`` output over row × column (charged as a column then a row
+all-reduce); and, with activation checkpointing on a row × column grid, one fp32 all-gather of the layer
 input's ``1/(R·C)`` slices per layer in backward, ``(R·C−1)/(R·C) · m·h`` (``axonn.checkpointing``,
 charged as a column then a row all-gather, not overlapped).
 
@@ -204,7 +210,7 @@ class CostConfig:
     kernel_overhead: float = 0.10    # elementwise kernels, launch gaps: fraction of GEMM+attention time
     causal_attention: bool = True    # flash attention skips the masked half
     bytes_act: int = 2               # bf16 activations / weights on the wire
-    bytes_grad_comm: int = 2         # gradients reduced in bf16
+    bytes_grad_comm: int = 4         # gradients reduced in fp32 (the master weights' dtype)
     optimizer_bytes_per_param: int = 36  # bytes touched per local parameter by fused AdamW (r+w)
 
 
@@ -356,11 +362,17 @@ def predict_step(shape: ModelShape, grid: Grid, seq: int, global_batch: int, mic
         lb += ag_c + ag_r
         axes_comm["column"] += shape.layers * ag_c
         axes_comm["row"] += shape.layers * ag_r
-    # --- lm_head (+ loss) and the vocab-parallel embedding (forward all-reduce over row)
+    # --- lm_head (+ loss) and the embedding: fp32 output all-reduced over row x column (as a
+    # column then a row all-reduce), its chunk all-gathered over depth and its gradient
+    # reduce-scattered there (fp32, not overlapped)
     head = [linear_costs(lm_head(shape))]
     hf, hb, hc = block(head)
-    emb = comm.allreduce("row", m * shape.hidden / C, ba)
-    axes_comm["row"] += emb
+    emb_out = {ax: comm.allreduce(ax, m * shape.hidden, 4) for ax in ("column", "row")}
+    emb_depth = 2 * comm.allgather("depth", shape.vocab * shape.hidden / (R * C), 4)
+    for ax, t in emb_out.items():
+        axes_comm[ax] += t
+    axes_comm["depth"] += emb_depth
+    emb = sum(emb_out.values()) + emb_depth
     t_micro = shape.layers * (lf + lb) + hf + hb + emb
     t_bwd_last = shape.layers * lb + hb
     compute = accum * (shape.layers * lc + hc)

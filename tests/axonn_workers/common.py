@@ -12,7 +12,8 @@ def tiny_config(**kw):
 
     base = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                 num_key_value_heads=2, vocab_size=256, max_position_embeddings=64, attention_bias=False,
-                mlp_bias=False, tie_word_embeddings=False)
+                mlp_bias=False, tie_word_embeddings=False,
+                pad_token_id=138)  # in batch(0), not in the first vocab chunk: its row gets no gradient
     base.update(kw)
     cfg = LlamaConfig(**base)
     cfg._attn_implementation = "eager"

@@ -164,6 +164,63 @@ def check_checkpointing(grid) -> None:
     grads = axonn.full_grad_dict(par)
     for n, p in ref.named_parameters():
         assert_close(grads[n], p.grad, f"checkpointed grad {n}")
+    # with every overlap on: the same gradients bit for bit; the recomputed forwards gather for
+    # themselves and no prefetched weight is dropped or left behind
+    from axonn.intra_layer import Linear
+    from axonn.intra_layer.overlap import PENDING_GRADS, STATS
+
+    for p in par.parameters():
+        p.grad = None
+    before = dict(STATS)
+    with axonn.optimize_communication(overlap_all_reduce=True, overlap_reduce_scatter=True,
+                                      overlap_all_gather=True):
+        par(input_ids=axonn.batch_slice(x), labels=axonn.batch_slice(y)).loss.backward()
+        axonn.sync_gradients(par)
+    assert not PENDING_GRADS
+    again = axonn.full_grad_dict(par)
+    for n in grads:
+        assert torch.equal(again[n], grads[n]), f"overlap changed the checkpointed grad {n}"
+    linears = [m for m in par.modules() if isinstance(m, Linear)]
+    assert all(m._prefetch is None for m in linears), "a prefetched weight was left behind"
+    if grid.size("depth") > 1:
+        layers = par.config.num_hidden_layers
+        assert STATS["recompute_gathers"] - before["recompute_gathers"] == 7 * layers, STATS
+        # forward: every Linear but the first is prefetched; backward: every one but lm_head
+        assert STATS["prefetch_hits"] - before["prefetch_hits"] == 2 * (len(linears) - 1), STATS
+
+
+def check_autocast(grid) -> None:
+    """Under bf16 autocast (the trainer's GPU recipe, here on the CPU) the depth all-gathers move
+    bf16 weights (prefetched ones too) and the gradients still match the serial model's."""
+    from axonn.communication import count_bytes
+    from axonn.intra_layer.overlap import STATS
+
+    ref = tiny_llama(0)
+    par = axonn.parallelize(copy.deepcopy(ref))
+    x, y = batch(0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss_ref = ref(input_ids=x, labels=y).loss
+    loss_ref.backward()
+    hits = STATS["prefetch_hits"]
+    with axonn.optimize_communication(overlap_all_reduce=True, overlap_reduce_scatter=True,
+                                      overlap_all_gather=True), count_bytes() as counter:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = par(input_ids=axonn.batch_slice(x), labels=axonn.batch_slice(y)).loss
+        loss.backward()
+    axonn.sync_gradients(par)
+    assert_close(mean_over_batch_ranks(loss), loss_ref, "autocast loss", tol=2e-2)
+    grads = axonn.full_grad_dict(par)
+    for n, p in ref.named_parameters():
+        assert_close(grads[n], p.grad, f"autocast grad {n}", tol=AUTOCAST_GRAD_TOL)
+    if grid.size("depth") > 1:
+        assert STATS["prefetch_hits"] > hits, "no prefetched all-gather was used under autocast"
+        for tag, op, axes, elems, nbytes, _ in counter.records:
+            if op == "all_gather" and axes == "depth":
+                want = 4 if tag == "model.embed_tokens" else 2  # the embedding's output stays fp32
+                assert nbytes == want * elems, f"{tag}: all-gathered {nbytes / elems} B per element, not {want}"
+
+
+AUTOCAST_GRAD_TOL = 5e-2
 
 
 def main() -> None:
@@ -175,6 +232,7 @@ def main() -> None:
         check_llama(grid, bias=True)
         check_linear_stack(grid)
         check_checkpointing(grid)
+        check_autocast(grid)
         check_training(grid, steps)
         dist.barrier()
         if grid.rank == 0:
