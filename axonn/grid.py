@@ -150,6 +150,17 @@ _LOCAL_RANK_VARS = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK",
                     "PMI_LOCAL_RANK", "PALS_LOCAL_RANKID")
 
 
+def parse_grid(text: str) -> tuple[int, int, int, int]:
+    """``"D,R,C,Z"`` (data, row, column, depth) as four ints; ``ValueError`` saying what is wrong."""
+    try:
+        sizes = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        sizes = ()
+    if len(sizes) != 4 or min(sizes) < 1:
+        raise ValueError(f"grid {text!r}: give four positive integers data,row,column,depth (e.g. 1,2,2,2)")
+    return sizes  # type: ignore[return-value]
+
+
 def local_device_index(rank: int, device_count: int, env: Mapping[str, str] = os.environ) -> int:
     """The CUDA device this rank drives: its node-local rank modulo the devices it can see.
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from axonn.grid import parse_grid  # noqa: E402
 
 
 def _vm(key: str) -> int:
@@ -90,9 +91,10 @@ def main() -> None:
     ap.add_argument("--grid", default="1,2,1,2", help="data,row,col,depth; the product is the number of ranks")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    grid = tuple(int(x) for x in args.grid.split(","))
-    if len(grid) != 4 or min(grid) < 1:
-        raise SystemExit(f"error: --grid {args.grid}: four positive sizes data,row,col,depth")
+    try:
+        grid = parse_grid(args.grid)
+    except ValueError as e:
+        ap.error(f"--grid: {e}")
     if args.worker:
         worker(args.worker, args.size, grid)
         return

@@ -85,10 +85,14 @@ def main() -> int:
     args = ap.parse_args()
     import axonn
     from axonn.communication import count_bytes
+    from axonn.grid import parse_grid
     from axonn.intra_layer import Embedding, Linear
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    d, r, c, z = (int(v) for v in args.grid.split(","))
+    try:
+        d, r, c, z = parse_grid(args.grid)
+    except ValueError as e:
+        ap.error(f"--grid: {e}")
     grid = axonn.init(G_data=d, G_intra_r=r, G_intra_c=c, G_intra_d=z)
     torch.manual_seed(0)
     cfg = LlamaConfig(hidden_size=args.hidden, intermediate_size=2 * args.hidden, num_hidden_layers=args.layers,

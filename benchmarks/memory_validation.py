@@ -25,6 +25,7 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from axonn.grid import parse_grid  # noqa: E402
 from axonn.planner import Grid, memory_per_gpu  # noqa: E402
 from axonn.presets import get_preset  # noqa: E402
 from memorization.memory_trace import measure_cuda_step, trace_train_step  # noqa: E402
@@ -102,9 +103,10 @@ def main() -> None:
         if not torch.cuda.is_available():
             p.error("--cuda needs a CUDA GPU (the trace alone runs anywhere: leave --cuda out)")
     if a.size:
-        grid = tuple(int(x) for x in a.grid.split(","))
-        if len(grid) != 4:
-            p.error(f"--grid takes four sizes D,R,C,Z, got {a.grid!r}")
+        try:
+            grid = parse_grid(a.grid)
+        except ValueError as e:
+            p.error(f"--grid: {e}")
         configs = [(a.size, grid, a.seq, a.micro_batch, a.activation_checkpointing, a.micro_steps)]
     elif a.cuda:
         configs = [c for c in DEFAULT if c[1] == (1, 1, 1, 1)] + [("1b", (1, 1, 1, 1), 2048, 4, False, 2)]

@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from axonn.checkpoint import TENSOR_AXES, build_index, pieces_by_name, pieces_to_read, tensor_owned  # noqa: E402
-from axonn.grid import Grid, _coords_of  # noqa: E402
+from axonn.grid import Grid, _coords_of, parse_grid  # noqa: E402
 from axonn.sharding import ShardSpec  # noqa: E402
 
 STATE_BYTES = 12  # per element written: fp32 weight, AdamW exp_avg and exp_avg_sq
@@ -93,7 +93,7 @@ def reads(config, index, sizes: dict[str, int], sample: int) -> list[tuple[int, 
 
 
 def _grid(text: str) -> dict[str, int]:
-    d, r, c, z = (int(x) for x in text.split(","))
+    d, r, c, z = parse_grid(text)
     return {"data": d, "depth": z, "row": r, "col": c}
 
 
@@ -113,7 +113,10 @@ def main() -> None:
     from memorization.models import model_config
 
     config = model_config(args.size, 128256)
-    src, dst = _grid(args.src), _grid(args.dst)
+    try:
+        src, dst = _grid(args.src), _grid(args.dst)
+    except ValueError as e:
+        ap.error(str(e))
     world = math.prod(src.values())
     print(f"{args.size}, saved on {args.src} ({world} ranks), loaded onto {args.dst} ({math.prod(dst.values())} "
           f"ranks); fp32 weights + AdamW state")

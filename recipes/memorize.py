@@ -127,13 +127,12 @@ def _parse_exposures(s: str) -> tuple[int, ...]:
 
 
 def _parse_grid(s: str) -> tuple[int, int, int, int]:
+    from axonn.grid import parse_grid
+
     try:
-        vals = tuple(int(x) for x in s.split(","))
-    except ValueError:
-        vals = ()
-    if len(vals) != 4 or min(vals) < 1:
-        raise SystemExit(f"--grid {s!r}: give four positive integers data,row,column,depth (e.g. 1,2,2,2)")
-    return vals  # type: ignore[return-value]
+        return parse_grid(s)
+    except ValueError as e:
+        raise SystemExit(f"--grid: {e}") from None
 
 
 def read_targets(path: str, text_field: str) -> list[str]:

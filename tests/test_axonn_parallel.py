@@ -63,6 +63,23 @@ def test_dead_rank_fails_fast() -> None:
     assert time.time() - t0 < 45
 
 
+@pytest.mark.parametrize("text", ["1,2,2", "1,2,x,2", "0,1,1,1", "1,1,1,-2", ""])
+def test_bad_grid_text_refused(text: str) -> None:
+    from axonn.grid import parse_grid
+
+    assert parse_grid("2,4,1,8") == (2, 4, 1, 8)
+    with pytest.raises(ValueError, match="four positive integers data,row,column,depth"):
+        parse_grid(text)
+
+
+@pytest.mark.parametrize("cmd", [["recipes/memorize.py", "--grid", "2,2"],
+                                 ["benchmarks/collectives.py", "--grid", "1,x,1,1"]])
+def test_cli_grid_errors_say_what_to_give(cmd: list[str]) -> None:
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, *cmd], cwd=root, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "four positive integers data,row,column,depth" in r.stderr, r.stderr
+
+
 def test_grid_product_mismatch_refused() -> None:
     import axonn
 

@@ -32,6 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # runnable as a plain script from anywhere
     sys.path.insert(0, str(REPO))
 
+from axonn.grid import parse_grid  # noqa: E402
 from axonn.planner import PlanError, load_profile, plan  # noqa: E402
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -285,7 +286,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="emit the paper matrix: frontier/alps/perlmutter × 8b/70b/405b × goldfish k 4 and 0")
     p.add_argument("--print", action="store_true", help="print the script instead of writing it (single job)")
     a = p.parse_args(argv)
-    grid = tuple(int(x) for x in a.grid.split(",")) if a.grid else None
+    try:
+        grid = parse_grid(a.grid) if a.grid else None
+    except ValueError as e:
+        p.error(f"--grid: {e}")
     spec = JobSpec(machine=a.machine, size=a.size, gpus=a.gpus, nodes=a.nodes, goldfish_k=a.goldfish_k,
                    exposures=a.exposures, time=a.time, account=a.account, out_dir=a.out_dir, run_root=a.run_root,
                    seq=a.seq, global_batch=a.global_batch, micro_batch=a.micro_batch, grid=grid,
