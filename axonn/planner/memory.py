@@ -46,7 +46,7 @@ checkpointing each layer keeps only its fp32 input, ``L·4·m·h`` in HF's layou
 ``L·4·m·h/(R·C)`` in axonn's (the slice :mod:`axonn.checkpointing` keeps), plus ``8·m·h``
 around the loss, and the peak is the largest of four moments: the end of the forward (HF's
 cached bf16 weights, the forward logits ``8·c·V/R``), the loss's backward (logits ``12·c·V/R``),
-the backward of one recomputed layer (``A``, plus that layer's bf16 weights in HF's layout or
+the backward of one recomputed layer (``A`` and an RMSNorm backward's two fp32 ``m × h`` temporaries, plus that layer's bf16 weights in HF's layout or
 its all-gathered ``4·m·h`` input and the depth buffers in axonn's), and the gradient all-reduce
 (one bucket).
 
