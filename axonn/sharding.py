@@ -10,6 +10,7 @@ gradient and to optimizer state of the same shape.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
@@ -26,6 +27,15 @@ class ShardSpec:
     flat: tuple[int, int] | None = None
     padded_len: int | None = None
     shard_axes: tuple[str, ...] = ()
+
+    @staticmethod
+    def depth_sharded(full_shape: tuple[int, ...], block: tuple[tuple[int, int], ...], depth_size: int,
+                      depth_index: int, shard_axes: tuple[str, ...]) -> "ShardSpec":
+        """``block`` flattened, zero-padded to a multiple of ``depth_size`` and cut to this depth
+        rank's equal part (a Linear weight's or the embedding's layout)."""
+        per = math.ceil(_numel(tuple(b - a for a, b in block)) / depth_size)
+        return ShardSpec(tuple(full_shape), tuple(block), flat=(depth_index * per, (depth_index + 1) * per),
+                         padded_len=per * depth_size, shard_axes=tuple(shard_axes))
 
     @staticmethod
     def replicated(shape: Iterable[int]) -> "ShardSpec":

@@ -17,15 +17,14 @@ averages it over data.
 """
 from __future__ import annotations
 
-import math
 
 import torch
 import torch.nn as nn
 
-from ..communication import all_gather, comm_tag, reduce_scatter
+from ..communication import all_gather, comm_tag
 from ..grid import Grid, get_grid
 from ..sharding import ShardSpec, extract
-from .overlap import CONFIG, queue_grad
+from .overlap import reduce_weight_grad
 from .primitives import reduce_forward
 
 TENSOR_AXES = ("row", "col")
@@ -52,17 +51,8 @@ class _EmbeddingFn(torch.autograd.Function):
         # the same kernel as F.embedding's backward (rows of padding_idx get no gradient)
         grad = torch.ops.aten.embedding_dense_backward(dout, local_ids, layer.local_vocab,
                                                        -1 if pad is None else pad, False)
-        flat = grad.reshape(-1).to(layer.weight.dtype)
-        extra = layer.weight_spec.padded_len - flat.numel()
-        if extra:
-            flat = torch.cat([flat, flat.new_zeros(extra)])
-        if layer.grid.size("depth") == 1:
-            return None, flat, None
         with comm_tag(layer.axonn_name):
-            if CONFIG.reduce_scatter:
-                queue_grad(reduce_scatter(flat, "depth", async_op=True, grid=layer.grid), layer.weight)
-                return None, None, None
-            return None, reduce_scatter(flat, "depth", grid=layer.grid), None
+            return None, reduce_weight_grad(grad, layer.weight, layer.weight_spec.padded_len, layer.grid), None
 
 
 class Embedding(nn.Module):
@@ -81,13 +71,10 @@ class Embedding(nn.Module):
         self.vocab_start, self.vocab_end = i * self.local_vocab, (i + 1) * self.local_vocab
         pad = padding_idx
         self.local_padding_idx = pad - self.vocab_start if pad is not None and self.vocab_start <= pad < self.vocab_end else None
-        gz, z = grid.size("depth"), grid.index("depth")
-        per = math.ceil(self.local_vocab * embedding_dim / gz)
-        self.weight_spec = ShardSpec((num_embeddings, embedding_dim),
-                                     ((self.vocab_start, self.vocab_end), (0, embedding_dim)),
-                                     flat=(z * per, (z + 1) * per), padded_len=per * gz,
-                                     shard_axes=("depth",) + TENSOR_AXES)
-        self.weight = nn.Parameter(torch.empty(per, device=device, dtype=dtype))
+        self.weight_spec = ShardSpec.depth_sharded((num_embeddings, embedding_dim),
+                                                   ((self.vocab_start, self.vocab_end), (0, embedding_dim)),
+                                                   grid.size("depth"), grid.index("depth"), ("depth",) + TENSOR_AXES)
+        self.weight = nn.Parameter(torch.empty(self.weight_spec.local_numel, device=device, dtype=dtype))
         self.weight._axonn_spec = self.weight_spec
         self.axonn_name = "embedding"  # label for the communication byte counter (set by parallelize)
         if init:

@@ -28,11 +28,11 @@ import math
 import torch
 import torch.nn as nn
 
-from ..communication import all_gather, all_reduce, comm_tag, reduce_scatter
+from ..communication import all_gather, all_reduce, comm_tag
 from ..grid import Grid, get_grid
 from ..sharding import ShardSpec, extract
 from . import autotune
-from .overlap import CONFIG, STATS, queue_grad
+from .overlap import CONFIG, STATS, reduce_weight_grad
 from .primitives import drop, gather
 
 
@@ -74,18 +74,9 @@ class _LinearFn(torch.autograd.Function):
         dw = None
         if ctx.needs_input_grad[1]:
             # dyᵀ @ x
-            flat = autotune.matmul("wgrad", dy.reshape(-1, layer.local_out),
-                                   x.reshape(-1, layer.local_in)).reshape(-1)
-            pad = layer.weight_spec.padded_len - flat.numel()
-            if pad:
-                flat = torch.cat([flat, flat.new_zeros(pad)])
-            flat = flat.to(w_shard.dtype)
-            if layer.grid.size("depth") == 1:
-                dw = flat
-            elif CONFIG.reduce_scatter:
-                queue_grad(reduce_scatter(flat, "depth", async_op=True, grid=layer.grid), layer.weight)
-            else:
-                dw = reduce_scatter(flat, "depth", grid=layer.grid)
+            dw = reduce_weight_grad(autotune.matmul("wgrad", dy.reshape(-1, layer.local_out),
+                                                    x.reshape(-1, layer.local_in)),
+                                    layer.weight, layer.weight_spec.padded_len, layer.grid)
         if CONFIG.all_reduce and pending_dx is not None:
             dx = pending_dx.wait()
         return dx, dw, None
@@ -114,14 +105,10 @@ class Linear(nn.Module):
         io, ii = grid.index(self.out_axis), grid.index(self.in_axis)
         out_rng = (io * self.local_out, (io + 1) * self.local_out)
         in_rng = (ii * self.local_in, (ii + 1) * self.local_in)
-        gz, z = grid.size("depth"), grid.index("depth")
-        numel = self.local_out * self.local_in
-        per = math.ceil(numel / gz)
-        self.weight_spec = ShardSpec((out_features, in_features), (out_rng, in_rng),
-                                     flat=(z * per, (z + 1) * per), padded_len=per * gz,
-                                     shard_axes=("depth", "row", "col"))
+        self.weight_spec = ShardSpec.depth_sharded((out_features, in_features), (out_rng, in_rng),
+                                                   grid.size("depth"), grid.index("depth"), ("depth", "row", "col"))
         self.bias_spec = ShardSpec((out_features,), (out_rng,), shard_axes=(self.out_axis,))
-        self.weight = nn.Parameter(torch.empty(per, device=device, dtype=dtype))
+        self.weight = nn.Parameter(torch.empty(self.weight_spec.local_numel, device=device, dtype=dtype))
         self.bias = nn.Parameter(torch.empty(self.local_out, device=device, dtype=dtype)) if bias else None
         self.weight._axonn_spec = self.weight_spec
         if self.bias is not None:
@@ -165,19 +152,18 @@ class Linear(nn.Module):
         if self.grid.size("depth") == 1:
             return w_shard.view(self.local_out, self.local_in)
         if not backward and torch._C._current_graph_task_id() != -1:
-            # a forward recomputed inside the backward (activation checkpointing): gather now and
-            # leave this layer's prefetch (issued for its own backward) untouched
+            # a forward recomputed inside the backward (activation checkpointing): gather now, leave
+            # this layer's prefetch (issued for its own backward) untouched and start none
             STATS["recompute_gathers"] += 1
-            full = all_gather(w_shard.detach().to(dtype), "depth", grid=self.grid)
-            return full[:numel].view(self.local_out, self.local_in)
-        pre = self._prefetch
-        self._prefetch = None
+            pre, nxt = None, None
+        else:
+            pre, self._prefetch = self._prefetch, None
+            nxt = self._prev_layer if backward else self._next_layer
         if pre is not None and pre[1:] == (w_shard._version, backward, dtype):
             full = pre[0].wait()
             STATS["prefetch_hits"] += 1
         else:
             full = all_gather(w_shard.detach().to(dtype), "depth", grid=self.grid)
-        nxt = self._prev_layer if backward else self._next_layer
         if CONFIG.all_gather and nxt is not None and nxt._prefetch is None and nxt.grid is self.grid:
             nxt._prefetch = (all_gather(nxt.weight.detach().to(dtype), "depth", async_op=True, grid=self.grid),
                              nxt.weight._version, backward, dtype)

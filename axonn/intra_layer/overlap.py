@@ -5,6 +5,9 @@ from dataclasses import dataclass
 
 import torch
 
+from ..communication import reduce_scatter
+from ..grid import Grid
+
 
 @dataclass
 class OverlapConfig:
@@ -74,6 +77,26 @@ def queue_grad(pending, param: torch.nn.Parameter) -> None:
     if task != _CALLBACK_TASK:  # once per backward pass (a failed one leaves no stale flag behind)
         torch.autograd.Variable._execution_engine.queue_callback(finish_pending_grads)
         _CALLBACK_TASK = task
+
+
+def reduce_weight_grad(grad: torch.Tensor, weight: torch.nn.Parameter, padded_len: int,
+                       grid: Grid) -> torch.Tensor | None:
+    """The gradient of a depth-sharded ``weight`` from this rank's gradient of its whole local block.
+
+    ``grad`` (any shape) is flattened, cast to the weight's dtype, zero-padded to ``padded_len``
+    and reduce-scattered over depth (summing the depth ranks' different micro-batches).  With
+    ``overlap_reduce_scatter`` the reduce-scatter is queued (:func:`queue_grad`) and ``None`` is
+    returned: it lands in ``weight.grad`` later.
+    """
+    flat = grad.reshape(-1).to(weight.dtype)
+    if padded_len > flat.numel():
+        flat = torch.cat([flat, flat.new_zeros(padded_len - flat.numel())])
+    if grid.size("depth") == 1:
+        return flat
+    if CONFIG.reduce_scatter:
+        queue_grad(reduce_scatter(flat, "depth", async_op=True, grid=grid), weight)
+        return None
+    return reduce_scatter(flat, "depth", grid=grid)
 
 
 def _finish_oldest() -> None:
