@@ -307,6 +307,20 @@ def load(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | 
     return torch.load(path / "extra.pt", map_location="cpu", weights_only=False)
 
 
+def latest(root: str | os.PathLike) -> Path | None:
+    """The checkpoint a checkpoint root's ``LATEST`` file names (a trainer writes it after each
+    complete save), or None when the root has none yet."""
+    f = Path(root) / "LATEST"
+    if not f.exists():
+        return None
+    name = f.read_text().strip()
+    path = Path(root) / name
+    if not name or not path.is_dir():
+        raise FileNotFoundError(f"{f} names {name!r}, which is not a directory of {root}: write the name of an "
+                                f"existing step_* checkpoint into it, or delete it to start afresh")
+    return path
+
+
 def read_meta(path: str | os.PathLike) -> dict:
     """``meta.json`` of a complete checkpoint in a format this version reads (else a clear error)."""
     path = Path(path)

@@ -18,9 +18,11 @@ import torch
 
 def resolve(checkpoint: Path) -> Path:
     """``checkpoint`` itself, or the checkpoint its ``LATEST`` file names."""
-    if (checkpoint / "COMPLETE").exists() or not (checkpoint / "LATEST").exists():
+    from axonn.checkpoint import latest
+
+    if (checkpoint / "COMPLETE").exists():
         return checkpoint
-    return checkpoint / (checkpoint / "LATEST").read_text().strip()
+    return latest(checkpoint) or checkpoint
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,7 +40,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from axonn.checkpoint import to_hf
 
-    path = resolve(args.checkpoint)
+    try:
+        path = resolve(args.checkpoint)
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     tokenizer = config = None
     if args.tokenizer:
         from transformers import AutoTokenizer

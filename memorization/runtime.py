@@ -104,10 +104,10 @@ class Runtime:
 
     def load_checkpoint(self, model: torch.nn.Module, opt: torch.optim.Optimizer, root: Path) -> dict | None:
         """Load the checkpoint ``root/LATEST`` names (resharding if the grid changed); None if none."""
-        latest = Path(root) / "LATEST"
-        if not latest.exists():
+        path = ack.latest(root)
+        if path is None:
             return None
-        extra = ack.load(model, opt, Path(root) / latest.read_text().strip(), grid=self.grid)
+        extra = ack.load(model, opt, path, grid=self.grid)
         if "rng" in extra:
             torch.set_rng_state(extra.pop("rng"))
         return extra

@@ -87,3 +87,9 @@ def test_convert_cli_turns_a_trainer_checkpoint_into_a_hf_model(tmp_path) -> Non
     bad = subprocess.run([sys.executable, "-m", "axonn.convert", str(tmp_path / "nothing"), str(tmp_path / "o")],
                          cwd=root, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "not a complete axonn checkpoint" in bad.stderr
+    # a LATEST that names a checkpoint which is gone: the trainer's resume and the converter say so
+    (tmp_path / "ckpt" / "LATEST").write_text("step_0000009")
+    with pytest.raises(FileNotFoundError, match="names 'step_0000009', which is not a directory"):
+        rt.load_checkpoint(model, opt, tmp_path / "ckpt")
+    gone = subprocess.run(run, cwd=root, capture_output=True, text=True, timeout=60)
+    assert gone.returncode == 2 and "which is not a directory" in gone.stderr
