@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from .communication import all_reduce
 from .grid import AXES, Grid, get_grid
 from .intra_layer import Embedding, Linear, drop, finish_pending_grads, vocab_parallel_cross_entropy
+from .intra_layer.overlap import CONFIG as COMM_CONFIG
 from .sharding import ShardSpec, gather_full
 
 
@@ -250,7 +251,8 @@ GRAD_BUCKET_ELEMENTS = 1 << 26  # 64 Mi elements (256 MiB in fp32) per all-reduc
 
 
 @torch.no_grad()
-def sync_gradients(model_or_params, grid: Grid | None = None, bucket_elements: int = GRAD_BUCKET_ELEMENTS) -> None:
+def sync_gradients(model_or_params, grid: Grid | None = None, bucket_elements: int = GRAD_BUCKET_ELEMENTS,
+                   reduce_dtype: torch.dtype | None = None) -> None:
     """Average gradients over the data (and, where needed, depth) axes; call after backward.
 
     * depth-sharded weights (already summed over depth by the backward
@@ -258,29 +260,38 @@ def sync_gradients(model_or_params, grid: Grid | None = None, bucket_elements: i
     * everything else (biases, norms, embedding): all-reduce over ``data × depth``;
     then divide by ``G_data·G_intra_d``.  Gradients sharing a group and a dtype are flattened
     into buckets of at most ``bucket_elements`` (one larger gradient travels alone), so the
-    transient copy is one bucket, not a second copy of every gradient.  Waits for overlapped
-    reduce-scatters first.  No-op when ``G_data = G_intra_d = 1``.
+    transient copy is one bucket, not a second copy of every gradient.  ``reduce_dtype``
+    (default: ``optimize_communication``'s ``grad_reduce_dtype``, else each gradient's own) is
+    the buckets' dtype on the wire; the averaged result is copied back into each ``.grad`` in
+    its own dtype.  Waits for overlapped reduce-scatters first.  No-op when
+    ``G_data = G_intra_d = 1``.
     """
     finish_pending_grads()
     grid = grid or getattr(model_or_params, "_axonn_grid", None) or get_grid()
     n = grid.size(("data", "depth"))
     if n == 1:
         return
+    wire = reduce_dtype or COMM_CONFIG.grad_reduce_dtype
     buckets: dict[tuple, list[list[torch.nn.Parameter]]] = {}  # (axes, dtype) -> buckets, same order on every rank
     filled: dict[tuple, int] = {}
     for p in _params(model_or_params):
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-        key = (("data",) if spec_of(p).flat is not None else ("data", "depth"), p.grad.dtype)
+        axes = ("data",) if spec_of(p).flat is not None else ("data", "depth")
+        key = (axes, wire if wire is not None and grid.size(axes) > 1 else p.grad.dtype)  # no rounding without traffic
         bs = buckets.setdefault(key, [[]])
         if bs[-1] and filled[key] + p.numel() > bucket_elements:
             bs.append([])
             filled[key] = 0
         bs[-1].append(p)
         filled[key] = filled.get(key, 0) + p.numel()
-    for (axes, _), groups in buckets.items():
+    for (axes, dtype), groups in buckets.items():
         for group in groups:
-            flat = torch.cat([p.grad.reshape(-1) for p in group])
+            flat = torch.empty(sum(p.numel() for p in group), dtype=dtype, device=group[0].grad.device)
+            off = 0
+            for p in group:  # one bucket-sized buffer, cast while copying
+                flat[off:off + p.numel()].copy_(p.grad.reshape(-1))
+                off += p.numel()
             all_reduce(flat, axes, grid=grid)
             flat.div_(n)
             off = 0

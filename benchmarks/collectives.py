@@ -27,8 +27,9 @@ row × col, each chunk flattened over depth):
 
 Bytes per element: 4 in fp32.  With ``--autocast`` (bf16 autocast, as the trainer runs on a
 GPU) the Linear weights are all-gathered and the Linear activations all-reduced in bf16 (2 B);
-weight gradients are reduce-scattered in fp32 and the embedding stays fp32.  Exits non-zero if
-any differs.  Other collectives (block entry/exit re-layouts, loss, gradient sync) are listed
+weight gradients are reduce-scattered in fp32 and the embedding stays fp32.  With
+``--grad-reduce-dtype bf16`` (the trainer's option) every weight gradient, the embedding's too,
+is reduce-scattered in bf16 (2 B).  Exits non-zero if any differs.  Other collectives (block entry/exit re-layouts, loss, gradient sync) are listed
 separately without an analytic column.
 """
 from __future__ import annotations
@@ -41,10 +42,11 @@ import torch
 import torch.distributed as dist
 
 
-def analytic(layer, m_local: int, low: int) -> dict[tuple[str, str], float]:
+def analytic(layer, m_local: int, low: int, grad: int = 4) -> dict[tuple[str, str], float]:
     """Per-rank byte volumes of one Linear or Embedding for ``m_local`` tokens on this rank.
 
-    ``low``: bytes per element of what autocast runs in low precision (2 for bf16, else 4).
+    ``low``: bytes per element of what autocast runs in low precision (2 for bf16, else 4);
+    ``grad``: bytes per element of the weight gradients' reduce-scatter (4 fp32, 2 bf16).
     """
     from axonn.intra_layer import Embedding
 
@@ -56,7 +58,7 @@ def analytic(layer, m_local: int, low: int) -> dict[tuple[str, str], float]:
         t = g.size(("row", "col"))
         if gz > 1:
             vol[("all_gather", "depth")] += 4 * w
-            vol[("reduce_scatter", "depth")] += 4 * w
+            vol[("reduce_scatter", "depth")] += grad * w
         if t > 1:
             vol[("all_reduce", "row+col")] += 4 * 2 * (t - 1) / t * m_local * layer.embedding_dim
         return vol
@@ -64,7 +66,7 @@ def analytic(layer, m_local: int, low: int) -> dict[tuple[str, str], float]:
     n, k = layer.out_features, layer.in_features
     if gz > 1:
         vol[("all_gather", "depth")] += low * 2 * w              # forward gather + backward re-gather
-        vol[("reduce_scatter", "depth")] += 4 * w
+        vol[("reduce_scatter", "depth")] += grad * w
     if gin > 1:
         vol[("all_reduce", layer.in_axis)] += low * 2 * (gin - 1) / gin * m_local * n / gout
     if gout > 1:
@@ -82,6 +84,8 @@ def main() -> int:
     ap.add_argument("--layers", type=int, default=2, help="decoder layers of the probe Llama")
     ap.add_argument("--autocast", action="store_true",
                     help="run the forward under bf16 autocast (on the CPU here), as the trainer does on a GPU")
+    ap.add_argument("--grad-reduce-dtype", default="fp32", choices=["fp32", "bf16"],
+                    help="dtype the weight gradients are reduced in (the trainer's --grad-reduce-dtype)")
     args = ap.parse_args()
     import axonn
     from axonn.communication import count_bytes
@@ -101,7 +105,8 @@ def main() -> int:
     model = axonn.parallelize(LlamaForCausalLM(cfg))
     x = torch.randint(0, 256, (args.batch, args.seq), generator=torch.Generator().manual_seed(0))
     xs = axonn.batch_slice(x)
-    with count_bytes() as counter:
+    wire = torch.bfloat16 if args.grad_reduce_dtype == "bf16" else None
+    with count_bytes() as counter, axonn.optimize_communication(grad_reduce_dtype=wire):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast):
             loss = model(input_ids=xs, labels=xs).loss
         loss.backward()
@@ -116,7 +121,7 @@ def main() -> int:
     low = 2 if args.autocast else 4
     rows, ok = [], True
     for name, layer in linears.items():
-        exp = {(name, op, ax): v for (op, ax), v in analytic(layer, m_local, low).items()}
+        exp = {(name, op, ax): v for (op, ax), v in analytic(layer, m_local, low, 2 if wire else 4).items()}
         for key in sorted(set(exp) | {k for k in measured if k[0] == name}):
             a, b = measured.get(key, 0.0), exp.get(key, 0.0)
             good = abs(a - b) <= 1e-6 * max(b, 1.0)
@@ -125,7 +130,8 @@ def main() -> int:
     for key in sorted(k for k in measured if k[0] == "(other)"):
         rows.append((*key, measured[key], float("nan"), "-"))
     if grid.rank == 0:
-        print(f"grid {grid.sizes}, {m_local} tokens/rank, {'bf16 autocast' if args.autocast else 'fp32'}; "
+        print(f"grid {grid.sizes}, {m_local} tokens/rank, {'bf16 autocast' if args.autocast else 'fp32'}, "
+              f"gradients reduced in {args.grad_reduce_dtype}; "
               "bytes moved by rank 0 per collective"
               + (" (gloo reduce-scatter fallback moves 2x the logical volume)" if fallback else ""))
         w = max(len(r[0]) for r in rows) if rows else 10

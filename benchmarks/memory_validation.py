@@ -26,16 +26,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from axonn.grid import parse_grid  # noqa: E402
-from axonn.planner import Grid, memory_per_gpu  # noqa: E402
+from axonn.planner import GRAD_REDUCE_BYTES, Grid, MemoryConfig, memory_per_gpu  # noqa: E402
 from axonn.presets import get_preset  # noqa: E402
 from memorization.memory_trace import measure_cuda_step, trace_train_step  # noqa: E402
 
 GIB = 2**30
-QUICK = [  # (size, grid D,R,C,Z, seq, micro-batch, activation checkpointing, micro-steps per optimizer step)
+QUICK = [  # (size, grid D,R,C,Z, seq, micro-batch, activation checkpointing, micro-steps per optimizer step
+    #          [, gradient wire dtype: "fp32" unless given])
     ("tiny", (1, 1, 1, 1), 256, 4, False, 2), ("tiny", (1, 1, 1, 1), 256, 4, True, 2),
     ("mini", (1, 2, 2, 2), 512, 4, False, 2), ("mini", (2, 1, 2, 2), 512, 2, True, 2),
     ("mini", (1, 2, 1, 1), 512, 2, True, 2), ("mini", (2, 1, 1, 4), 512, 2, False, 2),
     ("tiny", (1, 1, 1, 1), 256, 4, False, 1), ("mini", (2, 1, 2, 2), 512, 2, True, 1),
+    ("mini", (2, 1, 1, 4), 512, 2, False, 2, "bf16"), ("mini", (2, 1, 2, 2), 512, 2, True, 1, "bf16"),
 ]
 DEFAULT = QUICK + [
     ("1b", (1, 1, 1, 1), 2048, 2, False, 2), ("1b", (1, 1, 1, 1), 2048, 2, True, 2),
@@ -49,29 +51,37 @@ DEFAULT = QUICK + [
     ("70b", (1, 2, 1, 128), 2048, 1, True, 1),  # 70b on 256 Frontier GCDs
     ("405b", (1, 8, 4, 32), 2048, 4, True, 1),  # 405b on 1024 Frontier GCDs (the pick)
     ("405b", (8, 8, 2, 8), 2048, 2, True, 1),  # 405b on 1024 Frontier GCDs (the pick before session 16)
+    # gradients summed in bf16 (TrainConfig.grad_reduce_dtype)
+    ("8b", (1, 1, 1, 8), 2048, 2, True, 2, "bf16"),
+    ("405b", (8, 8, 2, 8), 2048, 2, True, 1, "bf16"),  # 405b on 1024 Frontier GCDs, the bf16 pick
 ]
 
 
 def run(configs, show: int, cuda: bool = False) -> list[dict]:
     rows = []
-    print(f"{'size':5s} {'grid D,R,C,Z':13s} {'seq':>5s} {'mb':>3s} {'ckpt':>4s} {'steps':>5s} {'traced GiB':>10s} "
+    print(f"{'size':5s} {'grid D,R,C,Z':13s} {'seq':>5s} {'mb':>3s} {'ckpt':>4s} {'steps':>5s} {'grads':>5s} "
+          f"{'traced GiB':>10s} "
           f"{'planner GiB':>11s} {'error':>7s} {'s':>5s}" + (f" {'CUDA GiB':>9s} {'trace/CUDA':>10s}" if cuda else ""),
           flush=True)
-    for size, grid, seq, mb, ac, steps in configs:
+    for size, grid, seq, mb, ac, steps, *rest in configs:
+        wire = rest[0] if rest else "fp32"
         t0 = time.perf_counter()
-        traced = trace_train_step(size, grid, seq=seq, micro_batch=mb, micro_steps=steps, activation_checkpointing=ac)
-        pred = memory_per_gpu(get_preset(size), Grid(*grid), seq, mb, ac, micro_steps=steps)
+        traced = trace_train_step(size, grid, seq=seq, micro_batch=mb, micro_steps=steps, activation_checkpointing=ac,
+                                  grad_reduce_dtype=wire)
+        pred = memory_per_gpu(get_preset(size), Grid(*grid), seq, mb, ac,
+                              MemoryConfig(grad_reduce_bytes=GRAD_REDUCE_BYTES[wire]), micro_steps=steps)
         err = pred.total / traced.peak - 1
         secs = time.perf_counter() - t0
         measured = measure_cuda_step(size, seq=seq, micro_batch=mb, micro_steps=steps,
                                      activation_checkpointing=ac) if cuda else None
         print(f"{size:5s} {','.join(map(str, grid)):13s} {seq:5d} {mb:3d} {'on' if ac else 'off':>4s} {steps:5d} "
+              f"{wire:>5s} "
               f"{traced.peak / GIB:10.3f} {pred.total / GIB:11.3f} {err:+7.1%} {secs:5.0f}"
               + (f" {measured / GIB:9.3f} {traced.peak / measured:10.3f}" if measured else ""), flush=True)
         if show:
             print(traced.table(show))
         rows.append({"size": size, "grid": list(grid), "seq": seq, "micro_batch": mb, "activation_checkpointing": ac,
-                     "micro_steps": steps,
+                     "micro_steps": steps, "grad_reduce_dtype": wire,
                      "traced_bytes": traced.peak, "predicted_bytes": int(pred.total), "error": err,
                      "cuda_peak_bytes": measured, "predicted": {k: int(v) for k, v in pred.to_dict().items()}})
     errs = [abs(r["error"]) for r in rows]
@@ -90,6 +100,8 @@ def main() -> None:
                    help="with --size: forward/backward passes per optimizer step (1: no gradients live in the forward)")
     p.add_argument("--activation-checkpointing", action=argparse.BooleanOptionalAction, default=True,
                    help="with --size: recompute each layer in backward (the planner's default)")
+    p.add_argument("--grad-reduce-dtype", default="fp32", choices=sorted(GRAD_REDUCE_BYTES),
+                   help="with --size: the dtype gradients are summed in over depth and data")
     p.add_argument("--show", type=int, default=0, metavar="N", help="print the N largest live tensor groups at the peak")
     p.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     p.add_argument("--cuda", action="store_true",
@@ -107,7 +119,8 @@ def main() -> None:
             grid = parse_grid(a.grid)
         except ValueError as e:
             p.error(f"--grid: {e}")
-        configs = [(a.size, grid, a.seq, a.micro_batch, a.activation_checkpointing, a.micro_steps)]
+        configs = [(a.size, grid, a.seq, a.micro_batch, a.activation_checkpointing, a.micro_steps,
+                    a.grad_reduce_dtype)]
     elif a.cuda:
         configs = [c for c in DEFAULT if c[1] == (1, 1, 1, 1)] + [("1b", (1, 1, 1, 1), 2048, 4, False, 2)]
     else:

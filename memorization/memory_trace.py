@@ -131,7 +131,7 @@ def _as_in_a_real_run():
 
 
 def _trainer(size: str, seq: int, micro_batch: int, activation_checkpointing: bool, chunk_tokens: int, batch: int,
-             tmp: str, runtime, model_factory):
+             tmp: str, runtime, model_factory, grad_reduce_dtype: str = "fp32"):
     from axonn.presets import get_preset
 
     from .goldfish import GoldfishConfig
@@ -142,7 +142,7 @@ def _trainer(size: str, seq: int, micro_batch: int, activation_checkpointing: bo
     rows = torch.randint(3, shape.vocab, (2 * batch, seq))
     cfg = TrainConfig(batch_size=batch, micro_batch=micro_batch, checkpoint_every=0, progress=False,
                       activation_checkpointing=activation_checkpointing, chunk_tokens=chunk_tokens,
-                      goldfish=GoldfishConfig(k=4))
+                      grad_reduce_dtype=grad_reduce_dtype, goldfish=GoldfishConfig(k=4))
     return Trainer(model_factory(config), rows, torch.zeros_like(rows, dtype=torch.int32), rows[:batch], cfg, tmp,
                    runtime=runtime)
 
@@ -185,12 +185,13 @@ def measure_cuda_step(size: str, seq: int = 2048, micro_batch: int = 1, micro_st
 
 def trace_train_step(size: str, grid: tuple[int, int, int, int] = (1, 1, 1, 1), seq: int = 2048,
                      micro_batch: int = 1, micro_steps: int = 2, activation_checkpointing: bool = True,
-                     chunk_tokens: int = 4096) -> TracedMemory:
+                     chunk_tokens: int = 4096, grad_reduce_dtype: str = "fp32") -> TracedMemory:
     """Peak memory of rank 0 of ``grid`` (data, row, column, depth) in one step of the trainer.
 
     The global batch is ``micro_batch · D · Z · micro_steps`` sequences of ``seq`` tokens, so each
     rank runs ``micro_steps`` forward/backward passes of ``micro_batch`` sequences (with 2 or
     more, the gradients of the first are live during the second, as in any accumulating run).
+    ``grad_reduce_dtype``: the trainer's gradient wire dtype (``"fp32"`` or ``"bf16"``).
     """
     import torch.distributed as dist
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -217,7 +218,7 @@ def trace_train_step(size: str, grid: tuple[int, int, int, int] = (1, 1, 1, 1), 
         with FakeTensorMode(allow_non_fake_inputs=True), _as_in_a_real_run(), tempfile.TemporaryDirectory() as tmp:
             rt = Runtime(axonn.init(D, R, C, Z))
             t = _trainer(size, seq, micro_batch, activation_checkpointing, chunk_tokens,
-                         micro_batch * D * Z * micro_steps, tmp, rt, cpu_model)
+                         micro_batch * D * Z * micro_steps, tmp, rt, cpu_model, grad_reduce_dtype)
             t.autocast = lambda: torch.autocast("cpu", dtype=torch.bfloat16)  # the CUDA recipe's dtypes
             groups = [{"params": g["params"], "weight_decay": g["weight_decay"]} for g in t.opt.param_groups]
             t.opt = torch.optim.AdamW(groups, lr=t.cfg.lr, betas=t.cfg.betas, fused=True)  # as on CUDA

@@ -19,11 +19,11 @@ def padded_vocab(n: int, multiple: int = 64) -> int:
 
 def check_size_runs_here(shape: ModelShape, device: torch.device, grid: tuple[int, int, int, int] = (1, 1, 1, 1),
                          seq: int = 2048, micro_batch: int = 1, activation_checkpointing: bool = False,
-                         free_bytes: int | None = None, micro_steps: int = 2) -> None:
+                         free_bytes: int | None = None, micro_steps: int = 2, grad_reduce_dtype: str = "fp32") -> None:
     """Refuse, before any allocation, a run this machine cannot hold (with what to do instead).
 
     On a GPU the need is the planner's peak memory of one rank of ``grid`` (D, R, C, Z) for this
-    sequence length, micro-batch, micro-steps per optimizer step and checkpointing
+    sequence length, micro-batch, micro-steps per optimizer step, checkpointing and gradient wire dtype
     (:func:`axonn.planner.memory_per_gpu`, checked against traces of this trainer), against the free
     memory of the device (``free_bytes`` overrides the query, for tests).
     """
@@ -39,15 +39,16 @@ def check_size_runs_here(shape: ModelShape, device: torch.device, grid: tuple[in
                 f"{'/'.join(cpu_sizes)} here, or run on GPUs (`--plan --gpus N --machine NAME` shows a grid that fits)"
             )
         return
-    from axonn.planner import Grid, memory_per_gpu
+    from axonn.planner import GRAD_REDUCE_BYTES, Grid, MemoryConfig, memory_per_gpu
 
-    mem = memory_per_gpu(shape, Grid(*grid), seq, micro_batch, activation_checkpointing, micro_steps=micro_steps)
+    mcfg = MemoryConfig(grad_reduce_bytes=GRAD_REDUCE_BYTES[grad_reduce_dtype])
+    mem = memory_per_gpu(shape, Grid(*grid), seq, micro_batch, activation_checkpointing, mcfg, micro_steps=micro_steps)
     free = torch.cuda.mem_get_info(device)[0] if free_bytes is None else free_bytes
     if mem.total <= 0.95 * free:
         return
     g = 2**30
     fixes = []
-    if not activation_checkpointing and memory_per_gpu(shape, Grid(*grid), seq, micro_batch, True,
+    if not activation_checkpointing and memory_per_gpu(shape, Grid(*grid), seq, micro_batch, True, mcfg,
                                                          micro_steps=micro_steps).total <= 0.95 * free:
         fixes.append("add --activation-checkpointing")
     if micro_batch > 1:

@@ -63,6 +63,7 @@ class TrainConfig:
     compile: bool = False
     activation_checkpointing: bool = False
     overlap: bool = True  # non-blocking collectives overlapped with compute (axonn.optimize_communication)
+    grad_reduce_dtype: str = "fp32"  # gradients summed over depth and data in "fp32" or "bf16" (half the bytes)
     chunk_tokens: int = 4096
     seed: int = 0
     wandb: bool = False  # sync to wandb (default: offline run directory only)
@@ -71,6 +72,8 @@ class TrainConfig:
     goldfish: GoldfishConfig = field(default_factory=lambda: GoldfishConfig(k=0))
 
 
+# TrainConfig.grad_reduce_dtype -> optimize_communication's grad_reduce_dtype (None: the fp32 parameters' own)
+GRAD_REDUCE_DTYPES: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16}
 STOP_SIGNAL = signal.SIGUSR1
 EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: the exit status of a CLI whose training stopped on STOP_SIGNAL (resume it)
 
@@ -123,6 +126,9 @@ class Trainer:
         self.out = Path(out_dir)
         self.rows, self.doc_ids, self.val_rows = rows, doc_ids, val_rows
         self.run_name = run_name
+        if cfg.grad_reduce_dtype not in GRAD_REDUCE_DTYPES:
+            raise ValueError(f"grad_reduce_dtype must be one of {sorted(GRAD_REDUCE_DTYPES)}, "
+                             f"got {cfg.grad_reduce_dtype!r}")
         B = cfg.batch_size
         available = len(rows) // B
         if available == 0:
@@ -203,7 +209,8 @@ class Trainer:
         loss_sum = torch.zeros((), device=self.device)
         scale = self.rt.replicas / n_kept
         on = cfg.overlap
-        with optimize_communication(overlap_all_reduce=on, overlap_reduce_scatter=on, overlap_all_gather=on):
+        with optimize_communication(overlap_all_reduce=on, overlap_reduce_scatter=on, overlap_all_gather=on,
+                                    grad_reduce_dtype=GRAD_REDUCE_DTYPES[cfg.grad_reduce_dtype]):
             for i in range(0, self.local_rows, self.micro):
                 with self.autocast():
                     ls, _ = self.forward(self.model, ids_l[i : i + self.micro], labels_l[i : i + self.micro],

@@ -87,6 +87,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
                    help="overlap the tensor-parallel collectives with compute (depth all-gathers prefetched a "
                         "layer ahead, reduce-scatters and dX all-reduces left in flight); same numbers either way")
+    g.add_argument("--grad-reduce-dtype", default="fp32", choices=["fp32", "bf16"],
+                   help="dtype gradients are summed in over depth and data: bf16 halves those bytes (the "
+                        "planner charges it too) at bf16 rounding; gradients are accumulated and kept in fp32")
     g.add_argument("--grid", default="1,1,1,1", help="4D grid data,row,column,depth; product = world size")
     g.add_argument("--plan", action="store_true", help="print the planner's best grids for --gpus/--machine and exit")
     g.add_argument("--gpus", type=int, default=None, help="GPU count for --plan")
@@ -226,7 +229,7 @@ def plan(args: argparse.Namespace) -> None:
         raise SystemExit("error: --plan needs --gpus N")
     try:
         result = make_plan(run_shape(args), seq=args.seq_len, global_batch=args.batch_size, gpus=args.gpus,
-                           machine=args.machine)
+                           machine=args.machine, grad_reduce_dtype=args.grad_reduce_dtype)
     except PlanError as e:
         raise SystemExit(f"error: {e}") from None
     print(format_plan(result))
@@ -263,6 +266,7 @@ def run_arm(arm: str, args, rt, mixture, tokenizer, out: Path) -> dict:
                       warmup_steps=args.warmup_steps, weight_decay=args.weight_decay, grad_clip=args.grad_clip,
                       eval_every=args.eval_every, checkpoint_every=args.checkpoint_every, compile=args.compile,
                       activation_checkpointing=args.activation_checkpointing, overlap=args.overlap,
+                      grad_reduce_dtype=args.grad_reduce_dtype,
                       seed=args.seed, wandb=args.wandb,
                       progress=not args.no_progress, goldfish=gf)
     trainer = Trainer(model, mixture.input_ids, mixture.doc_ids, mixture.val_ids, cfg, arm_dir, rt, run_name=arm)
@@ -321,7 +325,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     micro = args.micro_batch or local_rows
     check_size_runs_here(run_shape(args), rt.device, _parse_grid(args.grid), seq=args.seq_len,
                          micro_batch=micro, activation_checkpointing=args.activation_checkpointing,
-                         micro_steps=max(1, local_rows // micro))
+                         micro_steps=max(1, local_rows // micro), grad_reduce_dtype=args.grad_reduce_dtype)
     out = Path(args.out)
     if args.overwrite and out.exists() and rt.is_main:
         shutil.rmtree(out)

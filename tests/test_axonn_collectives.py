@@ -13,10 +13,11 @@ _spec.loader.exec_module(launcher)
 
 
 @pytest.mark.timeout(150)
-@pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "bf16-autocast"])
-def test_collective_volumes_match_analytic(autocast: bool) -> None:
-    """fp32, and bf16 autocast: Linear weights gathered and activations reduced in 2 B per element."""
-    args = ["--grid", "1,2,1,2"] + (["--autocast"] if autocast else [])
+@pytest.mark.parametrize("autocast,grads", [(False, "fp32"), (True, "bf16")], ids=["fp32", "bf16-autocast-and-grads"])
+def test_collective_volumes_match_analytic(autocast: bool, grads: str) -> None:
+    """fp32; and bf16 autocast with bf16 gradient reduction: Linear weights gathered, activations
+    reduced and every weight gradient reduce-scattered in 2 B per element."""
+    args = ["--grid", "1,2,1,2", "--grad-reduce-dtype", grads] + (["--autocast"] if autocast else [])
     codes, out = launcher.launch(str(ROOT / "benchmarks/collectives.py"), 4, args, timeout=140)
     assert codes == [0] * 4, out
     assert "linear and embedding layers MATCH the analytic volumes" in out, out

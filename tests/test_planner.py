@@ -97,6 +97,34 @@ def test_prediction_is_sane():
     assert slow.step_time_s > e.step_time_s
 
 
+def test_bf16_gradient_reduction_costs_half_the_gradient_bytes():
+    """grad_reduce_dtype="bf16": never slower or larger than fp32, the same where no gradient
+    travels (D = Z = 1), strictly faster where the depth reduce-scatters do; the plan says so."""
+    from axonn.planner import CostConfig, MemoryConfig
+
+    prof, shape = load_profile("frontier"), get_preset("70b")
+    fp32_c, bf16_c = CostConfig(), CostConfig(bytes_grad_comm=2)
+    fp32_m, bf16_m = MemoryConfig(), MemoryConfig(grad_reduce_bytes=2)
+    for g in (Grid(1, 8, 8, 1), Grid(1, 2, 1, 32), Grid(4, 2, 1, 8), Grid(8, 8, 1, 1)):
+        t32 = predict_step(shape, g, 2048, 256, 1, prof, True, fp32_c)
+        t16 = predict_step(shape, g, 2048, 256, 1, prof, True, bf16_c)
+        m32 = memory_per_gpu(shape, g, 2048, 1, True, fp32_m, micro_steps=1).total
+        m16 = memory_per_gpu(shape, g, 2048, 1, True, bf16_m, micro_steps=1).total
+        assert t16.step_time_s <= t32.step_time_s and m16 <= m32, g
+        if g.data == g.depth == 1:
+            assert t16.step_time_s == t32.step_time_s and m16 == m32, g
+        if g.depth > 1:
+            assert t16.comm_s["depth"] < t32.comm_s["depth"], g
+        if g.data > 1:
+            assert t16.comm_s["data"] == pytest.approx(t32.comm_s["data"] / 2, rel=0.05), g
+    res32 = plan("405b", seq=2048, global_batch=128, gpus=1024, machine=prof)
+    res16 = plan("405b", seq=2048, global_batch=128, gpus=1024, machine=prof, grad_reduce_dtype="bf16")
+    assert res16.best.step_time_s < res32.best.step_time_s
+    assert "gradients reduced in bf16" in format_plan(res16) and "gradients reduced in fp32" in format_plan(res32)
+    with pytest.raises(PlanError, match="grad_reduce_dtype must be one of"):
+        plan("8b", 2048, 64, 16, machine=prof, grad_reduce_dtype="fp8")
+
+
 def test_405b_on_4096_frontier_gcds_fits():
     res = plan("405b", seq=2048, global_batch=1024, gpus=4096, machine="frontier")
     assert len(res.ranked) > 10
@@ -174,6 +202,10 @@ def test_cli_json(capsys):
         assert {"grid", "step_time_s", "flops_per_s", "memory_per_gpu_bytes"} <= set(e)
         assert len(e["grid"]) == 4 and e["grid"][0] * e["grid"][1] * e["grid"][2] * e["grid"][3] == 32
     assert [e["step_time_s"] for e in out] == sorted(e["step_time_s"] for e in out)
+    rc = cli_main(["--size", "8b", "--gpus", "32", "--machine", "alps", "--global-batch", "128", "--json",
+                   "--top", "4", "--grad-reduce-dtype", "bf16"])
+    bf16 = json.loads(capsys.readouterr().out)
+    assert rc == 0 and bf16[0]["step_time_s"] <= out[0]["step_time_s"]
 
 
 def test_cli_table_shape_and_errors(capsys):

@@ -143,3 +143,17 @@ def test_activation_checkpointing_keeps_the_loss_curve(tmp_path):
     assert all(layer.gradient_checkpointing for layer in t.model.model.layers)
     got = [h["loss"] for h in t.fit()["history"]]
     assert got == pytest.approx(ref, rel=1e-5)
+
+
+def test_grad_reduce_dtype_reaches_the_collectives_and_bad_values_are_refused(tmp_path):
+    """TrainConfig.grad_reduce_dtype is in force during each step's backward and sync (and only
+    then); an unknown dtype is refused before any work."""
+    from axonn.intra_layer.overlap import CONFIG
+
+    t = _trainer(tmp_path / "a", grad_reduce_dtype="bf16")
+    seen = []
+    t.model.lm_head.register_full_backward_hook(lambda *_: seen.append(CONFIG.grad_reduce_dtype))
+    t.train_step()
+    assert seen == [torch.bfloat16] * 2 and CONFIG.grad_reduce_dtype is None  # two micro-steps
+    with pytest.raises(ValueError, match="grad_reduce_dtype must be one of"):
+        _trainer(tmp_path / "b", grad_reduce_dtype="fp8")

@@ -13,11 +13,11 @@ measures one. See ``docs/planner.md``.
 from .memory import MemoryBreakdown, MemoryConfig, memory_per_gpu
 from .model import CostConfig, Grid, StepBreakdown, divisibility_problem, enumerate_grids, predict_step
 from .profiles import MachineProfile, known_profiles, load_profile, save_profile
-from .search import (PlanEntry, PlanError, PlanResult, Rejection, format_plan, plan, resolve_shape,
-                     smallest_fitting_gpus)
+from .search import (GRAD_REDUCE_BYTES, PlanEntry, PlanError, PlanResult, Rejection, format_plan, plan,
+                     resolve_shape, smallest_fitting_gpus)
 
 __all__ = [
-    "CostConfig", "Grid", "MachineProfile", "MemoryBreakdown", "MemoryConfig", "PlanEntry", "PlanError",
+    "GRAD_REDUCE_BYTES", "CostConfig", "Grid", "MachineProfile", "MemoryBreakdown", "MemoryConfig", "PlanEntry", "PlanError",
     "PlanResult", "Rejection", "StepBreakdown", "divisibility_problem", "enumerate_grids", "format_plan",
     "known_profiles", "load_profile", "memory_per_gpu", "plan", "predict_step", "resolve_shape",
     "save_profile", "smallest_fitting_gpus",

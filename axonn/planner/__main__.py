@@ -35,6 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "profile YAML path")
     p.add_argument("--activation-checkpointing", action=argparse.BooleanOptionalAction, default=True,
                    help="checkpoint each decoder layer (default on)")
+    p.add_argument("--grad-reduce-dtype", default="fp32", choices=["fp32", "bf16"],
+                   help="dtype the trainer sums gradients in over depth and data (its --grad-reduce-dtype): "
+                        "bf16 halves those bytes and the reduce buffers")
     p.add_argument("--top", type=int, default=None, help="grids to show (table default 5; JSON default all)")
     p.add_argument("--show-rejected", type=int, default=8, help="rejected grids to list per reason")
     p.add_argument("--json", action="store_true", help="print the ranking as a JSON list, best first")
@@ -89,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         if gpus is None:
             parser.error("--gpus (or --nodes) is required")
         result = plan(shape, seq=args.seq, global_batch=args.global_batch, gpus=gpus, machine=args.machine,
-                      micro_batch=args.micro_batch, activation_checkpointing=args.activation_checkpointing)
+                      micro_batch=args.micro_batch, activation_checkpointing=args.activation_checkpointing,
+                      grad_reduce_dtype=args.grad_reduce_dtype)
     except PlanError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

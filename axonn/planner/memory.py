@@ -28,12 +28,15 @@ embedding is fp32); matmul outputs are bf16.  Two layouts:
       A = m·(16h + 8h/C + 4h/R + 4kv/R + 8f/R + 4·heads/R)
 
 States (every rank, the data axis replicates them): ``16 B × ((P_lin + V·h)/(R·C·Z) + P_norm)``
-(the embedding is split over row × column and depth, like a Linear).  With ``D·Z > 1`` the gradient all-reduce
-flattens one bucket of at most 64 Mi fp32 elements at a time.  Depth buffers (Z > 1): the Linear being
-back-propagated holds its gathered weight in bf16 and its unreduced weight gradient in bf16 and
-fp32, ``8 B`` per element of its local block; the largest is the LM head, ``8·V·h/(R·C)``.
-With the trainer's overlap, up to two earlier Linears' reduce-scatters are in flight, each holding
-its fp32 input, and the next Linear's bf16 weight is being prefetched: ``10 B`` per element of the
+(the embedding is split over row × column and depth, like a Linear).  Gradients travel in the wire
+dtype ``w`` (``grad_reduce_bytes``: 4 B fp32 by default, 2 B with ``TrainConfig.grad_reduce_dtype =
+"bf16"``).  With ``D·Z > 1`` the gradient all-reduce flattens one bucket of at most 64 Mi
+elements at a time (``w`` B each).  Depth buffers (Z > 1): the Linear being back-propagated
+holds its gathered weight in bf16, its unreduced weight gradient in bf16 and that gradient's
+cast to the wire dtype (none for bf16), ``8 B`` per element of its local block (``4 B`` in bf16); the
+largest is the LM head, ``8·V·h/(R·C)``.  With the trainer's overlap, up to two earlier Linears'
+reduce-scatters are in flight, each holding its input in the wire dtype, and the next Linear's
+bf16 weight is being prefetched: ``2w + 2`` B (10 B fp32, 6 B bf16) per element of the
 largest decoder-layer block more while a layer back-propagates (``axonn.intra_layer.overlap``; all
 are finished when a backward pass ends; nothing is in flight yet when the LM head runs, so the
 buffers are the larger of the two), and ``2 B`` per element (a prefetched weight) in the loss's
@@ -84,8 +87,17 @@ class MemoryConfig:
 
     bytes_per_param: int = 16        # fp32 weight + fp32 gradient + 2 × fp32 AdamW moment
     chunk_tokens: int = 4096         # the loss's chunk (TrainConfig.chunk_tokens)
-    gathered_bytes: int = 8          # depth, per local-block element: bf16 weight, bf16 and fp32 unreduced gradient
-    in_flight_bytes: int = 10        # overlap (TrainConfig.overlap): 2 fp32 reduce-scatter inputs + 1 prefetched bf16 weight
+    grad_reduce_bytes: int = 4       # gradients on the wire (TrainConfig.grad_reduce_dtype): 4 fp32, 2 bf16
+
+    @property
+    def gathered_bytes(self) -> int:
+        """Depth, per local-block element: bf16 weight, bf16 unreduced gradient (and its fp32 cast)."""
+        return 4 + (self.grad_reduce_bytes if self.grad_reduce_bytes != 2 else 0)
+
+    @property
+    def in_flight_bytes(self) -> int:
+        """Overlap (TrainConfig.overlap): 2 reduce-scatter inputs in the wire dtype + 1 prefetched bf16 weight."""
+        return 2 * self.grad_reduce_bytes + 2
 
 
 @dataclass
@@ -160,7 +172,9 @@ def memory_per_gpu(shape: ModelShape, grid: Grid, seq: int, micro_batch: int,
     gathered = max(head_buffers, layer_buffers_z) if Z > 1 else 0.0
     prefetched = 2 * block if Z > 1 else 0.0  # the LM head's backward prefetches the last layer's weight
     # gradient all-reduce over data x depth (sync_gradients): one flattened bucket at a time
-    sync = (0.0, 0.0, 0.0) if grid.data * Z == 1 else (min(4.0 * GRAD_BUCKET_ELEMENTS, states / 4), 0.0, 0.0)
+    grb = cfg.grad_reduce_bytes
+    bucket = grb * min(GRAD_BUCKET_ELEMENTS, states / cfg.bytes_per_param)
+    sync = (0.0, 0.0, 0.0) if grid.data * Z == 1 else (bucket, 0.0, 0.0)
     # gradients not yet produced at a moment of a single-micro-step step (fp32, this rank's shards)
     grads = states / 4
     head_grad = 4 * V * h / (R * C * Z)

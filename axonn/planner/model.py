@@ -37,7 +37,8 @@ Communication
 -------------
 Per-rank volumes (elements) from the 3D algorithm, per Linear and micro-step; weights travel in
 bf16 (``bytes_act``: the trainer's autocast casts a shard before it is all-gathered), gradients
-in fp32 (``bytes_grad_comm``: they are reduced in the master weights' dtype)::
+in fp32 (``bytes_grad_comm``: they are reduced in the master weights' dtype; 2 with the trainer's
+``grad_reduce_dtype = "bf16"``)::
 
     all-gather W over Z (fwd, and again bwd):  (Z−1)/Z · nk/(Gr·Gc)
     all-reduce Y over Gc (fwd):              2(Gc−1)/Gc · m·n/Gr
@@ -45,9 +46,10 @@ in fp32 (``bytes_grad_comm``: they are reduced in the master weights' dtype)::
     reduce-scatter dW over Z (bwd):            (Z−1)/Z · nk/(Gr·Gc)
     all-reduce dW shard over D (once/step):  2(D−1)/D · nk/(Gr·Gc·Z)
 
-the ``V × h`` embedding (vocabulary over row × column, each chunk over depth, fp32 throughout)
-adds per micro-step an all-gather of its chunk over Z in the forward and a reduce-scatter of its
-gradient in the backward, ``(Z−1)/Z · V·h/(R·C)`` each and not overlapped, plus the forward
+the ``V × h`` embedding (vocabulary over row × column, each chunk over depth) adds per
+micro-step an fp32 all-gather of its chunk over Z in the forward and a reduce-scatter of its
+gradient (``bytes_grad_comm``) in the backward, ``(Z−1)/Z · V·h/(R·C)`` elements each and not
+overlapped, plus the forward
 all-reduce of its ``m × h`` output over row × column (charged as a column then a row
 all-reduce); and, with activation checkpointing on a row × column grid, one fp32 all-gather of the layer
 input's ``1/(R·C)`` slices per layer in backward, ``(R·C−1)/(R·C) · m·h`` (``axonn.checkpointing``,
@@ -210,7 +212,7 @@ class CostConfig:
     kernel_overhead: float = 0.10    # elementwise kernels, launch gaps: fraction of GEMM+attention time
     causal_attention: bool = True    # flash attention skips the masked half
     bytes_act: int = 2               # bf16 activations / weights on the wire
-    bytes_grad_comm: int = 4         # gradients reduced in fp32 (the master weights' dtype)
+    bytes_grad_comm: int = 4         # gradients reduced in fp32 (the master weights' dtype); 2: bf16
     optimizer_bytes_per_param: int = 36  # bytes touched per local parameter by fused AdamW (r+w)
 
 
@@ -364,11 +366,12 @@ def predict_step(shape: ModelShape, grid: Grid, seq: int, global_batch: int, mic
         axes_comm["row"] += shape.layers * ag_r
     # --- lm_head (+ loss) and the embedding: fp32 output all-reduced over row x column (as a
     # column then a row all-reduce), its chunk all-gathered over depth and its gradient
-    # reduce-scattered there (fp32, not overlapped)
+    # reduce-scattered there (fp32 chunk, gradient in the wire dtype; not overlapped)
     head = [linear_costs(lm_head(shape))]
     hf, hb, hc = block(head)
     emb_out = {ax: comm.allreduce(ax, m * shape.hidden, 4) for ax in ("column", "row")}
-    emb_depth = 2 * comm.allgather("depth", shape.vocab * shape.hidden / (R * C), 4)
+    emb_chunk = shape.vocab * shape.hidden / (R * C)
+    emb_depth = comm.allgather("depth", emb_chunk, 4) + comm.allgather("depth", emb_chunk, bg)
     for ax, t in emb_out.items():
         axes_comm[ax] += t
     axes_comm["depth"] += emb_depth

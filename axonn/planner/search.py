@@ -14,6 +14,8 @@ from .profiles import MachineProfile, known_profiles, load_profile
 
 #: micro-batches the planner tries when none is given (per GPU, sequences)
 MICRO_BATCH_CHOICES = (1, 2, 4, 8, 16, 32)
+#: the trainer's grad_reduce_dtype -> bytes per gradient element on the wire
+GRAD_REDUCE_BYTES = {"fp32": 4, "bf16": 2}
 #: largest GPU count searched for "the smallest GPU count that fits"
 MAX_SEARCH_GPUS = 1 << 17
 
@@ -105,6 +107,7 @@ class PlanResult:
     activation_checkpointing: bool
     ranked: list[PlanEntry]
     rejected: list[Rejection]
+    grad_reduce_dtype: str = "fp32"
 
     @property
     def best(self) -> PlanEntry:
@@ -194,12 +197,14 @@ def smallest_fitting_gpus(shape: ModelShape, seq: int, prof: MachineProfile,
 def plan(shape: str | ModelShape, seq: int, global_batch: int, gpus: int,
          machine: str | Path | MachineProfile, micro_batch: int | None = None,
          activation_checkpointing: bool = True, cost_cfg: CostConfig | None = None,
-         mem_cfg: MemoryConfig | None = None) -> PlanResult:
+         mem_cfg: MemoryConfig | None = None, grad_reduce_dtype: str = "fp32") -> PlanResult:
     """Rank every valid 4D grid of ``gpus`` GPUs for training ``shape`` on ``machine``.
 
     ``micro_batch`` is sequences per GPU per forward/backward (``None``: the planner picks the
     fastest that fits from :data:`MICRO_BATCH_CHOICES` for each grid). ``global_batch`` is
     sequences per optimizer step and must be divisible by ``data·depth·micro_batch``.
+    ``grad_reduce_dtype`` (``"fp32"`` or ``"bf16"``, the trainer's ``grad_reduce_dtype``) sets the
+    gradients' bytes on the wire in the default ``cost_cfg`` and ``mem_cfg``.
 
     Raises :class:`PlanError` for an unknown machine/size, non-positive inputs, a GPU count that
     is not whole nodes, and when no grid is left (nothing divides, the batch never divides, or
@@ -207,8 +212,12 @@ def plan(shape: str | ModelShape, seq: int, global_batch: int, gpus: int,
     """
     shape = resolve_shape(shape)
     prof = _profile(machine)
-    cost_cfg = cost_cfg or CostConfig()
-    mem_cfg = mem_cfg or MemoryConfig()
+    if grad_reduce_dtype not in GRAD_REDUCE_BYTES:
+        raise PlanError(f"grad_reduce_dtype must be one of {sorted(GRAD_REDUCE_BYTES)}, got {grad_reduce_dtype!r}",
+                        kind="input")
+    wire = GRAD_REDUCE_BYTES[grad_reduce_dtype]
+    cost_cfg = cost_cfg or CostConfig(bytes_grad_comm=wire)
+    mem_cfg = mem_cfg or MemoryConfig(grad_reduce_bytes=wire)
     for name, val in (("seq", seq), ("global_batch", global_batch), ("gpus", gpus)):
         if not isinstance(val, int) or val <= 0:
             raise PlanError(f"{name} must be a positive integer, got {val!r}", kind="input")
@@ -262,7 +271,7 @@ def plan(shape: str | ModelShape, seq: int, global_batch: int, gpus: int,
             ranked.append(best)
     ranked.sort(key=lambda e: (e.step_time_s, e.memory_per_gpu_bytes))
     result = PlanResult(shape, seq, global_batch, gpus, prof, micro_batch, activation_checkpointing,
-                        ranked, rejected)
+                        ranked, rejected, grad_reduce_dtype)
     if not ranked:
         _explain_failure(result, mem_cfg)
     return result
@@ -332,7 +341,8 @@ def format_plan(result: PlanResult, top: int = 5, show_rejected: int = 8) -> str
     mb = "auto" if r.micro_batch is None else str(r.micro_batch)
     lines = [
         f"{r.shape.name}: {r.shape.num_params() / 1e9:.3g}B params, seq {r.seq}, global batch {r.global_batch} "
-        f"(micro-batch {mb}), activation checkpointing {'on' if r.activation_checkpointing else 'off'}",
+        f"(micro-batch {mb}), activation checkpointing {'on' if r.activation_checkpointing else 'off'}, "
+        f"gradients reduced in {r.grad_reduce_dtype}",
         f"machine {prof.name}: {r.gpus} GPUs = {max(1, r.gpus // prof.gpus_per_node)} node(s) × "
         f"{min(r.gpus, prof.gpus_per_node)}, {prof.memory_gib:g} GiB ({prof.usable_memory_bytes / GIB:.1f} usable), "
         f"{prof.measured_tflops:g}/{prof.peak_tflops:g} TFLOP/s measured/peak",

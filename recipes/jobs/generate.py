@@ -96,6 +96,7 @@ class JobSpec:
     micro_batch: int | None = None
     grid: tuple[int, int, int, int] | None = None  # override the planner's choice
     activation_checkpointing: bool = True
+    grad_reduce_dtype: str = "fp32"  # "bf16": gradients summed in bf16 (planned and trained so)
     signal_lead_s: int = 120
     init: str | None = None      # HF checkpoint to fine-tune; "{size}" in it becomes the size (8b, 70b, ...)
     extra_args: str = ""         # appended verbatim to the memorize.py command
@@ -173,7 +174,8 @@ def make_job(spec: JobSpec) -> Job:
     else:
         res = plan(spec.size, seq=spec.seq, global_batch=spec.global_batch, gpus=gpus,
                    machine=load_profile(cfg.profile), micro_batch=spec.micro_batch,
-                   activation_checkpointing=spec.activation_checkpointing)
+                   activation_checkpointing=spec.activation_checkpointing,
+                   grad_reduce_dtype=spec.grad_reduce_dtype)
         best = res.best
         grid, mb, predicted = tuple(best.grid), best.micro_batch, best.step_time_s
         note = (f"planner: {predicted:.2f} s/step, {best.tflops_per_gpu:.0f} TFLOP/s/GPU, "
@@ -186,6 +188,7 @@ def make_job(spec: JobSpec) -> Job:
             "--exposures", str(spec.exposures), "--seq-len", str(spec.seq), "--batch-size", str(spec.global_batch),
             "--micro-batch", str(mb), "--out", run_dir, "--resume", "--export-dtype", "bfloat16"]
     args.append("--activation-checkpointing" if spec.activation_checkpointing else "--no-activation-checkpointing")
+    args += ["--grad-reduce-dtype", spec.grad_reduce_dtype]
     if spec.init:
         args += ["--init", check_init(spec.init.replace("{size}", spec.size), spec.size)]
     train_args = " ".join(shlex.quote(a) for a in args)
@@ -282,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
                    "Checked against the size's shape where this machine sees it. Default: random init")
     p.add_argument("--no-activation-checkpointing", action="store_true",
                    help="plan and train without per-layer activation checkpointing")
+    p.add_argument("--grad-reduce-dtype", default="fp32", choices=["fp32", "bf16"],
+                   help="sum gradients over depth and data in bf16 (half the bytes; planned and trained so)")
     p.add_argument("--all", action="store_true",
                    help="emit the paper matrix: frontier/alps/perlmutter × 8b/70b/405b × goldfish k 4 and 0")
     p.add_argument("--print", action="store_true", help="print the script instead of writing it (single job)")
@@ -293,7 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     spec = JobSpec(machine=a.machine, size=a.size, gpus=a.gpus, nodes=a.nodes, goldfish_k=a.goldfish_k,
                    exposures=a.exposures, time=a.time, account=a.account, out_dir=a.out_dir, run_root=a.run_root,
                    seq=a.seq, global_batch=a.global_batch, micro_batch=a.micro_batch, grid=grid,
-                   activation_checkpointing=not a.no_activation_checkpointing, init=a.init)
+                   activation_checkpointing=not a.no_activation_checkpointing,
+                   grad_reduce_dtype=a.grad_reduce_dtype, init=a.init)
     specs = paper_matrix(spec) if a.all else [spec]
     try:
         for s in specs:

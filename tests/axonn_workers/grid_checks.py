@@ -3,7 +3,8 @@
 Checks per grid: forward logits, loss, every gathered parameter gradient (embedding,
 norms, q/k/v/o with biases, MLP, lm_head) after sync_gradients; clip_grad_norm_ (2 and inf);
 a Linear-with-bias stack (auto_parallelize + explicit transposed pair); N training steps
-with AdamW + clipping following the serial loss curve; overlap on == overlap off.
+with AdamW + clipping following the serial loss curve; overlap on == overlap off; bf16
+autocast; gradients reduced in bf16.
 """
 from __future__ import annotations
 
@@ -221,6 +222,50 @@ def check_autocast(grid) -> None:
 
 
 AUTOCAST_GRAD_TOL = 5e-2
+BF16_REDUCE_TOL = 2e-2  # bf16 rounding of each rank's contribution and of the sum (8-bit mantissa)
+
+
+def check_bf16_grad_reduce(grid) -> None:
+    """``grad_reduce_dtype=bf16``: every gradient reduce-scatter (depth) and all-reduce (data,
+    data x depth) moves 2 B per element, the gradients stay fp32 and match the serial model's to
+    bf16 rounding, and where nothing is reduced (D = Z = 1) they are bit-identical to fp32's."""
+    from axonn.communication import count_bytes
+    from axonn.intra_layer.overlap import CONFIG, PENDING_GRADS
+
+    ref = tiny_llama(0)
+    par = axonn.parallelize(copy.deepcopy(ref))
+    x, y = batch(0)
+    ref(input_ids=x, labels=y).loss.backward()
+    runs = {}
+    for wire in (None, torch.bfloat16):
+        for p in par.parameters():
+            p.grad = None
+        with axonn.optimize_communication(overlap_all_reduce=True, overlap_reduce_scatter=True,
+                                          overlap_all_gather=True, grad_reduce_dtype=wire), count_bytes() as counter:
+            par(input_ids=axonn.batch_slice(x), labels=axonn.batch_slice(y)).loss.backward()
+            axonn.sync_gradients(par)
+        assert not PENDING_GRADS and CONFIG.grad_reduce_dtype is None
+        runs[wire] = (axonn.full_grad_dict(par), counter)
+    grads, counter = runs[torch.bfloat16]
+    for n, p in ref.named_parameters():
+        assert grads[n].dtype == torch.float32, f"{n}: gradient kept in {grads[n].dtype}"
+        assert_close(grads[n], p.grad, f"bf16-reduced grad {n}", tol=BF16_REDUCE_TOL)
+    reductions = _grad_reductions(counter)
+    for tag, op, axes, elems, nbytes, _ in reductions:
+        assert nbytes == 2 * elems, f"{tag or 'sync_gradients'}: {op} over {axes} moved {nbytes / elems} B per element"
+    if grid.size(("data", "depth")) > 1:
+        fp32 = _grad_reductions(runs[None][1])
+        assert reductions and [r[3] for r in reductions] == [r[3] for r in fp32], "not the same reductions"
+        assert 2 * sum(r[4] for r in reductions) == sum(r[4] for r in fp32), "not half the fp32 bytes"
+    else:
+        for n in grads:
+            assert torch.equal(grads[n], runs[None][0][n]), f"{n}: rounded to bf16 with nothing to reduce"
+
+
+def _grad_reductions(counter) -> list[tuple]:
+    """The gradient reductions a counter saw: depth reduce-scatters and data (x depth) all-reduces."""
+    return [r for r in counter.records
+            if (r[1] == "reduce_scatter" and r[2] == "depth") or (r[1] == "all_reduce" and "data" in r[2])]
 
 
 def main() -> None:
@@ -233,6 +278,7 @@ def main() -> None:
         check_linear_stack(grid)
         check_checkpointing(grid)
         check_autocast(grid)
+        check_bf16_grad_reduce(grid)
         check_training(grid, steps)
         dist.barrier()
         if grid.rank == 0:
