@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import shutil
 import sys
 import time
@@ -80,8 +81,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--eval-every", type=int, default=0, help="validation every N steps (0: at the end)")
     g.add_argument("--checkpoint-every", type=int, default=50, help="checkpoint every N steps (and at the end)")
     g.add_argument("--compile", action="store_true", help="torch.compile the forward/loss")
-    g.add_argument("--activation-checkpointing", action=argparse.BooleanOptionalAction, default=False,
-                   help="recompute layer activations in backward (less memory, ~30%% more compute)")
+    g.add_argument("--activation-checkpointing", action=argparse.BooleanOptionalAction, default=None,
+                   help="recompute layer activations in backward (less memory, ~30%% more compute; "
+                        "default off, on with --plan)")
     g.add_argument("--seed", type=int, default=0, help="seed of the mixture and the initial weights")
     g = p.add_argument_group("parallelism and planning")
     g.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
@@ -116,6 +118,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.seq_len = 2048 if args.plan else 128
     if args.batch_size is None:
         args.batch_size = 1024 if args.plan else 4
+    if args.activation_checkpointing is None:
+        args.activation_checkpointing = bool(args.plan)
     return args
 
 
@@ -229,10 +233,33 @@ def plan(args: argparse.Namespace) -> None:
         raise SystemExit("error: --plan needs --gpus N")
     try:
         result = make_plan(run_shape(args), seq=args.seq_len, global_batch=args.batch_size, gpus=args.gpus,
-                           machine=args.machine, grad_reduce_dtype=args.grad_reduce_dtype)
+                           machine=args.machine, micro_batch=args.micro_batch,
+                           activation_checkpointing=args.activation_checkpointing,
+                           grad_reduce_dtype=args.grad_reduce_dtype)
     except PlanError as e:
         raise SystemExit(f"error: {e}") from None
     print(format_plan(result))
+    print(f"\nrun the best grid (one process per GPU, under srun/torchrun/mpiexec):\n  {run_command(args, result.best)}")
+    if Path(args.machine).suffix not in (".yaml", ".yml") and args.machine in JOB_MACHINES:
+        print(f"or write a Slurm job for it:\n  python recipes/jobs/generate.py --machine {args.machine} "
+              f"--size {args.size} --gpus {args.gpus} --seq {args.seq_len} --global-batch {args.batch_size}"
+              f"{'' if args.activation_checkpointing else ' --no-activation-checkpointing'}"
+              f" --grad-reduce-dtype {args.grad_reduce_dtype}")
+
+
+JOB_MACHINES = ("frontier", "alps", "perlmutter")  # recipes/jobs/generate.py's targets
+
+
+def run_command(args: argparse.Namespace, best) -> str:
+    """The memorize.py command line that trains with the planned grid and micro-batch."""
+    cmd = ["python recipes/memorize.py", f"--size {args.size}"]
+    if args.init:
+        cmd.append(f"--init {shlex.quote(args.init)}")
+    cmd += [f"--grid {','.join(map(str, best.grid))}", f"--micro-batch {best.micro_batch}",
+            f"--seq-len {args.seq_len}", f"--batch-size {args.batch_size}",
+            "--activation-checkpointing" if args.activation_checkpointing else "--no-activation-checkpointing",
+            f"--grad-reduce-dtype {args.grad_reduce_dtype}"]
+    return " ".join(cmd)
 
 
 def make_runtime(args: argparse.Namespace):

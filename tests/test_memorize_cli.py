@@ -122,7 +122,17 @@ def test_plan_prints_fitting_grids_for_405b_on_frontier(capsys, tmp_path):
     assert memorize.main(["--size", "405b", "--gpus", "4096", "--machine", "frontier", "--plan",
                           "--out", str(tmp_path)]) is None
     out = capsys.readouterr().out
-    assert "fitting grid" in out and "rejected" in out
+    assert "fitting grid" in out and "rejected" in out and "activation checkpointing on" in out
+    # the plan's best grid as a runnable command and as a job; the run's own flags are planned for
+    run = next(line.strip() for line in out.splitlines() if line.strip().startswith("python recipes/memorize.py"))
+    ns = memorize.parse_args(run.split()[2:])
+    assert ns.grid.count(",") == 3 and ns.micro_batch >= 1 and ns.activation_checkpointing and ns.batch_size == 1024
+    assert "python recipes/jobs/generate.py --machine frontier --size 405b --gpus 4096" in out
+    memorize.main(["--size", "8b", "--gpus", "64", "--machine", "frontier", "--plan", "--batch-size", "128",
+                   "--micro-batch", "1", "--no-activation-checkpointing", "--grad-reduce-dtype", "bf16"])
+    out = capsys.readouterr().out
+    assert "(micro-batch 1), activation checkpointing off, gradients reduced in bf16" in out
+    assert "--micro-batch 1 --seq-len 2048 --batch-size 128 --no-activation-checkpointing --grad-reduce-dtype bf16" in out
     with pytest.raises(SystemExit, match="smallest GPU count"):
         memorize.main(["--size", "405b", "--gpus", "8", "--machine", "frontier", "--plan"])
 
