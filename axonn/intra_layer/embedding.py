@@ -48,11 +48,13 @@ class _EmbeddingFn(torch.autograd.Function):
         local_ids, mask = ctx.saved_tensors
         dout = dout.masked_fill(~mask.unsqueeze(-1), 0)
         pad = layer.local_padding_idx
-        # the same kernel as F.embedding's backward (rows of padding_idx get no gradient)
-        grad = torch.ops.aten.embedding_dense_backward(dout, local_ids, layer.local_vocab,
-                                                       -1 if pad is None else pad, False)
         with comm_tag(layer.axonn_name):
-            return None, reduce_weight_grad(grad, layer.weight, layer.weight_spec.padded_len, layer.grid), None
+            # the same kernel as F.embedding's backward (rows of padding_idx get no gradient); no
+            # reference is kept to its output, which reduce_weight_grad frees once it is cast
+            dw = reduce_weight_grad(torch.ops.aten.embedding_dense_backward(
+                dout, local_ids, layer.local_vocab, -1 if pad is None else pad, False),
+                layer.weight, layer.weight_spec.padded_len, layer.grid)
+        return None, dw, None
 
 
 class Embedding(nn.Module):

@@ -99,7 +99,9 @@ def reduce_weight_grad(grad: torch.Tensor, weight: torch.nn.Parameter, padded_le
 
     ``grad`` (any shape) is flattened, cast to the wire dtype (``grad_reduce_dtype``, else the
     weight's), zero-padded to ``padded_len`` and reduce-scattered over depth (summing the depth
-    ranks' different micro-batches); the result is returned in the weight's dtype.  With
+    ranks' different micro-batches); the result is returned in the weight's dtype.  ``grad`` is
+    consumed: pass it without keeping a reference, so a cast copy lets it go before the
+    reduce-scatter allocates its output (one local block less at the backward's peak).  With
     ``overlap_reduce_scatter`` the reduce-scatter is queued (:func:`queue_grad`) and ``None`` is
     returned: it lands in ``weight.grad`` later.
     """
@@ -112,6 +114,7 @@ def reduce_weight_grad(grad: torch.Tensor, weight: torch.nn.Parameter, padded_le
         flat[n:].zero_()
     else:
         flat = grad.reshape(-1).to(wire)
+    del grad
     if depth == 1:
         return flat
     if CONFIG.reduce_scatter:
