@@ -20,6 +20,11 @@ what its tensor coordinate owns, so the save runs at the bandwidth of every node
 of data slice 0's alone.  Atomicity: everything is written into ``.<name>.tmp``,
 fsynced, then renamed to ``path`` by rank 0 (an existing checkpoint at ``path`` is
 replaced only after the new one is complete).
+``save(..., background=True)`` copies this rank's shards to host memory (a snapshot) and
+returns a :class:`PendingSave` whose files a thread writes while training goes on; its
+collective ``finish()`` waits, checks that every rank's writes succeeded and only then
+writes ``COMPLETE`` and renames, so a failed or interrupted background save leaves the
+previous checkpoint in place, exactly as a blocking one does.
 
 Loading looks up in ``index.json`` which stored pieces it needs and opens only their
 files.  On the grid the checkpoint was written on (a resumed or requeued job) that
@@ -34,10 +39,12 @@ spec; others (e.g. Adam's ``step``) are stored whole.
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
 import shutil
+import threading
 import uuid
 from pathlib import Path
 from typing import Any, Callable
@@ -141,43 +148,113 @@ def _names_of_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer) -> l
 
 
 def save(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | os.PathLike,
-         extra_state: dict[str, Any] | None = None, grid: Grid | None = None) -> None:
-    """Write a sharded checkpoint of ``model`` (+ ``optimizer``) to ``path`` (collective)."""
+         extra_state: dict[str, Any] | None = None, grid: Grid | None = None,
+         background: bool = False) -> "PendingSave | None":
+    """Write a sharded checkpoint of ``model`` (+ ``optimizer``) to ``path`` (collective).
+
+    ``background=True`` returns once this rank's shards are copied to host memory (a snapshot:
+    training may change the model and optimizer right away) and writes the files in a thread; the
+    returned :class:`PendingSave`'s ``finish()``, called by every rank at the same point, waits for
+    them and publishes the checkpoint.  Until then ``path`` keeps its previous content.  Costs host
+    memory for this rank's share of the state (the blocking save streams one tensor at a time).
+    """
     grid = _grid(model, grid)
     path = Path(path)
     tmp = _staging_dir(path, grid.rank)
     _barrier()
     owned = tensor_owned({n: spec_of(p) for n, p in model.named_parameters()}, grid.coords)
     mine = {n for n, d in writers(owned, grid.sizes["data"]).items() if d == grid.coords["data"]}
+    saved = _host_copy if background else _as_saved
     params: dict[str, tuple[torch.Tensor, dict]] = {}
     optim: dict[str, dict[str, tuple[torch.Tensor, dict | None]]] = {}
     for name, p in model.named_parameters():
         if name not in mine:
             continue
         spec = owned[name]
-        params[name] = (_as_saved(p), spec.to_dict())
+        params[name] = (saved(p), spec.to_dict())
         if optimizer is not None and p in optimizer.state:
-            optim[name] = {k: ((_as_saved(v), spec.to_dict()) if torch.is_tensor(v) and v.shape == p.shape
-                               else (_as_saved(v) if torch.is_tensor(v) else v, None))
+            optim[name] = {k: ((saved(v), spec.to_dict()) if torch.is_tensor(v) and v.shape == p.shape
+                               else (saved(v) if torch.is_tensor(v) else v, None))
                            for k, v in optimizer.state[p].items()}
-    if params:
-        _fsync_write(tmp / _file_of(grid.rank), lambda f: torch.save({"params": params, "optim": optim}, f))
     index = _gather_index(owned, grid)
-    _barrier()
+    files: list[tuple[str, Callable]] = []
+    if params:
+        shards = {"params": params, "optim": optim}
+        files.append((_file_of(grid.rank), lambda f: torch.save(shards, f)))
     if grid.rank == 0:
         compact = json.dumps(_encode_index(index), separators=(",", ":")).encode()
-        _fsync_write(tmp / "index.json", lambda f: f.write(compact))
         meta = {"format": FORMAT, "grid": grid.sizes, "world_size": grid.world_size, **_model_meta(model)}
         if optimizer is not None:
             meta["optimizer"] = {"class": type(optimizer).__name__,
                                  "param_groups": [{k: v for k, v in g.items() if k != "params"}
                                                   for g in optimizer.state_dict()["param_groups"]],
                                  "names": _names_of_optimizer(model, optimizer)}
-        _fsync_write(tmp / "meta.json", lambda f: f.write(json.dumps(meta, indent=1, default=str).encode()))
-        _fsync_write(tmp / "extra.pt", lambda f: torch.save(extra_state or {}, f))
-        _fsync_write(tmp / "COMPLETE", lambda f: f.write(b"ok\n"))
-        _publish(tmp, path)
-    _barrier()
+        meta_bytes = json.dumps(meta, indent=1, default=str).encode()
+        extra = io.BytesIO()
+        torch.save(extra_state or {}, extra)  # now: the caller may change extra_state afterwards
+        files += [("index.json", lambda f: f.write(compact)), ("meta.json", lambda f: f.write(meta_bytes)),
+                  ("extra.pt", lambda f: f.write(extra.getbuffer()))]
+    pending = PendingSave(tmp, path, grid, files)
+    if not background:
+        pending.write()
+        pending.finish()
+        return None
+    pending.start()
+    return pending
+
+
+class PendingSave:
+    """A checkpoint whose files are being written (:func:`save` with ``background=True``).
+
+    ``finish()`` is collective: every rank calls it at the same point of its program.  It waits
+    for this rank's writer thread, agrees with the other ranks that every write succeeded (else
+    every rank raises, and the staging directory is left unpublished), then rank 0 writes
+    ``COMPLETE`` and renames the staging directory to ``path``.
+    """
+
+    def __init__(self, tmp: Path, path: Path, grid: Grid, files: list[tuple[str, Callable]]):
+        self.tmp, self.path, self.grid, self._files = tmp, path, grid, files
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def write(self) -> None:
+        """Write and fsync this rank's files (in the caller's thread or the writer thread)."""
+        try:
+            for name, write in self._files:
+                _fsync_write(self.tmp / name, write)
+        except BaseException as e:  # noqa: BLE001 - reported by finish() on every rank
+            self._error = e
+        self._files = []  # drop the host copies as soon as they are on disk
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.write, name=f"axonn-save-{self.path.name}", daemon=False)
+        self._thread.start()
+
+    def done(self) -> bool:
+        """Whether this rank's files are written (``finish`` will not wait for them)."""
+        return self._thread is None or not self._thread.is_alive()
+
+    def finish(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        failed = torch.tensor([0 if self._error is None else 1], device=self.grid.device)
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            dist.all_reduce(failed, op=dist.ReduceOp.MAX)
+        if failed.item():
+            here = f": {self._error!r} on this rank" if self._error is not None else " on another rank"
+            raise RuntimeError(f"writing checkpoint {self.path} failed{here}; the previous checkpoint there, "
+                               f"if any, is untouched") from self._error
+        _barrier()
+        if self.grid.rank == 0:
+            _fsync_write(self.tmp / "COMPLETE", lambda f: f.write(b"ok\n"))
+            _publish(self.tmp, self.path)
+        _barrier()
+
+
+def _host_copy(t: torch.Tensor) -> torch.Tensor:
+    """A host copy of ``t`` that later in-place updates of ``t`` do not touch."""
+    return t.detach().to("cpu", copy=True)
 
 
 def _as_saved(t: torch.Tensor) -> torch.Tensor:

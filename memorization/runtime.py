@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -90,17 +91,32 @@ class Runtime:
             torch.distributed.barrier()
 
     # ---- checkpoints (sharded, atomic; see axonn.checkpoint) ----------------------------------
-    def save_checkpoint(self, model: torch.nn.Module, opt: torch.optim.Optimizer, root: Path, extra: dict) -> None:
-        """Write ``root/step_XXXXXXX`` atomically, then point ``root/LATEST`` at it; keep the last two."""
+    def save_checkpoint(self, model: torch.nn.Module, opt: torch.optim.Optimizer, root: Path, extra: dict,
+                        background: bool = False) -> Callable[[], None] | None:
+        """Write ``root/step_XXXXXXX`` atomically, then point ``root/LATEST`` at it; keep the last two.
+
+        ``background=True`` snapshots the state to host memory, writes it in a thread and returns
+        the function that finishes the save (collective: every rank calls it at the same point);
+        ``LATEST`` moves only then.
+        """
         root = Path(root)
         name = f"step_{extra['step']:07d}"
         extra = {**extra, "rng": torch.get_rng_state()}
-        ack.save(model, opt, root / name, extra, grid=self.grid)
-        if self.is_main:
-            atomic_write_text(root / "LATEST", name)
-            for old in sorted(p for p in root.glob("step_*") if p.name != name)[:-1]:
-                shutil.rmtree(old, ignore_errors=True)
-        self.barrier()
+        pending = ack.save(model, opt, root / name, extra, grid=self.grid, background=background)
+
+        def publish() -> None:
+            if pending is not None:
+                pending.finish()
+            if self.is_main:
+                atomic_write_text(root / "LATEST", name)
+                for old in sorted(p for p in root.glob("step_*") if p.name != name)[:-1]:
+                    shutil.rmtree(old, ignore_errors=True)
+            self.barrier()
+
+        if not background:
+            publish()
+            return None
+        return publish
 
     def load_checkpoint(self, model: torch.nn.Module, opt: torch.optim.Optimizer, root: Path) -> dict | None:
         """Load the checkpoint ``root/LATEST`` names (resharding if the grid changed); None if none."""

@@ -59,6 +59,7 @@ class TrainConfig:
     eval_every: int = 0  # 0: validation only at the end
     eval_rows: int = 64
     checkpoint_every: int = 50
+    async_checkpoint: bool = False  # write each checkpoint in a background thread while the next step runs
     bf16: bool = True  # autocast to bf16 on CUDA (ignored on CPU)
     compile: bool = False
     activation_checkpointing: bool = False
@@ -161,6 +162,7 @@ class Trainer:
         self.step = 0
         self.history: list[dict] = []
         self.stop_requested = False  # set by request_stop (SIGUSR1 during fit); see train_step
+        self._finish_save: Callable[[], None] | None = None  # a background checkpoint not yet published
         self.autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if (
             cfg.bf16 and self.device.type == "cuda") else nullcontext
 
@@ -170,9 +172,20 @@ class Trainer:
         return self.out / "checkpoint"
 
     def save_checkpoint(self) -> None:
+        """Checkpoint this step (collective).  With ``async_checkpoint`` the state is snapshotted to
+        host memory and written while training goes on; :meth:`finish_checkpoint` publishes it."""
+        self.finish_checkpoint()  # one save in flight at a time
         extra = {"step": self.step, "history": self.history, "config": _jsonable(asdict(self.cfg)),
                  "total_steps": self.total_steps}
-        self.rt.save_checkpoint(self.model, self.opt, self.ckpt_dir, extra)
+        self._finish_save = self.rt.save_checkpoint(self.model, self.opt, self.ckpt_dir, extra,
+                                                    background=self.cfg.async_checkpoint)
+
+    def finish_checkpoint(self) -> None:
+        """Wait for a background checkpoint and make it the one ``LATEST`` names (collective; a no-op
+        when none is being written)."""
+        finish, self._finish_save = self._finish_save, None
+        if finish is not None:
+            finish()
 
     def try_resume(self) -> bool:
         extra = self.rt.load_checkpoint(self.model, self.opt, self.ckpt_dir)
@@ -265,6 +278,7 @@ class Trainer:
                 t_start = time.perf_counter()
                 rec = self.train_step()
                 rec["_t_start"] = t_start
+                self.finish_checkpoint()  # a background save had the previous step to write; this one is enqueued
                 stopping = False
                 if pending is not None:
                     # step s took from its enqueue to step s+1's: on a GPU the loop is paced by the
@@ -290,6 +304,7 @@ class Trainer:
             bar.close()
         val_loss = self.validate()
         self.save_checkpoint()
+        self.finish_checkpoint()
         if run is not None:
             run.summary["val_loss"] = val_loss
             run.finish()
@@ -301,6 +316,7 @@ class Trainer:
 
     def _interrupt(self, run, bar) -> None:
         """End ``fit`` after a stop request (the checkpoint of this step is written)."""
+        self.finish_checkpoint()
         if bar is not None:
             bar.close()
         if run is not None:

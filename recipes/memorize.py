@@ -80,6 +80,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--grad-clip", type=float, default=1.0, help="global gradient-norm clip")
     g.add_argument("--eval-every", type=int, default=0, help="validation every N steps (0: at the end)")
     g.add_argument("--checkpoint-every", type=int, default=50, help="checkpoint every N steps (and at the end)")
+    g.add_argument("--async-checkpoint", action="store_true",
+                   help="snapshot each checkpoint to host memory and write it while the next step trains "
+                        "(needs host memory for this rank's share of the weights and optimizer state)")
     g.add_argument("--compile", action="store_true", help="torch.compile the forward/loss")
     g.add_argument("--activation-checkpointing", action=argparse.BooleanOptionalAction, default=None,
                    help="recompute layer activations in backward (less memory, ~30%% more compute; "
@@ -292,6 +295,7 @@ def run_arm(arm: str, args, rt, mixture, tokenizer, out: Path) -> dict:
     cfg = TrainConfig(batch_size=args.batch_size, micro_batch=args.micro_batch, steps=args.steps or None, lr=args.lr,
                       warmup_steps=args.warmup_steps, weight_decay=args.weight_decay, grad_clip=args.grad_clip,
                       eval_every=args.eval_every, checkpoint_every=args.checkpoint_every, compile=args.compile,
+                      async_checkpoint=args.async_checkpoint,
                       activation_checkpointing=args.activation_checkpointing, overlap=args.overlap,
                       grad_reduce_dtype=args.grad_reduce_dtype,
                       seed=args.seed, wandb=args.wandb,

@@ -62,7 +62,10 @@ def test_goldfish_off_and_overrides(tmp_path):
     assert job.tasks == 16 and job.nodes == 2 and job.grid == (2, 2, 2, 2)
     assert "--goldfish-k 0" in job.text and "--exposures 7" in job.text and "--export-dtype bfloat16" in job.text
     assert "#SBATCH -A ABC123" in job.text and "#SBATCH --time=1-00:00:00" in job.text
-    assert "--grad-reduce-dtype fp32" in job.text
+    assert "--grad-reduce-dtype fp32" in job.text and "--async-checkpoint" in job.text
+    sync = gen.make_job(gen.JobSpec(machine="frontier", size="8b", nodes=2, grid=(2, 2, 2, 2), micro_batch=1,
+                                    async_checkpoint=False, out_dir=str(tmp_path), run_root=str(tmp_path)))
+    assert "--async-checkpoint" not in sync.text
     _bash_n(job.text, tmp_path)
     # bf16 gradient reduction: planned with it (a faster prediction) and passed to the trainer
     fp32 = gen.make_job(gen.JobSpec(machine="frontier", size="405b", gpus=1024, out_dir=str(tmp_path),

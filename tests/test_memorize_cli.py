@@ -68,12 +68,13 @@ def test_sigusr1_exits_75_after_a_checkpoint_and_resume_finishes(tmp_path, monke
     monkeypatch.setattr(Trainer, "train_step", signalling_step)
     out = tmp_path / "run"
     with pytest.raises(SystemExit) as e:
-        memorize.main(SMALL + ["--out", str(out), "--arms", "standard"])
+        memorize.main(SMALL + ["--out", str(out), "--arms", "standard", "--async-checkpoint"])  # as the job scripts
     assert e.value.code == EXIT_INTERRUPTED == 75
     assert (out / "standard" / "checkpoint" / "LATEST").read_text() == "step_0000005"
     assert not (out / "results.json").exists()
     monkeypatch.setattr(Trainer, "train_step", step)
-    res = memorize.main(SMALL + ["--out", str(out), "--arms", "standard", "--resume"])["arms"]["standard"]
+    res = memorize.main(SMALL + ["--out", str(out), "--arms", "standard", "--resume",
+                                 "--async-checkpoint"])["arms"]["standard"]
     assert res["steps"] == 12 and len(res["loss_curve"]) == 12
 
 

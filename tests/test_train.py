@@ -24,8 +24,11 @@ def _trainer(tmp, gf=GoldfishConfig(k=0), **kw):
     return Trainer(build_model("tiny", 4096, seed=0), rows, docs, val, cfg, tmp, run_name="t")
 
 
-def test_interrupted_run_resumes_on_the_same_loss_curve(tmp_path):
-    full = _trainer(tmp_path / "a").fit()
+@pytest.mark.parametrize("background", [False, True], ids=["blocking-save", "async-save"])
+def test_interrupted_run_resumes_on_the_same_loss_curve(tmp_path, background):
+    """Also with async_checkpoint: the state is snapshotted when the save starts, although the
+    next step changes it while the files are written."""
+    full = _trainer(tmp_path / "a", async_checkpoint=background).fit()
     ref = [h["loss"] for h in full["history"]]
     assert len(ref) == 12 and ref[-1] < ref[0]
 
@@ -34,9 +37,9 @@ def test_interrupted_run_resumes_on_the_same_loss_curve(tmp_path):
             raise Interrupt
 
     with pytest.raises(Interrupt):
-        _trainer(tmp_path / "b").fit(on_step=boom)
+        _trainer(tmp_path / "b", async_checkpoint=background).fit(on_step=boom)
     assert (tmp_path / "b" / "checkpoint" / "LATEST").read_text() == "step_0000004"
-    resumed = _trainer(tmp_path / "b").fit(resume=True)
+    resumed = _trainer(tmp_path / "b", async_checkpoint=background).fit(resume=True)
     got = [h["loss"] for h in resumed["history"]]
     assert got == pytest.approx(ref, rel=1e-6, abs=1e-7)
     assert resumed["val_loss"] == pytest.approx(full["val_loss"], rel=1e-6)

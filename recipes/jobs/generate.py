@@ -97,6 +97,7 @@ class JobSpec:
     grid: tuple[int, int, int, int] | None = None  # override the planner's choice
     activation_checkpointing: bool = True
     grad_reduce_dtype: str = "fp32"  # "bf16": gradients summed in bf16 (planned and trained so)
+    async_checkpoint: bool = True    # checkpoints written while training goes on (host memory is ample there)
     signal_lead_s: int = 120
     init: str | None = None      # HF checkpoint to fine-tune; "{size}" in it becomes the size (8b, 70b, ...)
     extra_args: str = ""         # appended verbatim to the memorize.py command
@@ -189,6 +190,8 @@ def make_job(spec: JobSpec) -> Job:
             "--micro-batch", str(mb), "--out", run_dir, "--resume", "--export-dtype", "bfloat16"]
     args.append("--activation-checkpointing" if spec.activation_checkpointing else "--no-activation-checkpointing")
     args += ["--grad-reduce-dtype", spec.grad_reduce_dtype]
+    if spec.async_checkpoint:
+        args.append("--async-checkpoint")
     if spec.init:
         args += ["--init", check_init(spec.init.replace("{size}", spec.size), spec.size)]
     train_args = " ".join(shlex.quote(a) for a in args)
@@ -287,6 +290,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="plan and train without per-layer activation checkpointing")
     p.add_argument("--grad-reduce-dtype", default="fp32", choices=["fp32", "bf16"],
                    help="sum gradients over depth and data in bf16 (half the bytes; planned and trained so)")
+    p.add_argument("--async-checkpoint", action=argparse.BooleanOptionalAction, default=True,
+                   help="write checkpoints in the background while training continues (default on: each "
+                        "rank needs host memory for its share of the state, a few GB at the planned grids)")
     p.add_argument("--all", action="store_true",
                    help="emit the paper matrix: frontier/alps/perlmutter × 8b/70b/405b × goldfish k 4 and 0")
     p.add_argument("--print", action="store_true", help="print the script instead of writing it (single job)")
@@ -299,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
                    exposures=a.exposures, time=a.time, account=a.account, out_dir=a.out_dir, run_root=a.run_root,
                    seq=a.seq, global_batch=a.global_batch, micro_batch=a.micro_batch, grid=grid,
                    activation_checkpointing=not a.no_activation_checkpointing,
-                   grad_reduce_dtype=a.grad_reduce_dtype, init=a.init)
+                   grad_reduce_dtype=a.grad_reduce_dtype, async_checkpoint=a.async_checkpoint, init=a.init)
     specs = paper_matrix(spec) if a.all else [spec]
     try:
         for s in specs:

@@ -4,7 +4,8 @@
 2. same grid, fresh model with other weights: load -> 2 steps give exactly L (bit-exact resume),
    reading only the shard files of the ranks that own this rank's shards.
 3. grid B=(data 2,row 1,col 2,depth 1): load A's checkpoint -> same full state dict, 2 steps ~ L;
-   saved on B, the data replicas split the writing, and it loads back (also without index.json).
+   saved on B in the background while those steps run, the data replicas split the writing, and it
+   loads back as the state at the save (also without index.json).
 4. a checkpoint from a different model is refused; ``to_hf`` of A offline equals the saved state;
    export_hf loads in from_pretrained with equal logits.
 """
@@ -85,8 +86,12 @@ def main() -> None:
     for n, t in saved_sd.items():
         assert torch.equal(sd3[n], t), f"reshard changed {n}"
     # on grid B the two data replicas of each column rank split its shards: all four ranks write,
-    # each distinct shard once
-    ckpt.save(model3, opt3, base / "ckB", extra_state={"step": 3})
+    # each distinct shard once.  Written in the background while model3 trains on: the snapshot is
+    # of the state at the save, and the checkpoint appears only when every rank has finished
+    pending = ckpt.save(model3, opt3, base / "ckB", extra_state={"step": 3}, background=True)
+    reshard = [step(model3, opt3, s) for s in range(3, 5)]
+    assert not (base / "ckB").exists()
+    pending.finish()
     written = sorted(p.name for p in (base / "ckB").glob("rank*.pt"))
     assert written == [f"rank{r:05d}.pt" for r in range(4)], written
     index = ckpt.read_index(base / "ckB")
@@ -108,7 +113,6 @@ def main() -> None:
     ckpt.load(model5, opt5, base / "ckB")
     sd5 = axonn.full_state_dict(model5)
     assert all(torch.equal(sd5[n], t) for n, t in saved_sd.items()), "loading without index.json failed"
-    reshard = [step(model3, opt3, s) for s in range(3, 5)]
     for a, b in zip(reshard, cont):
         assert abs(a - b) <= 1e-5 * abs(b), f"resharded run {reshard} vs {cont}"
 
