@@ -264,8 +264,9 @@ class Trainer:
 
     def fit(self, resume: bool = False, on_step: Callable[[dict], None] | None = None) -> dict:
         cfg = self.cfg
-        if resume:
-            self.try_resume()
+        if resume and self.try_resume() and self.rt.is_main:
+            print(f"{self.run_name}: resumed at step {self.step} of {self.total_steps} from {self.ckpt_dir}",
+                  file=sys.stderr)
         run = self._wandb_init()
         bar = None
         if cfg.progress and self.rt.is_main:

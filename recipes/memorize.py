@@ -109,7 +109,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g = p.add_argument_group("output")
     g.add_argument("--out", default="runs/memorize", help="output directory")
     g.add_argument("--resume", action="store_true", help="continue the interrupted run in --out "
-                   "(after a crash, or after SIGUSR1 made it checkpoint and exit with status 75)")
+                   "(after a crash, or after SIGUSR1 made it checkpoint and exit with status 75); the run's "
+                   "settings must be the same, except how it executes: --grid (the checkpoint is resharded), "
+                   "--micro-batch, --overlap, --grad-reduce-dtype, --compile, --activation-checkpointing, "
+                   "--checkpoint-every, --async-checkpoint, --extract-batch")
     g.add_argument("--overwrite", action="store_true", help="delete a previous run in --out and start afresh")
     g.add_argument("--wandb", action="store_true", help="sync to Weights & Biases (default: offline logs in --out)")
     g.add_argument("--export-dtype", default="float32", choices=["float32", "bfloat16"],
@@ -158,6 +161,13 @@ def read_targets(path: str, text_field: str) -> list[str]:
             raise SystemExit(f"--targets {path}: the directory holds no .txt files")
         return [t for t in (f.read_text(encoding="utf-8").strip() for f in files) if t]
     return load_documents(str(p), text_field=text_field)
+
+
+# How a run executes, not what it computes: a --resume may change them (e.g. a requeued job on another
+# number of GPUs: the checkpoint is resharded onto the new grid).  Gradients summed in bf16 round
+# differently, micro-batching sums in another order: the loss curve goes on to that rounding.
+EXECUTION_SETTINGS = ("grid", "micro_batch", "overlap", "grad_reduce_dtype", "compile", "activation_checkpointing",
+                      "checkpoint_every", "async_checkpoint", "extract_batch")
 
 
 def settings_of(args: argparse.Namespace) -> dict:
@@ -212,8 +222,12 @@ def validate(args: argparse.Namespace) -> None:
             old = json.loads(cfg_file.read_text())
             new = json.loads(json.dumps(settings_of(args)))
             diff = {k: (old.get(k), new[k]) for k in new if old.get(k) != new[k] and k != "out"}
+            changed = {k: diff.pop(k) for k in EXECUTION_SETTINGS if k in diff}
             if diff:
-                raise SystemExit(f"error: --resume with settings that differ from the run in {out}: {diff}")
+                raise SystemExit(f"error: --resume with settings that differ from the run in {out}: {diff} "
+                                 f"(only how it runs may change: {', '.join('--' + k.replace('_', '-') for k in EXECUTION_SETTINGS)})")
+            if changed:
+                print(f"note: --resume with other execution settings (was, now): {changed}", file=sys.stderr)
     elif args.resume:
         print(f"note: --resume: no run in {out} yet, starting a new one", file=sys.stderr)
 

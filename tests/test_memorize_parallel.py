@@ -22,11 +22,14 @@ def serial(tmp_path_factory):
     return memorize.main(SMALL + ["--out", str(out), "--overwrite"])["arms"]["standard"]
 
 
-def _launch(launcher: list[str], grid: str, out: Path, extra: tuple[str, ...] = ()) -> dict:
+def _launch(launcher: list[str], grid: str, out: Path, extra: tuple[str, ...] = (), log: list | None = None) -> dict:
+    """The standard arm's results of memorize.py on ``grid``; its stderr is appended to ``log`` if given."""
     env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "AXONN_TIMEOUT": "240"}
     cmd = launcher + [str(REPO / "recipes" / "memorize.py"), *SMALL, "--grid", grid, "--out", str(out), *extra]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    if log is not None:
+        log.append(r.stderr)
     return json.loads((out / "results.json").read_text())["arms"]["standard"]
 
 
@@ -76,3 +79,33 @@ def test_bf16_gradient_reduction_follows_serial_to_bf16_rounding(serial, tmp_pat
     run = _launch(_torchrun(2), "1,1,1,2", tmp_path / "r", ("--grad-reduce-dtype", "bf16"))
     assert run["loss_curve"] == pytest.approx(serial["loss_curve"], rel=1e-3)
     assert run["val_loss"] == pytest.approx(serial["val_loss"], rel=1e-3)
+
+
+def test_run_stopped_on_one_grid_resumes_on_another(serial, tmp_path, monkeypatch):
+    """A requeued job on a different allocation: stopped (SIGUSR1's path) in one process, resumed on
+    2 ranks, depth 2, with background checkpoints; the checkpoint is resharded and the loss curve
+    goes on as if never stopped."""
+    from memorization.train import Trainer
+
+    step = Trainer.train_step
+
+    def stopping_step(self):
+        if self.step == 4:
+            self.request_stop()
+        return step(self)
+
+    monkeypatch.setattr(Trainer, "train_step", stopping_step)
+    out = tmp_path / "r"
+    with pytest.raises(SystemExit) as e:
+        memorize.main(SMALL + ["--out", str(out)])
+    assert e.value.code == 75
+    monkeypatch.setattr(Trainer, "train_step", step)
+    stopped_at = int((out / "standard" / "checkpoint" / "LATEST").read_text().split("_")[1])
+    assert 4 < stopped_at < 12
+    with pytest.raises(SystemExit, match="differ.*lr"):  # what the run computes may not change
+        memorize.main(SMALL + ["--out", str(out), "--resume", "--lr", "1e-4"])
+    log = []
+    _same_run(serial, _launch(_torchrun(2), "1,1,1,2", out, ("--resume", "--async-checkpoint"), log))
+    assert "--resume with other execution settings (was, now): {'grid': ('1,1,1,1', '1,1,1,2'), " \
+           "'async_checkpoint': (False, True)}" in log[0], log[0]
+    assert f"standard: resumed at step {stopped_at} of 12" in log[0], log[0]
