@@ -156,7 +156,9 @@ def save(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | 
     training may change the model and optimizer right away) and writes the files in a thread; the
     returned :class:`PendingSave`'s ``finish()``, called by every rank at the same point, waits for
     them and publishes the checkpoint.  Until then ``path`` keeps its previous content.  Costs host
-    memory for this rank's share of the state (the blocking save streams one tensor at a time).
+    memory for this rank's share of the state (the blocking save streams one tensor at a time): if
+    some rank's share exceeds what its node has available (:func:`_snapshot_fits`), every rank
+    saves blocking instead, with a warning, and ``None`` is returned as for a blocking save.
     """
     grid = _grid(model, grid)
     path = Path(path)
@@ -164,6 +166,8 @@ def save(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | 
     _barrier()
     owned = tensor_owned({n: spec_of(p) for n, p in model.named_parameters()}, grid.coords)
     mine = {n for n, d in writers(owned, grid.sizes["data"]).items() if d == grid.coords["data"]}
+    if background:
+        background = _snapshot_fits(_bytes_to_write(model, optimizer, mine), grid)
     saved = _host_copy if background else _as_saved
     params: dict[str, tuple[torch.Tensor, dict]] = {}
     optim: dict[str, dict[str, tuple[torch.Tensor, dict | None]]] = {}
@@ -250,6 +254,57 @@ class PendingSave:
             _fsync_write(self.tmp / "COMPLETE", lambda f: f.write(b"ok\n"))
             _publish(self.tmp, self.path)
         _barrier()
+
+
+SNAPSHOT_HOST_FRACTION = 0.8  # of this rank's share of the node's available host memory
+_LOCAL_SIZE_VARS = ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+                    "PALS_LOCAL_SIZE")
+
+
+def _bytes_to_write(model: nn.Module, optimizer: torch.optim.Optimizer | None, names: set[str]) -> int:
+    """Bytes of the parameters in ``names`` and of their optimizer state tensors."""
+    total = 0
+    for name, p in model.named_parameters():
+        if name in names:
+            total += p.numel() * p.element_size()
+            if optimizer is not None and p in optimizer.state:
+                total += sum(v.numel() * v.element_size() for v in optimizer.state[p].values() if torch.is_tensor(v))
+    return total
+
+
+def ranks_per_node(env=os.environ) -> int:
+    """Processes sharing this node's host memory: from the launcher (torchrun, Slurm, Open MPI,
+    MPICH/Hydra, Cray PALS), else the GPUs this process sees, else 1."""
+    for k in _LOCAL_SIZE_VARS:
+        v = env.get(k, "").split("(")[0].strip()  # Slurm writes e.g. "8(x2)"
+        if v.isdigit() and int(v) > 0:
+            return int(v)
+    return max(1, torch.cuda.device_count()) if torch.cuda.is_available() else 1
+
+
+def _snapshot_fits(nbytes: int, grid: Grid, available: int | None = None) -> bool:
+    """Whether every rank can hold its background-save snapshot (collective: all ranks agree).
+
+    Each rank needs ``nbytes`` of host memory; it may take ``SNAPSHOT_HOST_FRACTION`` of its
+    share of the node's available memory (``available / ranks_per_node()``).  If any rank cannot,
+    every rank saves blocking instead (nothing is lost, training waits for the write) and rank 0
+    says why.
+    """
+    if available is None:
+        import psutil
+
+        available = psutil.virtual_memory().available
+    share = available / ranks_per_node()
+    ok = torch.tensor([1 if nbytes <= SNAPSHOT_HOST_FRACTION * share else 0], device=grid.device)
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+    if not ok.item() and grid.rank == 0:
+        import warnings
+
+        warnings.warn(f"background checkpoint: a rank's snapshot ({nbytes / 1e9:.1f} GB on rank 0) does not fit "
+                      f"in its share of host memory ({share / 1e9:.1f} GB available per rank on rank 0's node); "
+                      f"saving blocking instead (drop --async-checkpoint, or use more nodes)", stacklevel=3)
+    return bool(ok.item())
 
 
 def _host_copy(t: torch.Tensor) -> torch.Tensor:

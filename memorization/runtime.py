@@ -113,7 +113,7 @@ class Runtime:
                     shutil.rmtree(old, ignore_errors=True)
             self.barrier()
 
-        if not background:
+        if pending is None:  # a blocking save (asked for, or chosen by ack.save: no host memory for a snapshot)
             publish()
             return None
         return publish

@@ -156,3 +156,36 @@ def test_checkpoint_stall_benchmark_prints_both_stalls(tmp_path) -> None:
     assert re.search(r"blocking save: training waits\s+\d+\.\d+ s", res.stdout), res.stdout
     assert re.search(r"checkpoint stall, blocking / background:\s+\d+\.\d+x", res.stdout), res.stdout
     assert list((tmp_path / "ck").iterdir()) == []
+
+
+def test_background_save_without_host_memory_for_the_snapshot_saves_blocking(tmp_path, monkeypatch) -> None:
+    """A snapshot that does not fit in this rank's share of the node's available memory is not
+    attempted: the save is written before save() returns, with a warning saying why."""
+    import psutil
+    import torch
+
+    import axonn
+    import axonn.checkpoint as ckpt
+    from memorization.models import build_model
+
+    axonn.init()
+    model = build_model("tiny", 512, seed=3)
+    opt = torch.optim.AdamW(model.parameters())
+    need = ckpt._bytes_to_write(model, opt, {n for n, _ in model.named_parameters()})
+    assert need == sum(p.numel() * 4 for p in model.parameters())  # no AdamW state before a step
+
+    class Mem:
+        available = need  # 0.8 x this < need
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: Mem)
+    with pytest.warns(UserWarning, match="does not fit in its share of host memory.*saving blocking"):
+        assert ckpt.save(model, opt, tmp_path / "ck", {"step": 1}, background=True) is None
+    assert (tmp_path / "ck" / "COMPLETE").exists()
+    Mem.available = 2 * need
+    pending = ckpt.save(model, opt, tmp_path / "ck2", {"step": 1}, background=True)
+    assert pending is not None
+    pending.finish()
+    monkeypatch.setenv("SLURM_NTASKS_PER_NODE", "4(x2)")  # the node's memory is shared by 4 ranks
+    assert ckpt.ranks_per_node() == 4
+    with pytest.warns(UserWarning, match="saving blocking"):
+        assert ckpt.save(model, opt, tmp_path / "ck3", {"step": 1}, background=True) is None
+    assert ckpt.ranks_per_node({"LOCAL_WORLD_SIZE": "8", "SLURM_NTASKS_PER_NODE": "4"}) == 8
