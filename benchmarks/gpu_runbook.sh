@@ -7,6 +7,7 @@
 #   bash benchmarks/gpu_runbook.sh profile      # where our step's time goes (top ops; Chrome trace in $OUT)
 #   bash benchmarks/gpu_runbook.sh autotune     # matmul layout autotuning on the 1b/8b Linear shapes, bf16
 #   bash benchmarks/gpu_runbook.sh memory       # CUDA allocator peak vs the fake-tensor trace vs the planner (1b)
+#   bash benchmarks/gpu_runbook.sh checkpoint   # the stall of a blocking save vs --async-checkpoint (1b, bf16 step)
 #
 # Each stage fits one 10-minute call on an H100 (the 1.1B compile takes about a minute). Logs go to
 # $OUT (or runs/gpu_runbook/ when $OUT is unset) and the last lines printed are the figures.
@@ -14,7 +15,7 @@
 # test are in benchmarks/results/throughput_notes.md.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-stage="${1:?usage: bash benchmarks/gpu_runbook.sh check|attention|batch|profile|autotune|memory}"
+stage="${1:?usage: bash benchmarks/gpu_runbook.sh check|attention|batch|profile|autotune|memory|checkpoint}"
 out="${OUT:-runs/gpu_runbook}"
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -42,10 +43,13 @@ autotune)
 memory)
     log "$PY" benchmarks/memory_validation.py --cuda
     ;;
+checkpoint)
+    log "$PY" benchmarks/checkpoint_stall.py --size 1b --seq 2048 --batch 2 --steps 4 --dir "$out/ckpt"
+    ;;
 *)
-    echo "unknown stage $stage: use check, attention, batch, profile, autotune or memory" >&2
+    echo "unknown stage $stage: use check, attention, batch, profile, autotune, memory or checkpoint" >&2
     exit 2
     ;;
 esac
 echo "== $stage: summary"
-grep -E "passed|failed|speedup|MFU|peak memory|geomean|pays|configurations|^1b|^tiny" "$out/$stage.log" | tail -20
+grep -E "passed|failed|speedup|MFU|peak memory|geomean|pays|configurations|^1b|^tiny|waits|stall" "$out/$stage.log" | tail -20
