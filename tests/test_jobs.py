@@ -76,6 +76,39 @@ def test_goldfish_off_and_overrides(tmp_path):
     _bash_n(bf16.text, tmp_path)
 
 
+def test_checkpoint_interval_and_usr1_lead_follow_step_and_write_time(tmp_path):
+    """The 405b on 1,024 Frontier GCDs: a checkpoint every ~30 minutes of predicted steps, and USR1
+    early enough for 3 steps plus two checkpoint writes (a background one in flight, the stop's own)
+    at the assumed per-node bandwidth; the batch shell waits for the tasks until 30 s before the limit."""
+    job = gen.make_job(gen.JobSpec(machine="frontier", size="405b", gpus=1024, out_dir=str(tmp_path),
+                                   run_root=str(tmp_path)))
+    step, stop = job.predicted_step_s, job.stop
+    assert stop.checkpoint_every == round(1800 / step) and f"--checkpoint-every {stop.checkpoint_every}" in job.text
+    from axonn.planner import resolve_shape
+
+    state = 12 * resolve_shape("405b").num_params()
+    assert stop.save_s == pytest.approx(state / 128 / 2e9)  # 128 nodes at 2 GB/s each
+    assert stop.signal_lead_s >= 3 * step + 2 * stop.save_s + 30 and stop.signal_lead_s % 60 == 0
+    assert f"#SBATCH --signal=B:USR1@{stop.signal_lead_s}" in job.text
+    assert f"seq {stop.signal_lead_s - 30})" in job.text
+    # a slower filesystem: a longer lead; the trainer's own blocking saves: one write less
+    slow = gen.make_job(gen.JobSpec(machine="frontier", size="405b", gpus=1024, fs_gbps=0.25,
+                                    out_dir=str(tmp_path), run_root=str(tmp_path)))
+    assert slow.stop.signal_lead_s > stop.signal_lead_s and slow.stop.save_s == pytest.approx(8 * stop.save_s)
+    sync = gen.make_job(gen.JobSpec(machine="frontier", size="405b", gpus=1024, fs_gbps=0.25, async_checkpoint=False,
+                                    out_dir=str(tmp_path), run_root=str(tmp_path)))
+    assert sync.stop.stop_s == pytest.approx(slow.stop.stop_s - slow.stop.save_s)
+    with pytest.raises(ValueError, match=r"--signal-lead 60 s is too short: stopping cleanly takes ~\d+ s"):
+        gen.make_job(gen.JobSpec(machine="frontier", size="405b", gpus=1024, signal_lead_s=60))
+    with pytest.raises(ValueError, match="ask for more time"):
+        gen.make_job(gen.JobSpec(machine="frontier", size="405b", gpus=1024, time="10"))
+    # a hand grid the planner prices gets the same treatment; --checkpoint-minutes scales the interval
+    hand = gen.make_job(gen.JobSpec(machine="frontier", size="405b", gpus=1024, grid=(1, 8, 4, 32), micro_batch=4,
+                                    checkpoint_minutes=60, out_dir=str(tmp_path), run_root=str(tmp_path)))
+    assert hand.predicted_step_s == pytest.approx(step) and hand.stop.checkpoint_every == round(3600 / step)
+    assert gen.time_limit_s("1-02:03:04") == 93784 and gen.time_limit_s("90") == 5400
+
+
 def test_bad_job_inputs(tmp_path):
     with pytest.raises(ValueError, match="unknown machine"):
         gen.make_job(gen.JobSpec(machine="summit", size="8b"))

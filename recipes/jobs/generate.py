@@ -22,6 +22,7 @@ API: :func:`make_job` (a :class:`JobSpec` -> :class:`Job`, nothing written), :fu
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import shlex
 import sys
@@ -50,6 +51,9 @@ class MachineJobConfig:
     task_prelude: str = ""       # shell run by every task before python (inside bash -c '...')
     constraint: str = ""         # -C for Perlmutter
     default_gpus: dict[str, int] = field(default_factory=dict)  # paper-matrix GPU counts per size
+    # checkpoint write bandwidth one node gets from the shared filesystem: an assumption, not a
+    # measurement (a busy Lustre gives a node a few GB/s); it sizes the USR1 lead (--fs-gbps)
+    fs_gbps_per_node: float = 2.0
 
 
 MACHINES: dict[str, MachineJobConfig] = {
@@ -98,7 +102,9 @@ class JobSpec:
     activation_checkpointing: bool = True
     grad_reduce_dtype: str = "fp32"  # "bf16": gradients summed in bf16 (planned and trained so)
     async_checkpoint: bool = True    # checkpoints written while training goes on (host memory is ample there)
-    signal_lead_s: int = 120
+    signal_lead_s: int | None = None  # USR1 this many s before the limit; None: from step and save time
+    checkpoint_minutes: float = 30.0  # checkpoint interval in wall time (converted with the predicted step)
+    fs_gbps: float | None = None      # checkpoint write GB/s per node (None: the machine's assumption)
     init: str | None = None      # HF checkpoint to fine-tune; "{size}" in it becomes the size (8b, 70b, ...)
     extra_args: str = ""         # appended verbatim to the memorize.py command
 
@@ -134,6 +140,7 @@ class Job:
     predicted_step_s: float | None
     path: Path
     log_dir: Path
+    stop: StopPlan
 
     def write(self) -> Path:
         """Write the script (and create the Slurm log directory it names)."""
@@ -151,6 +158,51 @@ def machine_config(machine: str) -> MachineJobConfig:
 
 
 _TIME = re.compile(r"^(\d+-)?\d{1,2}:\d{2}:\d{2}$|^\d+$")
+STATE_BYTES_PER_PARAM = 12  # what a checkpoint holds: fp32 weight + AdamW's two fp32 moments
+DEFAULT_CHECKPOINT_EVERY = 50  # memorize.py's, used when no step time is predicted
+
+
+def time_limit_s(text: str) -> int:
+    """Slurm ``[D-]HH:MM:SS`` or minutes, in seconds."""
+    if text.isdigit():
+        return int(text) * 60
+    days, _, hms = text.rpartition("-")
+    h, m, sec = (int(x) for x in hms.split(":"))
+    return (int(days) if days else 0) * 86400 + h * 3600 + m * 60 + sec
+
+
+@dataclass(frozen=True)
+class StopPlan:
+    """How the job checkpoints: interval, write time, and the USR1 lead a clean stop needs.
+
+    At USR1 a rank finishes its step, the next step all-reduces the request and ``fit`` reads it
+    one step later (3 steps at most), finishes a background save still in flight, then writes the
+    stop's checkpoint: ``stop_s = 3·step + (2 if async else 1)·save + 30 s``.  ``save_s`` is the
+    node's share of the state (``12 B/param · params / nodes``: every rank writes its own part) at
+    the filesystem bandwidth a node gets.
+    """
+
+    checkpoint_every: int
+    save_s: float
+    stop_s: float
+    signal_lead_s: int
+    grace_s: int  # how long the batch shell waits for the tasks before requeueing
+
+
+def stop_plan(spec: JobSpec, step_s: float | None, nodes: int, fs_gbps: float) -> StopPlan:
+    from axonn.planner import resolve_shape
+
+    save_s = STATE_BYTES_PER_PARAM * resolve_shape(spec.size).num_params() / nodes / (fs_gbps * 1e9)
+    step = step_s if step_s is not None else 60.0  # a hand grid the planner cannot price: assume a slow step
+    stop_s = 3 * step + (2 if spec.async_checkpoint else 1) * save_s + 30
+    lead = spec.signal_lead_s if spec.signal_lead_s is not None else max(120, 60 * math.ceil(stop_s / 60))
+    if lead < stop_s:
+        raise ValueError(f"--signal-lead {lead} s is too short: stopping cleanly takes ~{stop_s:.0f} s "
+                         f"(3 steps of {step:.1f} s and {save_s:.0f} s per checkpoint write at {fs_gbps:g} GB/s per "
+                         f"node): use at least {math.ceil(stop_s)} or leave it out")
+    every = (max(1, round(spec.checkpoint_minutes * 60 / step_s)) if step_s is not None
+             else DEFAULT_CHECKPOINT_EVERY)
+    return StopPlan(every, save_s, stop_s, int(lead), max(10, int(lead) - 30))
 
 
 def make_job(spec: JobSpec) -> Job:
@@ -161,6 +213,8 @@ def make_job(spec: JobSpec) -> Job:
         raise ValueError(f"{gpus} GPUs is not a whole number of {spec.machine} nodes ({cfg.gpus_per_node} each)")
     if not _TIME.match(spec.time):
         raise ValueError(f"--time {spec.time!r}: use [D-]HH:MM:SS or minutes")
+    if spec.checkpoint_minutes <= 0 or (spec.fs_gbps is not None and spec.fs_gbps <= 0):
+        raise ValueError("checkpoint_minutes and fs_gbps must be positive")
     if spec.goldfish_k < 0 or spec.exposures <= 0:
         raise ValueError("goldfish_k must be >= 0 (0 = standard loss) and exposures > 0")
     nodes = max(1, gpus // cfg.gpus_per_node)
@@ -172,6 +226,15 @@ def make_job(spec: JobSpec) -> Job:
             raise ValueError(f"grid {grid} does not multiply to {gpus} GPUs")
         mb = spec.micro_batch or 1
         note = "grid given by hand"
+        try:  # the planner's price of this grid, if it considers it at all
+            res = plan(spec.size, seq=spec.seq, global_batch=spec.global_batch, gpus=gpus,
+                       machine=load_profile(cfg.profile), micro_batch=mb,
+                       activation_checkpointing=spec.activation_checkpointing,
+                       grad_reduce_dtype=spec.grad_reduce_dtype)
+            mine = [e for e in res.ranked if tuple(e.grid) == grid]
+            predicted = mine[0].step_time_s if mine else None
+        except PlanError:
+            predicted = None
     else:
         res = plan(spec.size, seq=spec.seq, global_batch=spec.global_batch, gpus=gpus,
                    machine=load_profile(cfg.profile), micro_batch=spec.micro_batch,
@@ -181,13 +244,20 @@ def make_job(spec: JobSpec) -> Job:
         grid, mb, predicted = tuple(best.grid), best.micro_batch, best.step_time_s
         note = (f"planner: {predicted:.2f} s/step, {best.tflops_per_gpu:.0f} TFLOP/s/GPU, "
                 f"{best.memory_per_gpu_bytes / 1024**3:.1f} GiB/GPU")
+    stop = stop_plan(spec, predicted, nodes, spec.fs_gbps or cfg.fs_gbps_per_node)
+    if time_limit_s(spec.time) < stop.signal_lead_s + 600:
+        raise ValueError(f"--time {spec.time} leaves under 10 minutes of training before the USR1 "
+                         f"{stop.signal_lead_s} s ahead of the limit: ask for more time")
+    note += (f"; checkpoint every {stop.checkpoint_every} steps, ~{stop.save_s:.0f} s per write, "
+             f"USR1 {stop.signal_lead_s} s before the limit")
     run_dir = f"{spec.run_root}/{spec.name}"
     # Slurm opens --output before the script runs: an absolute directory that write() creates
     log_dir = Path(spec.run_root) / "logs"
     log_dir = log_dir if log_dir.is_absolute() else REPO / log_dir
     args = ["--size", spec.size, "--grid", ",".join(map(str, grid)), "--goldfish-k", str(spec.goldfish_k),
             "--exposures", str(spec.exposures), "--seq-len", str(spec.seq), "--batch-size", str(spec.global_batch),
-            "--micro-batch", str(mb), "--out", run_dir, "--resume", "--export-dtype", "bfloat16"]
+            "--micro-batch", str(mb), "--out", run_dir, "--resume", "--export-dtype", "bfloat16",
+            "--checkpoint-every", str(stop.checkpoint_every)]
     args.append("--activation-checkpointing" if spec.activation_checkpointing else "--no-activation-checkpointing")
     args += ["--grad-reduce-dtype", spec.grad_reduce_dtype]
     if spec.async_checkpoint:
@@ -203,8 +273,8 @@ def make_job(spec: JobSpec) -> Job:
         "HEADER": f"generated by recipes/jobs/generate.py: {spec.size} on {gpus} {spec.machine} GPUs, "
                   f"goldfish k={spec.goldfish_k}, grid D,R,C,Z={','.join(map(str, grid))}",
         "JOB_NAME": spec.name, "ACCOUNT": spec.account, "NODES": str(nodes), "TASKS": str(gpus),
-        "TASKS_PER_NODE": str(tpn), "TIME": spec.time, "SIGNAL_LEAD": str(spec.signal_lead_s),
-        "CHECKPOINT_GRACE": str(max(10, spec.signal_lead_s // 2)),
+        "TASKS_PER_NODE": str(tpn), "TIME": spec.time, "SIGNAL_LEAD": str(stop.signal_lead_s),
+        "CHECKPOINT_GRACE": str(stop.grace_s),
         "LOG_DIR": str(log_dir), "REPO": str(REPO), "RUN_DIR": run_dir,
         "GRID": ",".join(map(str, grid)), "PLAN_NOTE": note, "SRUN_FLAGS": cfg.srun_flags,
         "TRAIN_ARGS": train_args, "CONSTRAINT": cfg.constraint,
@@ -217,7 +287,7 @@ def make_job(spec: JobSpec) -> Job:
     if left:
         raise RuntimeError(f"template placeholders left unfilled: {left}")
     path = Path(spec.out_dir) / f"{spec.name}.sbatch"
-    return Job(spec, text, nodes, tpn, gpus, grid, mb, predicted, path, log_dir)
+    return Job(spec, text, nodes, tpn, gpus, grid, mb, predicted, path, log_dir, stop)
 
 
 def check_init(path: str, size: str) -> str:
@@ -293,6 +363,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--async-checkpoint", action=argparse.BooleanOptionalAction, default=True,
                    help="write checkpoints in the background while training continues (default on: each "
                         "rank needs host memory for its share of the state, a few GB at the planned grids)")
+    p.add_argument("--checkpoint-minutes", type=float, default=30.0,
+                   help="wall time between checkpoints (turned into --checkpoint-every with the predicted step "
+                        "time; 50 steps when the grid is given by hand and the planner cannot price it)")
+    p.add_argument("--signal-lead", type=int, default=None, metavar="S",
+                   help="seconds before the time limit at which Slurm sends USR1 (checkpoint, exit, requeue); "
+                        "default: what a clean stop needs, 3 steps plus the checkpoint writes, at least 120")
+    p.add_argument("--fs-gbps", type=float, default=None,
+                   help="checkpoint write bandwidth per node in GB/s, to size --signal-lead (default: an assumed "
+                        "2 GB/s on every machine; measure yours)")
     p.add_argument("--all", action="store_true",
                    help="emit the paper matrix: frontier/alps/perlmutter × 8b/70b/405b × goldfish k 4 and 0")
     p.add_argument("--print", action="store_true", help="print the script instead of writing it (single job)")
@@ -305,7 +384,8 @@ def main(argv: list[str] | None = None) -> int:
                    exposures=a.exposures, time=a.time, account=a.account, out_dir=a.out_dir, run_root=a.run_root,
                    seq=a.seq, global_batch=a.global_batch, micro_batch=a.micro_batch, grid=grid,
                    activation_checkpointing=not a.no_activation_checkpointing,
-                   grad_reduce_dtype=a.grad_reduce_dtype, async_checkpoint=a.async_checkpoint, init=a.init)
+                   grad_reduce_dtype=a.grad_reduce_dtype, async_checkpoint=a.async_checkpoint, init=a.init,
+                   checkpoint_minutes=a.checkpoint_minutes, signal_lead_s=a.signal_lead, fs_gbps=a.fs_gbps)
     specs = paper_matrix(spec) if a.all else [spec]
     try:
         for s in specs:
@@ -316,7 +396,8 @@ def main(argv: list[str] | None = None) -> int:
             path = job.write()
             step = f"{job.predicted_step_s:.2f} s/step" if job.predicted_step_s else "grid by hand"
             print(f"{path}  nodes={job.nodes} tasks={job.tasks} grid={','.join(map(str, job.grid))} "
-                  f"mb={job.micro_batch} ({step})")
+                  f"mb={job.micro_batch} ({step}; checkpoint every {job.stop.checkpoint_every} steps, "
+                  f"USR1 {job.stop.signal_lead_s} s ahead)")
     except (PlanError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
