@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import shutil
 import subprocess
@@ -161,3 +162,87 @@ def test_init_checkpoint_per_size_checked_where_visible(tmp_path, capsys):
                                    out_dir=str(tmp_path), run_root=str(tmp_path)))
     assert "--init /nowhere/Llama-3.1-70b" in job.text
     assert "not visible here" in capsys.readouterr().err
+
+
+SRUN_SHIM = r'''#!/usr/bin/env python3
+"""srun for one machine: --ntasks (or --nodes x --ntasks-per-node) copies of the command, each with
+SLURM_PROCID/LOCALID/NTASKS set (and one thread each); SIGUSR1 and SIGTERM are relayed to every
+task, as srun does."""
+import os, signal, subprocess, sys
+args, opts = sys.argv[1:], {}
+while args and args[0].startswith("-"):
+    key, _, val = args.pop(0).partition("=")
+    opts[key] = val
+n = int(opts.get("--ntasks") or int(opts.get("--nodes", 1)) * int(opts.get("--ntasks-per-node", 1)))
+procs = [subprocess.Popen(args, env={**os.environ, "SLURM_PROCID": str(i), "SLURM_LOCALID": str(i),
+                                     "SLURM_NTASKS": str(n), "SLURM_NTASKS_PER_NODE": str(n),
+                                     "OMP_NUM_THREADS": "1"})  # 2 CPU cores here, not 7 per task
+         for i in range(n)]
+relay = lambda sig, frame: [p.send_signal(sig) for p in procs]
+signal.signal(signal.SIGUSR1, relay)
+signal.signal(signal.SIGTERM, relay)
+codes = [p.wait() for p in procs]
+sys.exit(next((c for c in codes if c), 0))
+'''
+SCONTROL_SHIM = """#!/bin/bash
+case "$1" in
+  show) echo localhost ;;
+  requeue) echo "$2" >> "$SHIM_REQUEUED" ;;
+esac
+"""
+
+
+@pytest.mark.timeout(600)
+def test_generated_frontier_script_checkpoints_on_usr1_requeues_and_resumes(tmp_path):
+    """The generated batch script itself, run by bash with srun/scontrol/module shims on this machine
+    (2 CPU ranks, the tiny preset): USR1 to the batch shell reaches every rank, which checkpoint after
+    the same step and exit 75; the shell asks Slurm to requeue; the same script run again resumes from
+    that checkpoint and finishes the run."""
+    import os
+    import signal
+    import time
+
+    venv = Path(sys.prefix)
+    if not (venv / "bin" / "activate").exists():
+        pytest.skip("needs the project's virtual environment (scripts/setup.sh)")
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    for name, text in (("srun", SRUN_SHIM.replace("/usr/bin/env python3", sys.executable)),
+                       ("scontrol", SCONTROL_SHIM), ("module", "#!/bin/bash\nexit 0\n")):
+        (shims / name).write_text(text)
+        (shims / name).chmod(0o755)
+    extra = ("--steps 100 --num-targets 4 --num-nonmembers 2 --prefix 10 --suffix 10 --arms standard "
+             "--no-progress --checkpoint-every 5")  # later flags win: a checkpoint soon, to know training runs
+    job = gen.make_job(gen.JobSpec(machine="frontier", size="tiny", gpus=2, seq=64, global_batch=4, exposures=2,
+                                   time="00:30:00", out_dir=str(tmp_path), run_root=str(tmp_path / "runs"),
+                                   extra_args=extra))
+    path = job.write()
+    run_dir = tmp_path / "runs" / job.spec.name
+    requeued = tmp_path / "requeued"
+    env = {**os.environ, "PATH": f"{shims}:{os.environ['PATH']}", "AXONN_VENV": str(venv), "AXONN_REPO": str(REPO),
+           "SLURM_JOB_ID": str(40000 + os.getpid() % 1000), "SLURM_JOB_NODELIST": "localhost",
+           "SLURM_JOB_NUM_NODES": "1", "USER": os.environ.get("USER", "ci"), "SHIM_REQUEUED": str(requeued),
+           "WANDB_MODE": "disabled", "AXONN_TIMEOUT": "240"}
+    log = tmp_path / "first.log"
+    with open(log, "w") as out:
+        shell = subprocess.Popen(["bash", str(path)], env=env, stdout=out, stderr=subprocess.STDOUT)
+        latest = run_dir / "standard" / "checkpoint" / "LATEST"
+        deadline = time.time() + 300
+        while not latest.exists() and shell.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        assert latest.exists(), log.read_text()[-3000:]
+        shell.send_signal(signal.SIGUSR1)  # what Slurm does --signal-lead seconds before the limit
+        code = shell.wait(timeout=job.stop.grace_s + 60)
+    text = log.read_text()
+    assert code == 75, text[-3000:]
+    assert "USR1: time limit near, checkpoint + requeue" in text
+    assert requeued.read_text().split() == [env["SLURM_JOB_ID"]]
+    stopped_at = int(latest.read_text().split("_")[1])
+    assert 5 <= stopped_at < 100 and not (run_dir / "results.json").exists()
+    # the requeued job: the same script, the same command, --resume picks up the checkpoint
+    second = subprocess.run(["bash", str(path)], env={**env, "SLURM_RESTART_COUNT": "1"}, capture_output=True,
+                            text=True, timeout=500)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert f"standard: resumed at step {stopped_at} of 100" in second.stdout + second.stderr
+    result = json.loads((run_dir / "results.json").read_text())["arms"]["standard"]
+    assert result["steps"] == 100 and len(result["loss_curve"]) == 100
