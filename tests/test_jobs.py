@@ -193,7 +193,9 @@ esac
 
 
 @pytest.mark.timeout(600)
-def test_generated_frontier_script_checkpoints_on_usr1_requeues_and_resumes(tmp_path):
+@pytest.mark.parametrize("machine", ["frontier", pytest.param("alps", marks=pytest.mark.slow),
+                                     pytest.param("perlmutter", marks=pytest.mark.slow)])
+def test_generated_script_checkpoints_on_usr1_requeues_and_resumes(machine, tmp_path):
     """The generated batch script itself, run by bash with srun/scontrol/module shims on this machine
     (2 CPU ranks, the tiny preset): USR1 to the batch shell reaches every rank, which checkpoint after
     the same step and exit 75; the shell asks Slurm to requeue; the same script run again resumes from
@@ -213,7 +215,7 @@ def test_generated_frontier_script_checkpoints_on_usr1_requeues_and_resumes(tmp_
         (shims / name).chmod(0o755)
     extra = ("--steps 100 --num-targets 4 --num-nonmembers 2 --prefix 10 --suffix 10 --arms standard "
              "--no-progress --checkpoint-every 5")  # later flags win: a checkpoint soon, to know training runs
-    job = gen.make_job(gen.JobSpec(machine="frontier", size="tiny", gpus=2, seq=64, global_batch=4, exposures=2,
+    job = gen.make_job(gen.JobSpec(machine=machine, size="tiny", gpus=2, seq=64, global_batch=4, exposures=2,
                                    time="00:30:00", out_dir=str(tmp_path), run_root=str(tmp_path / "runs"),
                                    extra_args=extra))
     path = job.write()
