@@ -53,7 +53,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from .grid import Grid, get_grid
+from .communication import any_rank
+from .grid import Grid, get_grid, ranks_per_node
 from .parallelize import spec_of
 from .sharding import ShardSpec, gather_full, overlaps, rows_from_pieces, shard_from_rows
 
@@ -242,10 +243,7 @@ class PendingSave:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        failed = torch.tensor([0 if self._error is None else 1], device=self.grid.device)
-        if dist.is_initialized() and dist.get_world_size() > 1:
-            dist.all_reduce(failed, op=dist.ReduceOp.MAX)
-        if failed.item():
+        if bool(any_rank(self._error is not None, self.grid)):
             here = f": {self._error!r} on this rank" if self._error is not None else " on another rank"
             raise RuntimeError(f"writing checkpoint {self.path} failed{here}; the previous checkpoint there, "
                                f"if any, is untouched") from self._error
@@ -257,8 +255,6 @@ class PendingSave:
 
 
 SNAPSHOT_HOST_FRACTION = 0.8  # of this rank's share of the node's available host memory
-_LOCAL_SIZE_VARS = ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
-                    "PALS_LOCAL_SIZE")
 
 
 def _bytes_to_write(model: nn.Module, optimizer: torch.optim.Optimizer | None, names: set[str]) -> int:
@@ -272,21 +268,11 @@ def _bytes_to_write(model: nn.Module, optimizer: torch.optim.Optimizer | None, n
     return total
 
 
-def ranks_per_node(env=os.environ) -> int:
-    """Processes sharing this node's host memory: from the launcher (torchrun, Slurm, Open MPI,
-    MPICH/Hydra, Cray PALS), else the GPUs this process sees, else 1."""
-    for k in _LOCAL_SIZE_VARS:
-        v = env.get(k, "").split("(")[0].strip()  # Slurm writes e.g. "8(x2)"
-        if v.isdigit() and int(v) > 0:
-            return int(v)
-    return max(1, torch.cuda.device_count()) if torch.cuda.is_available() else 1
-
-
 def _snapshot_fits(nbytes: int, grid: Grid, available: int | None = None) -> bool:
     """Whether every rank can hold its background-save snapshot (collective: all ranks agree).
 
     Each rank needs ``nbytes`` of host memory; it may take ``SNAPSHOT_HOST_FRACTION`` of its
-    share of the node's available memory (``available / ranks_per_node()``).  If any rank cannot,
+    share of the node's available memory (``available / axonn.grid.ranks_per_node()``).  If any rank cannot,
     every rank saves blocking instead (nothing is lost, training waits for the write) and rank 0
     says why.
     """
@@ -295,16 +281,14 @@ def _snapshot_fits(nbytes: int, grid: Grid, available: int | None = None) -> boo
 
         available = psutil.virtual_memory().available
     share = available / ranks_per_node()
-    ok = torch.tensor([1 if nbytes <= SNAPSHOT_HOST_FRACTION * share else 0], device=grid.device)
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(ok, op=dist.ReduceOp.MIN)
-    if not ok.item() and grid.rank == 0:
+    ok = not bool(any_rank(nbytes > SNAPSHOT_HOST_FRACTION * share, grid))
+    if not ok and grid.rank == 0:
         import warnings
 
         warnings.warn(f"background checkpoint: a rank's snapshot ({nbytes / 1e9:.1f} GB on rank 0) does not fit "
                       f"in its share of host memory ({share / 1e9:.1f} GB available per rank on rank 0's node); "
                       f"saving blocking instead (drop --async-checkpoint, or use more nodes)", stacklevel=3)
-    return bool(ok.item())
+    return ok
 
 
 def _host_copy(t: torch.Tensor) -> torch.Tensor:

@@ -105,6 +105,17 @@ class Pending:
         return self._result
 
 
+def any_rank(flag: bool, grid: Grid | None = None) -> torch.Tensor | bool:
+    """``flag`` OR-ed over every rank: a 0-dim tensor on the grid's device (all-reduce MAX over the
+    world, no host sync until it is read) or, on a single rank, ``flag`` itself."""
+    grid = grid or get_grid()
+    if grid.world_size == 1:
+        return flag
+    t = torch.full((), float(flag), device=grid.device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t
+
+
 def all_reduce(t: torch.Tensor, axes, op=dist.ReduceOp.SUM, async_op: bool = False,
                grid: Grid | None = None):
     """In-place all-reduce of ``t`` over ``axes``; returns ``t`` (or a Pending)."""

@@ -148,6 +148,8 @@ def _mpi_world() -> tuple[int, int] | None:
 
 _LOCAL_RANK_VARS = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
                     "PMI_LOCAL_RANK", "PALS_LOCAL_RANKID")
+_LOCAL_SIZE_VARS = ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+                    "PALS_LOCAL_SIZE")
 
 
 def parse_grid(text: str) -> tuple[int, int, int, int]:
@@ -174,6 +176,16 @@ def local_device_index(rank: int, device_count: int, env: Mapping[str, str] = os
                            "/ ROCR_VISIBLE_DEVICES and the launcher's --gpus-per-task, or use backend='gloo'")
     local = next((int(env[k]) for k in _LOCAL_RANK_VARS if env.get(k, "").strip().isdigit()), rank)
     return local % device_count
+
+
+def ranks_per_node(env: Mapping[str, str] = os.environ) -> int:
+    """Processes sharing this node (its host memory): from the launcher (torchrun, Slurm, Open MPI,
+    MPICH/Hydra, Cray PALS), else the GPUs this process sees, else 1."""
+    for k in _LOCAL_SIZE_VARS:
+        v = env.get(k, "").split("(")[0].strip()  # Slurm writes e.g. "8(x2)"
+        if v.isdigit() and int(v) > 0:
+            return int(v)
+    return max(1, torch.cuda.device_count()) if torch.cuda.is_available() else 1
 
 
 def launcher_world_size() -> int:

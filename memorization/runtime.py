@@ -16,6 +16,7 @@ import torch
 
 import axonn
 from axonn import checkpoint as ack
+from axonn.communication import any_rank
 
 from .atomic import atomic_write_text
 
@@ -80,11 +81,7 @@ class Runtime:
 
     def any_rank(self, flag: bool) -> torch.Tensor | bool:
         """``flag`` OR-ed over every rank: a 0-dim device tensor (all-reduce MAX, no host sync) or, alone, the bool."""
-        if self.grid.world_size == 1:
-            return flag
-        t = torch.full((), float(flag), device=self.device)
-        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
-        return t
+        return any_rank(flag, self.grid)
 
     def barrier(self) -> None:
         if self.grid.world_size > 1:

@@ -166,6 +166,7 @@ def test_background_save_without_host_memory_for_the_snapshot_saves_blocking(tmp
 
     import axonn
     import axonn.checkpoint as ckpt
+    from axonn.grid import ranks_per_node
     from memorization.models import build_model
 
     axonn.init()
@@ -185,7 +186,7 @@ def test_background_save_without_host_memory_for_the_snapshot_saves_blocking(tmp
     assert pending is not None
     pending.finish()
     monkeypatch.setenv("SLURM_NTASKS_PER_NODE", "4(x2)")  # the node's memory is shared by 4 ranks
-    assert ckpt.ranks_per_node() == 4
+    assert ranks_per_node() == 4
     with pytest.warns(UserWarning, match="saving blocking"):
         assert ckpt.save(model, opt, tmp_path / "ck3", {"step": 1}, background=True) is None
-    assert ckpt.ranks_per_node({"LOCAL_WORLD_SIZE": "8", "SLURM_NTASKS_PER_NODE": "4"}) == 8
+    assert ranks_per_node({"LOCAL_WORLD_SIZE": "8", "SLURM_NTASKS_PER_NODE": "4"}) == 8
