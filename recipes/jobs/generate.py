@@ -219,7 +219,11 @@ def make_job(spec: JobSpec) -> Job:
         raise ValueError("goldfish_k must be >= 0 (0 = standard loss) and exposures > 0")
     nodes = max(1, gpus // cfg.gpus_per_node)
     tpn = gpus // nodes
-    predicted = None
+    def ranking(micro_batch: int | None):
+        return plan(spec.size, seq=spec.seq, global_batch=spec.global_batch, gpus=gpus,
+                    machine=load_profile(cfg.profile), micro_batch=micro_batch,
+                    activation_checkpointing=spec.activation_checkpointing, grad_reduce_dtype=spec.grad_reduce_dtype)
+
     if spec.grid is not None:
         grid = tuple(spec.grid)
         if len(grid) != 4 or grid[0] * grid[1] * grid[2] * grid[3] != gpus:
@@ -227,20 +231,11 @@ def make_job(spec: JobSpec) -> Job:
         mb = spec.micro_batch or 1
         note = "grid given by hand"
         try:  # the planner's price of this grid, if it considers it at all
-            res = plan(spec.size, seq=spec.seq, global_batch=spec.global_batch, gpus=gpus,
-                       machine=load_profile(cfg.profile), micro_batch=mb,
-                       activation_checkpointing=spec.activation_checkpointing,
-                       grad_reduce_dtype=spec.grad_reduce_dtype)
-            mine = [e for e in res.ranked if tuple(e.grid) == grid]
-            predicted = mine[0].step_time_s if mine else None
+            predicted = next((e.step_time_s for e in ranking(mb).ranked if tuple(e.grid) == grid), None)
         except PlanError:
             predicted = None
     else:
-        res = plan(spec.size, seq=spec.seq, global_batch=spec.global_batch, gpus=gpus,
-                   machine=load_profile(cfg.profile), micro_batch=spec.micro_batch,
-                   activation_checkpointing=spec.activation_checkpointing,
-                   grad_reduce_dtype=spec.grad_reduce_dtype)
-        best = res.best
+        best = ranking(spec.micro_batch).best
         grid, mb, predicted = tuple(best.grid), best.micro_batch, best.step_time_s
         note = (f"planner: {predicted:.2f} s/step, {best.tflops_per_gpu:.0f} TFLOP/s/GPU, "
                 f"{best.memory_per_gpu_bytes / 1024**3:.1f} GiB/GPU")
