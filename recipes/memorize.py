@@ -110,9 +110,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--out", default="runs/memorize", help="output directory")
     g.add_argument("--resume", action="store_true", help="continue the interrupted run in --out "
                    "(after a crash, or after SIGUSR1 made it checkpoint and exit with status 75); the run's "
-                   "settings must be the same, except how it executes: --grid (the checkpoint is resharded), "
-                   "--micro-batch, --overlap, --grad-reduce-dtype, --compile, --activation-checkpointing, "
-                   "--checkpoint-every, --async-checkpoint, --extract-batch")
+                   "settings must be the same, except how it executes (the checkpoint is resharded onto a new "
+                   f"--grid): {_as_flags(EXECUTION_SETTINGS)}")
     g.add_argument("--overwrite", action="store_true", help="delete a previous run in --out and start afresh")
     g.add_argument("--wandb", action="store_true", help="sync to Weights & Biases (default: offline logs in --out)")
     g.add_argument("--export-dtype", default="float32", choices=["float32", "bfloat16"],
@@ -170,6 +169,10 @@ EXECUTION_SETTINGS = ("grid", "micro_batch", "overlap", "grad_reduce_dtype", "co
                       "checkpoint_every", "async_checkpoint", "extract_batch")
 
 
+def _as_flags(names) -> str:
+    return ", ".join("--" + k.replace("_", "-") for k in names)
+
+
 def settings_of(args: argparse.Namespace) -> dict:
     skip = {"resume", "overwrite", "no_progress", "plan", "gpus", "machine", "wandb", "export_dtype"}
     return {k: v for k, v in vars(args).items() if k not in skip}
@@ -225,7 +228,7 @@ def validate(args: argparse.Namespace) -> None:
             changed = {k: diff.pop(k) for k in EXECUTION_SETTINGS if k in diff}
             if diff:
                 raise SystemExit(f"error: --resume with settings that differ from the run in {out}: {diff} "
-                                 f"(only how it runs may change: {', '.join('--' + k.replace('_', '-') for k in EXECUTION_SETTINGS)})")
+                                 f"(only how it runs may change: {_as_flags(EXECUTION_SETTINGS)})")
             if changed:
                 print(f"note: --resume with other execution settings (was, now): {changed}", file=sys.stderr)
     elif args.resume:

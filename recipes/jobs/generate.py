@@ -34,7 +34,7 @@ if str(REPO) not in sys.path:  # runnable as a plain script from anywhere
     sys.path.insert(0, str(REPO))
 
 from axonn.grid import parse_grid  # noqa: E402
-from axonn.planner import PlanError, load_profile, plan  # noqa: E402
+from axonn.planner import GRAD_REDUCE_BYTES, PlanError, load_profile, plan, resolve_shape  # noqa: E402
 
 TEMPLATES = Path(__file__).with_name("templates")
 
@@ -190,8 +190,6 @@ class StopPlan:
 
 
 def stop_plan(spec: JobSpec, step_s: float | None, nodes: int, fs_gbps: float) -> StopPlan:
-    from axonn.planner import resolve_shape
-
     save_s = STATE_BYTES_PER_PARAM * resolve_shape(spec.size).num_params() / nodes / (fs_gbps * 1e9)
     step = step_s if step_s is not None else 60.0  # a hand grid the planner cannot price: assume a slow step
     stop_s = 3 * step + (2 if spec.async_checkpoint else 1) * save_s + 30
@@ -353,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
                    "Checked against the size's shape where this machine sees it. Default: random init")
     p.add_argument("--no-activation-checkpointing", action="store_true",
                    help="plan and train without per-layer activation checkpointing")
-    p.add_argument("--grad-reduce-dtype", default="fp32", choices=["fp32", "bf16"],
+    p.add_argument("--grad-reduce-dtype", default="fp32", choices=sorted(GRAD_REDUCE_BYTES),
                    help="sum gradients over depth and data in bf16 (half the bytes; planned and trained so)")
     p.add_argument("--async-checkpoint", action=argparse.BooleanOptionalAction, default=True,
                    help="write checkpoints in the background while training continues (default on: each "
