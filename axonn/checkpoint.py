@@ -168,7 +168,7 @@ def save(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | 
     owned = tensor_owned({n: spec_of(p) for n, p in model.named_parameters()}, grid.coords)
     mine = {n for n, d in writers(owned, grid.sizes["data"]).items() if d == grid.coords["data"]}
     if background:
-        background = _snapshot_fits(_bytes_to_write(model, optimizer, mine), grid)
+        background = _snapshot_fits(state_bytes(model, optimizer, mine), grid)
     saved = _host_copy if background else _as_saved
     params: dict[str, tuple[torch.Tensor, dict]] = {}
     optim: dict[str, dict[str, tuple[torch.Tensor, dict | None]]] = {}
@@ -257,11 +257,11 @@ class PendingSave:
 SNAPSHOT_HOST_FRACTION = 0.8  # of this rank's share of the node's available host memory
 
 
-def _bytes_to_write(model: nn.Module, optimizer: torch.optim.Optimizer | None, names: set[str]) -> int:
-    """Bytes of the parameters in ``names`` and of their optimizer state tensors."""
+def state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer | None, names: set[str] | None = None) -> int:
+    """Bytes of the parameters in ``names`` (default: all) and of their optimizer state tensors."""
     total = 0
     for name, p in model.named_parameters():
-        if name in names:
+        if names is None or name in names:
             total += p.numel() * p.element_size()
             if optimizer is not None and p in optimizer.state:
                 total += sum(v.numel() * v.element_size() for v in optimizer.state[p].values() if torch.is_tensor(v))

@@ -38,13 +38,6 @@ from memorization.models import build_model  # noqa: E402
 from memorization.runtime import Runtime  # noqa: E402
 
 
-def _state_bytes(model: torch.nn.Module, opt: torch.optim.Optimizer) -> int:
-    n = sum(p.numel() * p.element_size() for p in model.parameters())
-    for state in opt.state.values():
-        n += sum(v.numel() * v.element_size() for v in state.values() if torch.is_tensor(v))
-    return n
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", default="160m", help="model-shape preset (axonn/presets.yaml)")
@@ -76,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     train_step()  # AdamW's state exists from here on
     work = Path(a.dir) if a.dir else Path(tempfile.mkdtemp(prefix="ckpt_stall_"))
     work.mkdir(parents=True, exist_ok=True)
-    gb = _state_bytes(model, opt) / 1e9
+    gb = ckpt.state_bytes(model, opt) / 1e9
     print(f"{a.size}: {sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters, "
           f"{gb:.2f} GB of weights + AdamW state to write, device {dev}, into {work}")
     from tqdm.auto import tqdm

@@ -172,7 +172,7 @@ def test_background_save_without_host_memory_for_the_snapshot_saves_blocking(tmp
     axonn.init()
     model = build_model("tiny", 512, seed=3)
     opt = torch.optim.AdamW(model.parameters())
-    need = ckpt._bytes_to_write(model, opt, {n for n, _ in model.named_parameters()})
+    need = ckpt.state_bytes(model, opt)
     assert need == sum(p.numel() * 4 for p in model.parameters())  # no AdamW state before a step
 
     class Mem:
