@@ -15,6 +15,8 @@ from pathlib import Path
 
 import torch
 
+from .cli import HelpFormatter
+
 
 def resolve(checkpoint: Path) -> Path:
     """``checkpoint`` itself, or the checkpoint its ``LATEST`` file names."""
@@ -27,7 +29,7 @@ def resolve(checkpoint: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m axonn.convert", description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+                                 formatter_class=HelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("checkpoint", type=Path, help="a checkpoint directory, or a checkpoint root with a LATEST file")
     ap.add_argument("out", type=Path, help="the HF directory to write (replaced atomically if it is a model directory)")
     ap.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None,

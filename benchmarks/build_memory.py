@@ -26,6 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from axonn.cli import HelpFormatter  # noqa: E402
 from axonn.grid import parse_grid  # noqa: E402
 
 
@@ -86,7 +87,7 @@ def launch(variant: str, size: str, grid: str, nproc: int) -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                 formatter_class=HelpFormatter)
     ap.add_argument("--size", default="160m", help="model preset (axonn/presets.yaml) to build")
     ap.add_argument("--grid", default="1,2,1,2", help="data,row,col,depth; the product is the number of ranks")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)

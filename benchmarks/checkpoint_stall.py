@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from axonn.cli import HelpFormatter  # noqa: E402
 import axonn.checkpoint as ckpt  # noqa: E402
 from benchmarks.common import device, sync  # noqa: E402
 from memorization.models import build_model  # noqa: E402
@@ -39,7 +40,7 @@ from memorization.runtime import Runtime  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--size", default="160m", help="model-shape preset (axonn/presets.yaml)")
     p.add_argument("--seq", type=int, default=256, help="tokens per row of the synthetic batch")
     p.add_argument("--batch", type=int, default=2, help="rows per training step")

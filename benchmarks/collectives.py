@@ -75,7 +75,9 @@ def analytic(layer, m_local: int, low: int, grad: int = 4) -> dict[tuple[str, st
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from axonn.cli import HelpFormatter
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=HelpFormatter)
     ap.add_argument("--grid", default="1,1,1,1", help="data,row,col,depth")
     ap.add_argument("--batch", type=int, default=4, help="global batch (sequences)")
     ap.add_argument("--seq", type=int, default=32, help="tokens per sequence of the probe batch")

@@ -15,13 +15,14 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from axonn.cli import HelpFormatter  # noqa: E402
 from benchmarks.common import device, sync  # noqa: E402
 from memorization.extraction import greedy_continue  # noqa: E402
 from memorization.models import build_model  # noqa: E402
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--size", default=None, help="preset (default: 1b on GPU, tiny on CPU)")
     p.add_argument("--docs", type=int, default=128, help="documents")
     p.add_argument("--prefix", type=int, default=50, help="prefix tokens P given to the model")

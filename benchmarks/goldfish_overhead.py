@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from axonn.cli import HelpFormatter  # noqa: E402
 from benchmarks.common import device, timed  # noqa: E402
 from memorization.goldfish import GoldfishConfig  # noqa: E402
 from memorization.models import build_model  # noqa: E402
@@ -21,7 +22,7 @@ from memorization.train import TrainConfig, Trainer  # noqa: E402
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--size", default=None, help="model preset (default: tiny on CPU, 1b on GPU)")
     p.add_argument("--seq", type=int, default=None, help="sequence length (default 128 CPU / 2048 GPU)")
     p.add_argument("--batch", type=int, default=None, help="rows per step (default 8 CPU / 4 GPU)")

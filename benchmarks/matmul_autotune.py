@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
+from axonn.cli import HelpFormatter  # noqa: E402
 from axonn.intra_layer import autotune as at  # noqa: E402
 from axonn.presets import get_preset  # noqa: E402
 
@@ -46,7 +47,7 @@ def linear_shapes(preset: str, lm_head: bool, tp: tuple[int, int]) -> list[tuple
 
 def main(argv=None) -> int:
     cuda = torch.cuda.is_available()
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--presets", default="1b,8b" if cuda else "tiny,mini,1b",
                    help="model-shape presets whose Linear shapes are timed, comma list "
                    "(default 1b,8b on GPU, tiny,mini,1b on CPU)")

@@ -25,6 +25,7 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from axonn.cli import HelpFormatter  # noqa: E402
 from axonn.grid import parse_grid  # noqa: E402
 from axonn.planner import GRAD_REDUCE_BYTES, Grid, MemoryConfig, memory_per_gpu  # noqa: E402
 from axonn.presets import get_preset  # noqa: E402
@@ -90,7 +91,7 @@ def run(configs, show: int, cuda: bool = False) -> list[dict]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--quick", action="store_true", help="only the small models (tiny, mini)")
     p.add_argument("--size", help="trace one configuration of this preset instead of the set")
     p.add_argument("--grid", default="1,1,1,1", help="with --size: D,R,C,Z (rank 0 is traced)")

@@ -41,6 +41,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from axonn.cli import HelpFormatter  # noqa: E402
 import axonn  # noqa: E402
 from axonn.planner import plan  # noqa: E402
 from axonn.grid import launcher_world_size  # noqa: E402
@@ -157,7 +158,7 @@ def write_outputs(out: Path, record: dict) -> None:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--out", default="benchmarks/results/planner_validation",
                    help="output path without suffix (.json, .md, .png are written)")
     p.add_argument("--layers", type=int, default=4, help="model layers")

@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from axonn.cli import HelpFormatter  # noqa: E402
 from axonn.checkpoint import TENSOR_AXES, build_index, pieces_by_name, pieces_to_read, tensor_owned  # noqa: E402
 from axonn.grid import Grid, _coords_of, parse_grid  # noqa: E402
 from axonn.sharding import ShardSpec  # noqa: E402
@@ -103,7 +104,7 @@ def _gb(n: float) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+                                 formatter_class=HelpFormatter)
     ap.add_argument("--size", default="405b", help="model preset (default 405b)")
     ap.add_argument("--src", default="32,8,4,4", help="grid the checkpoint is saved on: data,row,col,depth")
     ap.add_argument("--dst", default="64,4,4,4", help="grid it is loaded onto: data,row,col,depth")

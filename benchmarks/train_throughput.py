@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from axonn.cli import HelpFormatter  # noqa: E402
 from axonn.presets import get_preset  # noqa: E402
 from benchmarks.common import H100_BF16_PEAK, device, flops_per_token, sync, timed  # noqa: E402
 from memorization.goldfish import GoldfishConfig  # noqa: E402
@@ -90,7 +91,7 @@ def profile(step, n: int, dev: torch.device, trace: str | None) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--size", default="1b", help="model preset")
     p.add_argument("--seq", type=int, default=2048, help="sequence length")
     p.add_argument("--batch", type=int, default=4, help="sequences per step")

@@ -17,6 +17,7 @@ import argparse
 import logging
 import sys
 
+from axonn.cli import HelpFormatter
 from memorization.downstream import (
     DEFAULT_TASK_DIR,
     LMEvalNotInstalledError,
@@ -28,7 +29,7 @@ from memorization.downstream import (
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+                                 formatter_class=HelpFormatter)
     ap.add_argument("--model", help="checkpoint directory (HF format, with tokenizer)")
     ap.add_argument("--perplexity", default=None, metavar="FILE_OR_MANIFEST",
                     help="held-out text for perplexity: .jsonl/.txt/.json or a manifest")

@@ -14,10 +14,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from axonn.cli import HelpFormatter  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--model", required=True, help="Hugging Face checkpoint directory (config.json + weights)")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--manifest", help="manifest.json of a memorize run: its targets (with exposure counts)")

@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from axonn.cli import HelpFormatter
 from memorization.hpc_code.extract import extract_c_body, extract_python_body
 from memorization.hpc_code.harness import RunConfig
 from memorization.hpc_code.humaneval import humaneval_available, load_humaneval
@@ -41,7 +42,7 @@ def _csv_ints(text: str) -> tuple[int, ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     src = ap.add_argument_group("what to score (pick one)")
     x = src.add_mutually_exclusive_group(required=True)
     x.add_argument("--use-references", action="store_true",

@@ -14,12 +14,13 @@ import json
 import logging
 import sys
 
+from axonn.cli import HelpFormatter
 from memorization.mia import MissingTokenizerError, run_mia
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+                                 formatter_class=HelpFormatter)
     ap.add_argument("--model", required=True, help="target checkpoint directory (HF format)")
     ap.add_argument("--manifest", required=True, help="manifest JSON with targets + nonmembers")
     ap.add_argument("--reference-model", default=None,

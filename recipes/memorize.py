@@ -29,13 +29,15 @@ _REPO = Path(__file__).resolve().parents[1]
 if str(_REPO) not in sys.path:  # runnable from a checkout without installation
     sys.path.insert(0, str(_REPO))
 
+from axonn.cli import HelpFormatter  # noqa: E402
+
 ARMS = ("standard", "goldfish")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0] + " Runs a standard and a Goldfish arm on the same mixture and seed.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     g = p.add_argument_group("model")
     g.add_argument("--size", default="tiny", help="model-shape preset (axonn/presets.yaml): tiny, mini, small, "
@@ -47,8 +49,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--corpus", default="builtin:pydocs", help="background corpus: builtin:pydocs (offline), a local "
                    ".txt/.json/.jsonl/.parquet file or directory, or a Hugging Face dataset name (needs network)")
     g.add_argument("--text-field", default="text", help="field holding the text in json/parquet corpora and targets")
-    g.add_argument("--tokenizer", default="builtin:bpe4096", help="Hugging Face tokenizer name or path; "
-                   "builtin:bpe4096 is trained locally on the offline corpus (default: the --init checkpoint's)")
+    g.add_argument("--tokenizer", default="builtin:bpe4096", help="Hugging Face tokenizer name or path (default: "
+                   "builtin:bpe4096, a byte-level BPE trained locally on the offline corpus; with --init, the "
+                   "checkpoint's own tokenizer)")
     g.add_argument("--targets", default=None, help="your own target documents: a directory of .txt files (one "
                    "document each), a .jsonl/.json file, or a .txt file with blank-line-separated documents "
                    "(default: --num-targets documents held out of the corpus)")

@@ -28,6 +28,8 @@ _REPO = Path(__file__).resolve().parents[1]
 if str(_REPO) not in sys.path:  # runnable from a checkout without installation
     sys.path.insert(0, str(_REPO))
 
+from axonn.cli import HelpFormatter  # noqa: E402
+
 EPILOG = """\
 Any other option is passed to every memorize run (see `python recipes/memorize.py --help`),
 e.g. --steps N, --num-targets N, --num-nonmembers N, --seq-len N, --batch-size N, --prefix N,
@@ -42,7 +44,7 @@ cell.json once finished), results.json (every cell + a flat table), report.md, r
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=EPILOG, allow_abbrev=False,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=HelpFormatter)
     g = p.add_argument_group("grid")
     g.add_argument("--sizes", default="tiny", help="comma list of model-size presets (axonn/presets.yaml), "
                    "e.g. tiny,mini (default: tiny)")

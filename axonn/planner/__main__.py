@@ -4,12 +4,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from axonn.cli import HelpFormatter
 from axonn.presets import ModelShape, preset_names
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m axonn.planner",
+        prog="python -m axonn.planner", formatter_class=HelpFormatter,
         description="Rank the 4D (data, row, column, depth) AxoNN grids for a Llama-family model on a "
                     "machine: predicted step time, TFLOP/s per GPU and memory per GPU; rejected grids "
                     "with the reason. `python -m axonn.planner calibrate --out profile.yaml` measures a "

@@ -28,6 +28,7 @@ import time
 from dataclasses import replace
 from typing import Callable
 
+from ..cli import HelpFormatter
 from .profiles import GIB, MachineProfile, load_profile, save_profile
 
 
@@ -247,7 +248,7 @@ def calibrate(base: str = "h100-node", ref_dim: int | None = None, comm_mbytes: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m axonn.planner calibrate",
+    p = argparse.ArgumentParser(prog="python -m axonn.planner calibrate", formatter_class=HelpFormatter,
                                 description="Measure GEMM rate, memory bandwidth and collective bandwidth "
                                             "on this machine and write a machine-profile YAML.")
     p.add_argument("--out", required=True, help="profile YAML to write")

@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # runnable as a plain script from anywhere
     sys.path.insert(0, str(REPO))
 
+from axonn.cli import HelpFormatter  # noqa: E402
 from axonn.grid import parse_grid  # noqa: E402
 from axonn.planner import GRAD_REDUCE_BYTES, PlanError, load_profile, plan, resolve_shape  # noqa: E402
 
@@ -328,7 +329,7 @@ def paper_matrix(base: JobSpec | None = None, machines=PAPER_MACHINES, sizes=PAP
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                formatter_class=HelpFormatter,
                                 epilog="examples:\n  python recipes/jobs/generate.py --machine frontier --size 405b "
                                        "--gpus 1024\n  python recipes/jobs/generate.py --all --account ABC123")
     p.add_argument("--machine", choices=list(MACHINES), default="frontier",
