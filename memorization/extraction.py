@@ -146,21 +146,35 @@ def extract(model: torch.nn.Module, docs: list[dict], cfg: ExtractionConfig = Ex
 
 
 def summarize(records: list[dict]) -> dict:
+    """Mean metrics of ``records``, with the 95% Wilson interval of the exact-match rate."""
+    from .stats import rate_ci
+
     n = len(records)
+    k = sum(bool(r["exact_match"]) for r in records)
     return {
         "n": n,
-        "exact_match": sum(r["exact_match"] for r in records) / n,
+        "exact_match": k / n,
+        "exact_match_ci95": list(rate_ci(k, n)),
         "token_match": sum(r["token_match"] for r in records) / n,
         "rouge_l": sum(r["rouge_l"] for r in records) / n,
     }
 
 
+def exact_with_ci(summary: dict) -> str:
+    """``0.969 (0.84–0.99)``: the exact-match rate and its 95% Wilson interval (summaries written
+    before the interval was recorded show the rate alone)."""
+    ci = summary.get("exact_match_ci95")
+    rate = f"{summary['exact_match']:.3f}"
+    return rate if ci is None else f"{rate} ({ci[0]:.2f}–{ci[1]:.2f})"
+
+
 def markdown_table(result: dict, title: str = "Extraction") -> str:
-    lines = [f"### {title}", "", "| exposures | n | exact match | token match | Rouge-L |", "|---|---|---|---|---|"]
+    lines = [f"### {title}", "", "| exposures | n | exact match (95% CI) | token match | Rouge-L |",
+             "|---|---|---|---|---|"]
     for k, v in result["by_exposure"].items():
-        lines.append(f"| {k} | {v['n']} | {v['exact_match']:.3f} | {v['token_match']:.3f} | {v['rouge_l']:.3f} |")
+        lines.append(f"| {k} | {v['n']} | {exact_with_ci(v)} | {v['token_match']:.3f} | {v['rouge_l']:.3f} |")
     o = result["overall"]
-    lines.append(f"| **all** | {o['n']} | {o['exact_match']:.3f} | {o['token_match']:.3f} | {o['rouge_l']:.3f} |")
+    lines.append(f"| **all** | {o['n']} | {exact_with_ci(o)} | {o['token_match']:.3f} | {o['rouge_l']:.3f} |")
     if result["skipped"]:
         lines.append(f"\n{len(result['skipped'])} document(s) skipped as shorter than prefix + suffix.")
     return "\n".join(lines) + "\n"

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .extraction import exact_with_ci
+
 
 def results_markdown(results: dict) -> str:
     s = results["settings"]
@@ -15,29 +17,32 @@ def results_markdown(results: dict) -> str:
         f"seed {s['seed']}; extraction: prefix {s['prefix'] if s['prefix_mode'] == 'fixed' else 'all but suffix'}"
         f" -> greedy {s['suffix']} tokens.",
         "",
-        "| arm | exact match | token match | Rouge-L | held-out loss | final train loss | dropped labels | train time |",
+        "| arm | exact match (95% CI) | token match | Rouge-L | held-out loss | final train loss | dropped labels "
+        "| train time |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, a in arms.items():
         gf = a["goldfish"]
         label = name if gf["k"] == 0 else f"{name} (k={gf['k']}, h={gf['h']}, {gf['strategy']})"
         lines.append(
-            f"| {label} | {a['exact_match']:.3f} | {a['token_match']:.3f} | {a['rouge_l']:.3f} | {a['val_loss']:.4f} "
+            f"| {label} | {exact_with_ci(a)} | {a['token_match']:.3f} | {a['rouge_l']:.3f} | {a['val_loss']:.4f} "
             f"| {a['final_train_loss']:.4f} | {a['goldfish_drop_frac']:.3f} | {a['train_seconds']:.0f} s |"
         )
     if "standard" in arms and "goldfish" in arms:
         st, gf = arms["standard"], arms["goldfish"]
-        ratio = gf["exact_match"] / st["exact_match"] if st["exact_match"] else float("nan")
-        lines += [
-            "",
-            f"Goldfish / standard exact-match ratio: **{ratio:.3f}**; held-out loss ratio: "
-            f"**{gf['val_loss'] / st['val_loss']:.3f}**.",
-        ]
-    lines += ["", "## By exposure count", "", "| arm | exposures | n | exact match | token match | Rouge-L |",
+        ratio = (f"**{gf['exact_match'] / st['exact_match']:.3f}**" if st["exact_match"] else
+                 "none (the standard arm extracted no target: more exposures, steps or a larger model)")
+        lines += ["", f"Goldfish / standard exact-match ratio: {ratio}; held-out loss ratio: "
+                      f"**{gf['val_loss'] / st['val_loss']:.3f}**."]
+        if "paired_exact_match" in results:
+            t = results["paired_exact_match"]
+            lines.append(f"Paired on the same {t['n']} targets: {t['only_a']} extracted by the standard arm alone, "
+                         f"{t['only_b']} by the Goldfish arm alone; exact McNemar test p = {t['p_value']:.2g}.")
+    lines += ["", "## By exposure count", "", "| arm | exposures | n | exact match (95% CI) | token match | Rouge-L |",
               "|---|---|---|---|---|---|"]
     for name, a in arms.items():
         for n, v in a["by_exposure"].items():
-            lines.append(f"| {name} | {n} | {v['n']} | {v['exact_match']:.3f} | {v['token_match']:.3f} | "
+            lines.append(f"| {name} | {n} | {v['n']} | {exact_with_ci(v)} | {v['token_match']:.3f} | "
                          f"{v['rouge_l']:.3f} |")
     if results.get("skipped_targets"):
         lines.append(f"\n{len(results['skipped_targets'])} target(s) skipped as too short.")
@@ -45,7 +50,7 @@ def results_markdown(results: dict) -> str:
 
 
 def plot_arms(results: dict, path: Path) -> None:
-    """Left: extraction metrics per arm. Right: training loss curves."""
+    """Left: extraction metrics per arm (exact match with its 95% interval). Right: training loss curves."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -57,7 +62,9 @@ def plot_arms(results: dict, path: Path) -> None:
     width = 0.8 / max(1, len(arms))
     for i, (name, a) in enumerate(arms.items()):
         xs = [m + i * width for m in range(len(metrics))]
-        bars = ax1.bar(xs, [a[m] for m in metrics], width, label=name)
+        ci = a.get("exact_match_ci95")  # whiskers: the exact-match rate's 95% Wilson interval
+        err = None if ci is None else [[a["exact_match"] - ci[0], 0, 0], [ci[1] - a["exact_match"], 0, 0]]
+        bars = ax1.bar(xs, [a[m] for m in metrics], width, yerr=err, capsize=3, label=name)
         ax1.bar_label(bars, fmt="%.2f", fontsize=8)
         ax2.plot(range(1, len(a["loss_curve"]) + 1), a["loss_curve"], label=f"{name} (held-out {a['val_loss']:.3f})")
     ax1.set_xticks([m + width * (len(arms) - 1) / 2 for m in range(len(metrics))], ["exact match", "token match",

@@ -390,7 +390,8 @@ def arm_rows(records: Sequence[dict]) -> list[dict]:
             row = {
                 "cell": rec["name"], "size": c["size"], "exposures": c["exposures"], "arm": arm,
                 "k": gf.get("k", 0) if arm == "goldfish" else 0, "h": gf.get("h") if arm == "goldfish" else None,
-                "exact_match": m["exact_match"], "token_match": m["token_match"], "rouge_l": m["rouge_l"],
+                "exact_match": m["exact_match"], "exact_match_ci95": m.get("exact_match_ci95"),
+                "token_match": m["token_match"], "rouge_l": m["rouge_l"],
                 "val_loss": m["val_loss"], "final_train_loss": m["final_train_loss"], "steps": m["steps"],
                 "train_seconds": m["train_seconds"], "goldfish_drop_frac": m["goldfish_drop_frac"],
                 "perplexity": (ev.get("perplexity") or {}).get("perplexity"),

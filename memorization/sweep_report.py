@@ -20,6 +20,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Sequence
 
+from .extraction import exact_with_ci
+
 FIGURES = ("extraction_vs_exposures.png", "extraction_quality_vs_k.png", "mia.png")
 
 
@@ -60,7 +62,7 @@ def _plt():
 
 
 def plot_extraction_vs_exposures(rows: list[dict], path: Path) -> bool:
-    """One panel per size: exact match (solid) and Rouge-L (dotted) vs exposures, per arm."""
+    """One panel per size: exact match (solid, its 95% interval shaded) and Rouge-L (dotted) vs exposures, per arm."""
     sizes = list(dict.fromkeys(r["size"] for r in rows))
     if not sizes:
         return False
@@ -76,6 +78,9 @@ def plot_extraction_vs_exposures(rows: list[dict], path: Path) -> bool:
             xs = [r["exposures"] for r in rs]
             color = f"C{i}"
             ax.plot(xs, [r["exact_match"] for r in rs], "o-", color=color, label=f"{label}: exact match")
+            if all(r.get("exact_match_ci95") for r in rs):  # band: the 95% Wilson interval of each rate
+                ax.fill_between(xs, [r["exact_match_ci95"][0] for r in rs], [r["exact_match_ci95"][1] for r in rs],
+                                color=color, alpha=0.15, linewidth=0)
             ax.plot(xs, [r["rouge_l"] for r in rs], "s:", color=color, alpha=0.7, label=f"{label}: Rouge-L")
         ax.set_xscale("log", base=2)
         ax.set_xticks(sorted({r["exposures"] for r in rows if r["size"] == size}))
@@ -292,11 +297,12 @@ def sweep_markdown(results: dict, figures: Sequence[str]) -> str:
               "dropped labels", "train s", *extra]
     table = []
     for r in rows:
-        table.append([r["size"], str(r["exposures"]), _row_label(r), str(r["steps"]), _fmt(r["exact_match"]),
+        table.append([r["size"], str(r["exposures"]), _row_label(r), str(r["steps"]), exact_with_ci(r),
                       _fmt(r["token_match"]), _fmt(r["rouge_l"]), _fmt(r["val_loss"], 4), _fmt(r["perplexity"], 2),
                       _fmt(r["goldfish_drop_frac"]), f"{r['train_seconds']:.0f}", *[_fmt(r.get(k)) for k in extra]])
     lines += _table(header, table)
-    lines += ["", "exact match: fraction of targets whose greedy suffix equals the true one; val loss: memorize's "
+    lines += ["", "exact match: fraction of targets whose greedy suffix equals the true one (95% Wilson "
+              "interval); val loss: memorize's "
               "validation loss on packed held-out rows; perplexity: sliding-window perplexity of the held-out "
               "nonmember documents, each from its start with BOS prepended (`memorization.downstream`)."]
     trends = _trend_lines(rows)

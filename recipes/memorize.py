@@ -341,6 +341,7 @@ def run_arm(arm: str, args, rt, mixture, tokenizer, out: Path) -> dict:
         "goldfish": {"k": gf.k, "h": gf.h, "strategy": gf.strategy},
         "goldfish_drop_frac": sum(drop) / len(drop),
         "by_exposure": ext["by_exposure"],
+        "exact_by_target": {d["id"]: d["exact_match"] for d in ext["documents"]},  # for the paired test
         "loss_curve": [h["loss"] for h in train["history"]],
     }
     if rt.is_main:
@@ -412,6 +413,11 @@ def main(argv: list[str] | None = None) -> dict | None:
         if rt.is_main:
             print(f"interrupted: {e} (--resume)", file=sys.stderr)
         raise SystemExit(EXIT_INTERRUPTED) from None
+    by_target = [results["arms"].get(a, {}).get("exact_by_target") for a in ARMS]
+    if all(by_target):  # both arms, scored on the same targets (arm results of older runs lack it)
+        from memorization.stats import paired_exact_test
+
+        results["paired_exact_match"] = paired_exact_test(*by_target)
     if rt.is_main:
         write_report(out, results)
         print((out / "results.md").read_text())

@@ -30,6 +30,16 @@ def test_small_run_writes_results_for_both_arms(tmp_path):
     assert data["arms"]["standard"]["goldfish_drop_frac"] == 0
     assert data["settings"]["goldfish_k"] == 4 and data["settings"]["exposures"] == "2"
     assert (out / "results.md").read_text().count("| standard") >= 1
+    # the rates carry their 95% interval, and the arms are compared pairwise on the same targets
+    for arm in ("standard", "goldfish"):
+        lo, hi = data["arms"][arm]["exact_match_ci95"]
+        assert 0 <= lo <= data["arms"][arm]["exact_match"] <= hi <= 1 and hi - lo > 0.2  # 4 targets: wide
+        assert set(data["arms"][arm]["exact_by_target"]) == {t["id"] for t in json.loads(
+            (out / "manifest.json").read_text())["targets"]}
+    paired = data["paired_exact_match"]
+    st, gf = (data["arms"][a]["exact_by_target"] for a in ("standard", "goldfish"))
+    assert paired["n"] == 4 and paired["only_a"] == sum(st[d] and not gf[d] for d in st)
+    assert "exact McNemar test p =" in (out / "results.md").read_text()
     assert (out / "results.png").stat().st_size > 1000
     manifest = json.loads((out / "manifest.json").read_text())
     assert all(len(t["steps"]) == 2 for t in manifest["targets"])
