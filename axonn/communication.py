@@ -10,10 +10,12 @@ collective with the ring formulas of REFERENCES.md:
   ranks: ``(p-1)/p * n``;
 * all-reduce of ``n`` elements: ``2 (p-1)/p * n``.
 
-Gloo fallback for reduce-scatter: if ``reduce_scatter_tensor`` is not
-supported by the backend, we all-reduce the full buffer and keep our slice
-(twice the traffic; the counter still reports the logical reduce-scatter and
-marks the record ``fallback=True``).
+Gloo fallback for reduce-scatter: if gloo's ``reduce_scatter_tensor`` refuses a call,
+we all-reduce the full buffer and keep our slice (twice the traffic; the counter still
+reports the logical reduce-scatter and marks the record ``fallback=True``).  Only gloo falls
+back, where the refusal is the same on every rank: on NCCL an error is real (out of memory,
+a failed communicator), and one rank switching collectives alone would leave the others
+waiting in a reduce-scatter it never joins, so the error is raised.
 """
 from __future__ import annotations
 
@@ -167,6 +169,8 @@ def reduce_scatter(t: torch.Tensor, axes, async_op: bool = False, grid: Grid | N
             _record("reduce_scatter", axes, p, t.numel(), t.element_size())
             return Pending(work, out, keep=t) if async_op else out
         except (RuntimeError, NotImplementedError, ValueError):
+            if backend != "gloo":
+                raise
             _RS_SUPPORTED[backend] = False
     # Fallback: all-reduce the whole buffer, keep our slice.
     i = dist.get_rank(g)

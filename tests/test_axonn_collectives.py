@@ -25,3 +25,44 @@ def test_collective_volumes_match_analytic(autocast: bool, grads: str) -> None:
     for needle in ("all_gather     depth", "reduce_scatter depth", "all_reduce     row",
                    "model.embed_tokens               all_gather     depth"):
         assert needle in out, out
+
+
+class _TwoRankGrid:
+    """A grid of two ranks on every axis, for calling the collectives' wrappers in one process."""
+
+    def group(self, axes):
+        return "group"
+
+    def size(self, axes):
+        return 2
+
+
+@pytest.mark.parametrize("backend", ["nccl", "gloo"])
+def test_reduce_scatter_falls_back_on_gloo_only(backend, monkeypatch):
+    """A refused reduce-scatter becomes an all-reduce on gloo (the same on every rank); on NCCL the
+    error is real (out of memory, a failed communicator) and is raised: one rank switching to an
+    all-reduce alone would leave its peers waiting in a reduce-scatter."""
+    import torch
+    import torch.distributed as dist
+
+    from axonn import communication as comm
+
+    calls = []
+
+    def refuse(out, t, group=None, async_op=False):
+        raise RuntimeError("CUDA out of memory" if backend == "nccl" else "gloo does not support this")
+
+    monkeypatch.setattr(comm, "_REDUCE_SCATTER_T", refuse)
+    monkeypatch.setattr(comm, "_RS_SUPPORTED", {})
+    monkeypatch.setattr(dist, "get_backend", lambda g: backend)
+    monkeypatch.setattr(dist, "get_rank", lambda g=None: 1)
+    monkeypatch.setattr(dist, "all_reduce", lambda t, group=None, async_op=False: calls.append(t.clone()))
+    t = torch.arange(8.0)
+    if backend == "nccl":
+        with pytest.raises(RuntimeError, match="out of memory"):
+            comm.reduce_scatter(t, "depth", grid=_TwoRankGrid())
+        assert comm._RS_SUPPORTED == {} and not calls
+    else:
+        out = comm.reduce_scatter(t, "depth", grid=_TwoRankGrid())
+        assert torch.equal(out, torch.arange(4.0, 8.0)) and len(calls) == 1  # all-reduced, rank 1's half
+        assert comm._RS_SUPPORTED == {"gloo": False}
