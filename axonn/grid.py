@@ -31,6 +31,7 @@ from __future__ import annotations
 import datetime as _dt
 import itertools
 import os
+import re
 import socket
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
@@ -146,10 +147,13 @@ def _mpi_world() -> tuple[int, int] | None:
     return None
 
 
-_LOCAL_RANK_VARS = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
-                    "PMI_LOCAL_RANK", "PALS_LOCAL_RANKID")
-_LOCAL_SIZE_VARS = ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
-                    "PALS_LOCAL_SIZE")
+# The launcher that started this process sets its own variables; Slurm's come last because a
+# batch shell's SLURM_LOCALID=0 (and its SLURM_*TASKS_PER_NODE) is inherited by every rank an
+# mpiexec inside the job starts, while Open MPI's / MPICH's / PALS's are set per process.
+_LOCAL_RANK_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK",
+                    "PALS_LOCAL_RANKID", "SLURM_LOCALID")
+_LOCAL_SIZE_VARS = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PALS_LOCAL_SIZE",
+                    "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
 
 
 def parse_grid(text: str) -> tuple[int, int, int, int]:
@@ -166,8 +170,9 @@ def parse_grid(text: str) -> tuple[int, int, int, int]:
 def local_device_index(rank: int, device_count: int, env: Mapping[str, str] = os.environ) -> int:
     """The CUDA device this rank drives: its node-local rank modulo the devices it can see.
 
-    The node-local rank comes from the launcher (torchrun ``LOCAL_RANK``, Slurm ``SLURM_LOCALID``,
-    Open MPI, MPICH/Hydra, Cray PALS), else the global rank.  The modulo matters on machines
+    The node-local rank comes from the launcher (torchrun ``LOCAL_RANK``, Open MPI, MPICH/Hydra,
+    Cray PALS, then Slurm ``SLURM_LOCALID``, which an mpiexec inside a batch job inherits as 0 on
+    every rank), else the global rank.  The modulo matters on machines
     whose launcher binds one GPU per task (``srun --gpu-bind=closest`` on Frontier,
     ``CUDA_VISIBLE_DEVICES`` per task): there task 5 of a node sees a single device, index 0.
     """
@@ -182,9 +187,10 @@ def ranks_per_node(env: Mapping[str, str] = os.environ) -> int:
     """Processes sharing this node (its host memory): from the launcher (torchrun, Slurm, Open MPI,
     MPICH/Hydra, Cray PALS), else the GPUs this process sees, else 1."""
     for k in _LOCAL_SIZE_VARS:
-        v = env.get(k, "").split("(")[0].strip()  # Slurm writes e.g. "8(x2)"
-        if v.isdigit() and int(v) > 0:
-            return int(v)
+        # Slurm writes "8(x2)" (8 on each of 2 nodes) or "3(x2),2" (uneven): take the largest count
+        counts = [int(c) for c in re.findall(r"(?:^|,)\s*(\d+)", env.get(k, ""))]
+        if counts and max(counts) > 0:
+            return max(counts)
     return max(1, torch.cuda.device_count()) if torch.cuda.is_available() else 1
 
 
@@ -195,7 +201,7 @@ def launcher_world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", 0)) or (_mpi_world() or (0, 0))[1] or 1
 
 
-def _launcher_rank() -> int:
+def launcher_rank() -> int:
     """This process's global rank (the launcher's statement of it before ``torch.distributed`` exists)."""
     if dist.is_initialized():
         return dist.get_rank()
@@ -251,7 +257,7 @@ def init(G_data: int = 1, G_intra_r: int = 1, G_intra_c: int = 1, G_intra_d: int
     world = launcher_world_size()
     _check_product(sizes, world)
     if "nccl" in backend:  # bind this rank's GPU before NCCL creates its first communicator
-        torch.cuda.set_device(local_device_index(_launcher_rank(), torch.cuda.device_count()))
+        torch.cuda.set_device(local_device_index(launcher_rank(), torch.cuda.device_count()))
     if not dist.is_initialized():
         _init_distributed(backend, timeout_s)
     backend = dist.get_backend()

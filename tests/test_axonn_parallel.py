@@ -94,12 +94,28 @@ def test_grid_product_mismatch_refused() -> None:
     ({"SLURM_LOCALID": "2"}, 6, 4, 2),                   # srun without torchrun's variables
     ({"OMPI_COMM_WORLD_LOCAL_RANK": "1"}, 9, 8, 1),      # Open MPI mpiexec
     ({"MPI_LOCALRANKID": "7"}, 7, 8, 7),                 # MPICH / Hydra mpiexec
+    # mpiexec inside an sbatch job: every rank inherits the batch shell's SLURM_LOCALID=0
+    ({"SLURM_LOCALID": "0", "OMPI_COMM_WORLD_LOCAL_RANK": "3"}, 3, 8, 3),
+    ({"SLURM_LOCALID": "0", "MPI_LOCALRANKID": "5"}, 13, 8, 5),
     ({}, 6, 4, 2),                                       # nothing said: the global rank modulo the devices
 ])
 def test_local_device_index(env, rank, count, want) -> None:
     from axonn.grid import local_device_index
 
     assert local_device_index(rank, count, env) == want
+
+
+@pytest.mark.parametrize("env, want", [
+    ({"LOCAL_WORLD_SIZE": "8", "SLURM_NTASKS_PER_NODE": "4"}, 8),  # torchrun's own count first
+    ({"SLURM_NTASKS_PER_NODE": "8", "OMPI_COMM_WORLD_LOCAL_SIZE": "4"}, 4),  # mpiexec inside sbatch
+    ({"SLURM_TASKS_PER_NODE": "8(x2)"}, 8),  # plain srun -n16 -N2: no SLURM_NTASKS_PER_NODE
+    ({"SLURM_TASKS_PER_NODE": "3(x2),2"}, 3),  # uneven: the fullest node's share
+    ({"PALS_LOCAL_SIZE": "4"}, 4),
+])
+def test_ranks_per_node(env, want) -> None:
+    from axonn.grid import ranks_per_node
+
+    assert ranks_per_node(env) == want
 
 
 def test_local_device_index_without_a_gpu_says_what_to_check() -> None:
@@ -163,3 +179,16 @@ def test_compiled_parallel_model_shares_graphs_across_layers(grid, flags) -> Non
                          capture_output=True, text=True, timeout=280)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert f"OK compile {grid}" in res.stdout
+
+
+@pytest.mark.parametrize("grid_kw", [dict(row=2), dict()], ids=["tensor-parallel", "data-parallel"])
+def test_real_model_is_parallelized_onto_the_grids_device(grid_kw) -> None:
+    """A full model built on the host lands on the requested device (the grid's by default: the GPU
+    under NCCL, which takes no host tensors), shards and all; nothing stays where it was built."""
+    sys.path.insert(0, str(WORKERS))
+    from common import tiny_llama
+
+    import axonn
+
+    model = axonn.parallelize(tiny_llama(0), grid=_fake_grid(**grid_kw), device="meta")
+    assert {str(t.device) for t in [*model.parameters(), *model.buffers()]} == {"meta"}

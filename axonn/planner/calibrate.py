@@ -259,8 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--comm-mbytes", type=int, default=256, help="collective message size in MiB")
     args = p.parse_args(argv)
     prof, raw = calibrate(args.base, args.ref_dim, args.comm_mbytes, args.name)
-    rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", os.environ.get("PMI_RANK", "0"))))
-    if rank == 0:
+    from ..grid import launcher_rank
+
+    if launcher_rank() == 0:  # the process group's rank while it exists; torchrun's, MPI's or Slurm's
         header = "Written by `python -m axonn.planner calibrate`. Raw measurements:\n" + "\n".join(
             f"  {k}: {v:.4g}" for k, v in raw.items())
         save_profile(prof, args.out, header=header)
