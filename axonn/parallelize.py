@@ -66,11 +66,10 @@ def _check_llama(model: nn.Module, grid: Grid) -> None:
 
 
 def _swap(old: nn.Linear, grid: Grid, transpose: bool, device: torch.device, **kw) -> Linear:
-    """The axonn twin of ``old``: its shards copied from ``old``, or left empty on ``device`` when ``old`` is meta."""
+    """The axonn twin of ``old`` on ``device``: its shards copied from ``old``, or left empty when ``old`` is meta."""
     meta = old.weight.is_meta
     new = Linear(old.in_features, old.out_features, bias=old.bias is not None, transpose=transpose,
-                 expert_mode=True, grid=grid, device=device if meta else old.weight.device,
-                 dtype=old.weight.dtype, init=False, **kw)
+                 expert_mode=True, grid=grid, device=device, dtype=old.weight.dtype, init=False, **kw)
     if not meta:
         new.load_full(old.weight.data, None if old.bias is None else old.bias.data)
     return new
@@ -159,8 +158,10 @@ def parallelize(model: nn.Module, grid: Grid | None = None, device: torch.device
 
     Two ways in:
 
-    * a real model: every rank must hold the same full model (same seed or checkpoint); each
-      layer's shards are copied out of it;
+    * a real model: every rank must hold the same full model (same seed or checkpoint), on any
+      device; each layer's shards are copied out of it onto ``device`` (default: the grid's), and
+      the rest of the model (norms, buffers) is moved there, so a full model on the host becomes
+      a GPU model holding only its shards;
     * a model whose parameters are on the ``meta`` device (``accelerate.init_empty_weights()``):
       nothing full is ever allocated; every rank creates only its own shards, empty, on
       ``device`` (default: the grid's), and the caller fills them with :func:`load_shards`.
@@ -176,7 +177,7 @@ def parallelize(model: nn.Module, grid: Grid | None = None, device: torch.device
     if grid.size(("row", "col", "depth")) == 1:
         # Nothing is sharded: keep HF's own (compile-friendly) modules; every parameter is
         # replicated, so sync_gradients is a data-parallel all-reduce and checkpoints still work.
-        return materialize(model, device) if meta else model
+        return materialize(model, device) if meta else model.to(device)
     inner = model.model
     linears: list[Linear] = []
     for layer in inner.layers:
@@ -196,7 +197,7 @@ def parallelize(model: nn.Module, grid: Grid | None = None, device: torch.device
     inner.norm.register_forward_hook(_drop_col_hook(grid))
     old = inner.embed_tokens
     emb = Embedding(old.num_embeddings, old.embedding_dim, old.padding_idx, grid=grid,
-                    device=device if meta else old.weight.device, dtype=old.weight.dtype, init=False)
+                    device=device, dtype=old.weight.dtype, init=False)
     if not meta:
         emb.load_full(old.weight.data)
     inner.embed_tokens = emb
@@ -209,7 +210,7 @@ def parallelize(model: nn.Module, grid: Grid | None = None, device: torch.device
         if isinstance(mod, (Linear, Embedding)):
             mod.axonn_name = name
     model.loss_function = _make_loss(grid)
-    return materialize(model, device) if meta else model
+    return materialize(model, device) if meta else model.to(device)
 
 
 def param_specs(model: nn.Module) -> dict[str, ShardSpec]:
@@ -307,9 +308,13 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, grid: G
 
     ``total = (Σ_shards Σ_p ‖g_p‖_q^q)^(1/q)`` with each distinct shard counted once: the
     per-parameter norms (``torch._foreach_norm``, one kernel per group of gradients that share a
-    device, a dtype and the axes they are sharded on; accumulated in fp32) are raised to ``q``, summed per group, and
-    each group's sum is all-reduced over exactly the axes that shard it (replicated copies are
-    not summed); ``q = inf`` takes a MAX all-reduce over the grid instead.  Then every gradient
+    device, a dtype and the axes they are sharded on; accumulated in fp32) are raised to ``q`` and
+    summed per group.  A shard split over axes ``S`` is held by ``world / |S|`` ranks (its copies
+    over the other axes, equal after :func:`sync_gradients`), so each rank weights its group sums
+    by ``|S| / world`` and **one** all-reduce over the world adds them up: one collective on the
+    world's communicator per step, not one per subset of the axes (each subset's group would start
+    a communicator of its own, with its buffers, for a scalar).  ``q = inf`` takes a MAX
+    all-reduce over the world instead.  Then every gradient
     is scaled by ``min(1, max_norm / (total + 1e-6))`` with ``torch._foreach_mul_``; the scale
     stays on the device (no host synchronisation; ``× 1.0`` leaves the gradients bit-identical).
     Returns the total norm (fp32, the same value on every rank).
@@ -328,27 +333,12 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, grid: G
                              for gs in groups.values()]).max() if groups else zero
         total = all_reduce(local.reshape(1).clone(), AXES, op=torch.distributed.ReduceOp.MAX, grid=grid)[0]
     else:
-        sums: dict[tuple[str, ...], torch.Tensor] = {}
+        local = zero
         for (axes, _, _), gs in groups.items():
             s = torch.stack(torch._foreach_norm(gs, norm_type, dtype=torch.float32)).pow(norm_type).sum().to(dev)
-            sums[axes] = sums.get(axes, zero) + s
-        # every rank must join the same collectives: all axis subsets, in a fixed order
-        keys = _all_shard_keys(grid)
-        vec = torch.stack([sums.get(k, zero) for k in keys])
-        for i, k in enumerate(keys):
-            if k:
-                vec[i:i + 1] = all_reduce(vec[i:i + 1].clone(), k, grid=grid)
-        total = vec.sum().pow(1.0 / norm_type)
+            local = local + s * (grid.size(axes) / grid.world_size)
+        total = all_reduce(local.reshape(1).clone(), AXES, grid=grid)[0].pow(1.0 / norm_type)
     coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
     for (_, device, dtype), gs in groups.items():
         torch._foreach_mul_(gs, coef.to(device=device, dtype=dtype))
     return total
-
-
-def _all_shard_keys(grid: Grid) -> list[tuple[str, ...]]:
-    import itertools
-    live = [a for a in ("depth", "row", "col") if grid.size(a) > 1]
-    keys: list[tuple[str, ...]] = []
-    for k in range(len(live) + 1):
-        keys.extend(itertools.combinations(live, k))
-    return keys

@@ -104,12 +104,12 @@ def main() -> int:
     cfg = LlamaConfig(hidden_size=args.hidden, intermediate_size=2 * args.hidden, num_hidden_layers=args.layers,
                       num_attention_heads=4, num_key_value_heads=2, vocab_size=256, max_position_embeddings=512,
                       tie_word_embeddings=False)
-    model = axonn.parallelize(LlamaForCausalLM(cfg))
+    model = axonn.parallelize(LlamaForCausalLM(cfg).to(grid.device))  # NCCL takes GPU tensors only
     x = torch.randint(0, 256, (args.batch, args.seq), generator=torch.Generator().manual_seed(0))
-    xs = axonn.batch_slice(x)
+    xs = axonn.batch_slice(x).to(grid.device)
     wire = torch.bfloat16 if args.grad_reduce_dtype == "bf16" else None
     with count_bytes() as counter, axonn.optimize_communication(grad_reduce_dtype=wire):
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast):
+        with torch.autocast(grid.device.type, dtype=torch.bfloat16, enabled=args.autocast):
             loss = model(input_ids=xs, labels=xs).loss
         loss.backward()
         axonn.sync_gradients(model)
@@ -143,7 +143,7 @@ def main() -> int:
         tot = sum(r[3] for r in rows)
         print(f"total {tot:.0f} bytes; linear and embedding layers {'MATCH' if ok else 'DO NOT MATCH'} "
               "the analytic volumes")
-    flag = torch.tensor([0 if ok else 1])
+    flag = torch.tensor([0 if ok else 1], device=grid.device)
     dist.all_reduce(flag)
     dist.destroy_process_group()
     return int(flag.item() != 0)

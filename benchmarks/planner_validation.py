@@ -82,7 +82,7 @@ def measure_grid(shape: ModelShape, grid: tuple[int, int, int, int], seq: int, g
             dist.barrier()
             t0 = time.perf_counter()
             tr.train_step()
-            t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+            t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=g.device)  # NCCL: on the GPU
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
             if i >= warmup:
                 times.append(float(t))

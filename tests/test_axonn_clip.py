@@ -52,3 +52,31 @@ def test_mixed_dtypes_clip_every_group(grid) -> None:
     after = torch.stack([p.grad.float().norm() for p in params if p.grad is not None]).norm()
     torch.testing.assert_close(after, torch.tensor(0.5), rtol=1e-2, atol=0)  # bf16 rounding
     assert all(p.grad.dtype == p.dtype for p in params if p.grad is not None)
+
+
+def test_one_world_all_reduce_weights_each_shard_by_its_copies(monkeypatch) -> None:
+    """On a 2 x 2 x 2 tensor grid: one all-reduce per step, over the world, whatever axes the
+    parameters are sharded on; a shard split over axes S enters with weight |S| / world (its
+    world / |S| copies then sum to one)."""
+    import torch.distributed as dist
+
+    from axonn.grid import Grid, _coords_of
+    from axonn.sharding import ShardSpec
+
+    sizes = {"data": 1, "depth": 2, "row": 2, "col": 2}
+    grid = Grid(sizes=sizes, coords=_coords_of(0, sizes), rank=0, world_size=8, backend="gloo",
+                device=torch.device("cpu"))
+    monkeypatch.setattr(grid, "group", lambda axes: f"group{tuple(axes)}")
+    calls = []
+    monkeypatch.setattr(dist, "all_reduce", lambda t, op=None, group=None, async_op=False: calls.append(group))
+    params = []
+    for axes, value in (((), 1.0), (("row",), 2.0), (("depth", "row", "col"), 3.0)):
+        p = torch.nn.Parameter(torch.zeros(4))
+        p.grad = torch.full((4,), value)
+        p._axonn_spec = ShardSpec((4,), ((0, 4),), shard_axes=axes)
+        params.append(p)
+    total = axonn.clip_grad_norm_(params, 1e9, grid=grid)
+    assert calls == ["group('data', 'depth', 'row', 'col')"]  # one, over the world
+    # the mocked all-reduce leaves this rank's weighted share, which the 8 ranks' shares would sum
+    want = (4 * 1.0 * 1 / 8 + 4 * 4.0 * 2 / 8 + 4 * 9.0 * 8 / 8) ** 0.5
+    assert float(total) == pytest.approx(want)
