@@ -59,6 +59,21 @@ def test_cache_written_reread_without_retiming(tmp_path):
     assert t2.n_tuned == 0
 
 
+@pytest.mark.parametrize("rank", [0, 3])
+def test_only_rank_0_of_a_job_writes_the_cache(tmp_path, monkeypatch, rank):
+    """Thousands of ranks must not queue on one lock and fsync per key on a shared filesystem:
+    a distributed job's rank 0 writes the file, every other rank tunes in memory and reads it."""
+    import torch.distributed as dist
+
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_rank", lambda group=None: rank)
+    path = tmp_path / "c.json"
+    t = _small_tuner(path)
+    choice = t.tune("fwd", 32, 16, 8)
+    assert t.n_tuned == 1 and t.tune("fwd", 32, 16, 8) == choice  # remembered either way
+    assert path.exists() == (rank == 0)
+
+
 def test_cache_merged_and_atomic(tmp_path):
     path = tmp_path / "sub" / "c.json"
     a, b = _small_tuner(path), _small_tuner(path)

@@ -16,7 +16,10 @@ the variants the first time a key ``(op, m, n, k, dtype, device)`` is seen
 memory and merges it into a JSON cache on disk (``$AXONN_AUTOTUNE_CACHE`` or
 ``~/.cache/axonn/matmul_autotune.json``; written to a temp file and
 ``os.replace``d, under an advisory lock when the filesystem has one, so several
-ranks/processes may write concurrently), so later runs do not re-time.
+processes may write concurrently), so later runs do not re-time.  In a distributed job only
+global rank 0 writes it (every rank reads it and tunes in memory): thousands of ranks taking
+one lock on a shared filesystem and fsyncing a file per new key would stall the first step
+past the collectives' timeout.
 
 Switch: ``set_matmul_autotune(True/False/None)`` (setter or context manager;
 ``None`` = default: **on for CUDA tensors, off on CPU**; the environment
@@ -194,6 +197,13 @@ def merge_into_cache(path: Path, new: dict[str, dict]) -> dict[str, dict]:
     return merged
 
 
+def _writes_cache() -> bool:
+    """Whether this process writes the cache file: alone, or global rank 0 of a distributed job."""
+    import torch.distributed as dist
+
+    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+
+
 # ---------------------------------------------------------------- tuner
 
 
@@ -228,7 +238,7 @@ class MatmulTuner:
                 self._mem.setdefault(key, entry["best"])
 
     def _save(self, key: str, entry: dict) -> None:
-        if not self.persist or self._write_failed:
+        if not self.persist or self._write_failed or not _writes_cache():
             return
         try:
             merge_into_cache(self.cache_path, {key: entry})
