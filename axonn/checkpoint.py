@@ -369,16 +369,42 @@ def _staging_dir(path: Path, rank: int) -> Path:
 
 def _publish(tmp: Path, path: Path) -> None:
     """Make the finished staging directory ``tmp`` appear as ``path`` (rank 0): fsync it, move an
-    existing ``path`` aside, rename, and only then delete the old one."""
+    existing ``path`` aside, rename, and only then delete the old one (in the background)."""
     _fsync_path(tmp)
     old = None
     if path.exists():
-        old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
+        old = path.parent / f"{TRASH_PREFIX}{path.name}-{uuid.uuid4().hex[:8]}"
         os.rename(path, old)
     os.rename(tmp, path)
     _fsync_path(path.parent)
     if old is not None:
-        shutil.rmtree(old)
+        discard(old)
+
+
+TRASH_PREFIX = ".trash-"
+
+
+def discard(path: Path) -> threading.Thread:
+    """Delete the directory ``path`` without waiting for it: rename it to a hidden ``.trash-*``
+    sibling (one metadata operation), then remove that in a daemon thread, together with any
+    ``.trash-*`` left there by a process that exited before its deletion finished.
+
+    Removing a job-scale checkpoint (a 405b one is ~5 TB in thousands of files) can take minutes
+    on a parallel filesystem; rank 0 doing it while the other ranks wait in a barrier would run
+    past the collectives' timeout.  Returns the thread (tests join it).
+    """
+    path = Path(path)
+    if not path.name.startswith(TRASH_PREFIX):
+        trash = path.parent / f"{TRASH_PREFIX}{path.name}-{uuid.uuid4().hex[:8]}"
+        os.rename(path, trash)
+
+    def remove() -> None:
+        for p in sorted(path.parent.glob(TRASH_PREFIX + "*")):
+            shutil.rmtree(p, ignore_errors=True)
+
+    t = threading.Thread(target=remove, name=f"discard {path.name}", daemon=True)
+    t.start()
+    return t
 
 
 def _check_compatible(meta: dict, model: nn.Module) -> None:

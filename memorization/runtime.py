@@ -7,7 +7,6 @@ so the same code path serves one CPU and thousands of GPUs.
 """
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -107,7 +106,7 @@ class Runtime:
             if self.is_main:
                 atomic_write_text(root / "LATEST", name)
                 for old in sorted(p for p in root.glob("step_*") if p.name != name)[:-1]:
-                    shutil.rmtree(old, ignore_errors=True)
+                    ack.discard(old)  # renamed now, deleted in the background: the barrier is not kept waiting
             self.barrier()
 
         if pending is None:  # a blocking save (asked for, or chosen by ack.save: no host memory for a snapshot)

@@ -190,3 +190,28 @@ def test_background_save_without_host_memory_for_the_snapshot_saves_blocking(tmp
     with pytest.warns(UserWarning, match="saving blocking"):
         assert ckpt.save(model, opt, tmp_path / "ck3", {"step": 1}, background=True) is None
     assert ranks_per_node({"LOCAL_WORLD_SIZE": "8", "SLURM_NTASKS_PER_NODE": "4"}) == 8
+
+
+def test_discard_renames_at_once_and_deletes_in_the_background(tmp_path, monkeypatch) -> None:
+    """Rank 0 must not delete a job-scale checkpoint while the other ranks wait in a barrier: the
+    directory leaves its name at once (one rename) and is removed by a thread, with any trash an
+    earlier process left behind."""
+    import shutil
+    import threading
+
+    import axonn.checkpoint as ckpt
+
+    for name in ("step_0000010", "step_0000020"):
+        (tmp_path / name / "sub").mkdir(parents=True)
+        (tmp_path / name / "sub" / "shard.safetensors").write_bytes(b"x" * 1000)
+    (tmp_path / ".trash-step_0000000-deadbeef").mkdir()  # left by a process that exited mid-delete
+    gate = threading.Event()
+    real_rmtree = shutil.rmtree
+    monkeypatch.setattr(shutil, "rmtree", lambda p, **kw: (gate.wait(10), real_rmtree(p, **kw)))
+    t = ckpt.discard(tmp_path / "step_0000010")
+    assert not (tmp_path / "step_0000010").exists()  # gone from its name before any deletion ran
+    assert sorted(p.name for p in tmp_path.glob("step_*")) == ["step_0000020"]
+    assert t.is_alive()  # the deletion is still waiting: discard did not
+    gate.set()
+    t.join(10)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_0000020"]
