@@ -33,6 +33,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prefix-mode", default="fixed", choices=["fixed", "all-but-suffix"],
                    help="fixed: the first P tokens; all-but-suffix: the document minus its last S tokens "
                         "(the Goldfish paper's protocol)")
+    p.add_argument("--max-doc-tokens", type=int, default=2048,
+                   help="all-but-suffix only: cut each document to its first N tokens before splitting, so the "
+                        "prefix is tokens [0, N-S) and the suffix [N-S, N) (Goldfish: 2048; lowered to the model's "
+                        "max_position_embeddings if that is smaller)")
     p.add_argument("--skip-short", action="store_true", help="skip (and count) documents shorter than P + S "
                    "instead of refusing")
     p.add_argument("--batch-size", type=int, default=32, help="documents decoded together (KV cache)")
@@ -58,6 +62,8 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit(f"error: {src} does not exist")
     if args.prefix < 1 or args.suffix < 1:
         raise SystemExit("error: --prefix and --suffix must be >= 1")
+    if args.prefix_mode == "all-but-suffix" and args.max_doc_tokens <= args.suffix:
+        raise SystemExit(f"error: --max-doc-tokens {args.max_doc_tokens} must exceed --suffix {args.suffix}")
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -83,7 +89,7 @@ def main(argv: list[str] | None = None) -> dict:
         docs = [{"id": f"doc-{i:05d}", "token_ids": x, "exposures": None} for i, x in enumerate(ids)]
     cfg = ExtractionConfig(prefix_len=args.prefix, suffix_len=args.suffix,
                            all_but_suffix=args.prefix_mode == "all-but-suffix", batch_size=args.batch_size,
-                           skip_short=args.skip_short)
+                           skip_short=args.skip_short, max_tokens=args.max_doc_tokens)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(
         args.dtype, torch.bfloat16 if device.type == "cuda" else torch.float32)

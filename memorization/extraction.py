@@ -1,20 +1,27 @@
 """Extraction: does greedy decoding from a document's prefix reproduce its suffix?
 
-For each document with token ids ``x``: prefix ``p = x[:P]`` (or ``x[:-S]``, the Goldfish
-protocol), true suffix ``s = x[|p| : |p| + S]``, and the model's greedy continuation
-``g`` of ``S`` tokens.  Metrics (Carlini et al. 2023; Hans et al. 2024):
+For each document with token ids ``x``: prefix ``p = x[:P]`` (or, the Goldfish protocol,
+``x[:L - S]`` with ``L = min(|x|, max_tokens)``: the document cut to its first ``max_tokens``
+= 2,048 tokens, minus its last ``S``), true suffix ``s = x[|p| : |p| + S]``, and the model's
+greedy continuation ``g`` of ``S`` tokens.  Prefix + suffix must fit the model's context
+(``config.max_position_embeddings``).  Metrics (Carlini et al. 2023; Hans et al. 2024):
 
 * exact match  ``1[g == s]``  (all ``S`` tokens),
 * token match  ``mean_i 1[g_i == s_i]``,
-* Rouge-L F1   between the decoded texts (``rouge-score``; on token ids when no tokenizer).
+* Rouge-L F1   between the decoded texts (``rouge-score``'s LCS, but on case- and
+  punctuation-preserving Unicode tokens, see :func:`rouge_l`; on token ids when no tokenizer).
 
 Generation is batched: prefixes are sorted by length, left-padded, and decoded together with
-a KV cache (one forward of the prefixes, then one token per step for the whole batch).
+a KV cache (one forward of the prefixes, keeping only the last position's logits, then one
+token per step for the whole batch).
 """
 from __future__ import annotations
 
+import inspect
+import re
+import warnings
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -26,26 +33,50 @@ class ExtractionConfig:
     all_but_suffix: bool = False  # prefix = the document minus its last S tokens
     batch_size: int = 32
     skip_short: bool = False
+    max_tokens: int = 2048  # all-but-suffix: cut the document to its first max_tokens tokens (Goldfish: 2,048)
 
     def __post_init__(self) -> None:
         if self.suffix_len < 1 or (not self.all_but_suffix and self.prefix_len < 1):
             raise ValueError("prefix and suffix lengths must be >= 1")
+        if self.all_but_suffix and self.max_tokens <= self.suffix_len:
+            raise ValueError(f"max_tokens ({self.max_tokens}) must exceed the suffix length ({self.suffix_len})")
 
 
 def split_document(ids: list[int], cfg: ExtractionConfig) -> tuple[list[int], list[int]] | None:
-    """``(prefix, suffix)`` of a document, or None when it is shorter than prefix + suffix."""
+    """``(prefix, suffix)`` of a document, or None when it is shorter than prefix + suffix.
+
+    All-but-suffix mode first cuts the document to its first ``cfg.max_tokens`` tokens, so the
+    suffix is tokens ``[L - S, L)`` with ``L = min(len(ids), max_tokens)``: the part of a long
+    document that was trained on, at positions the model knows.
+    """
     S = cfg.suffix_len
     if cfg.all_but_suffix:
+        ids = ids[: cfg.max_tokens]
         return (ids[:-S], ids[-S:]) if len(ids) > S else None
     P = cfg.prefix_len
     return (ids[:P], ids[P : P + S]) if len(ids) >= P + S else None
 
 
+def _last_logits_only(model: torch.nn.Module) -> dict:
+    """Keyword that makes an HF causal LM compute logits for the last position only
+    (``logits_to_keep``; ``num_logits_to_keep`` in older transformers), or ``{}`` when its
+    ``forward`` takes neither."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return {}
+    return next(({k: 1} for k in ("logits_to_keep", "num_logits_to_keep") if k in params), {})
+
+
 @torch.no_grad()
 def greedy_continue(model: torch.nn.Module, prefixes: list[list[int]], n_new: int, batch_size: int = 32,
                     pad_id: int = 0, progress: bool = False) -> list[list[int]]:
-    """Greedy continuations of ``n_new`` tokens for every prefix, batched with a KV cache."""
+    """Greedy continuations of ``n_new`` tokens for every prefix, batched with a KV cache.
+
+    The prefill forward keeps only the last position's logits: all of them would be
+    batch x prefix x vocab (32 x 2,048 x 128,256 in bf16 = 16.8 GB)."""
     device = next(model.parameters()).device
+    keep_last = _last_logits_only(model)
     order = sorted(range(len(prefixes)), key=lambda i: len(prefixes[i]))
     out: list[list[int]] = [[] for _ in prefixes]
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
@@ -64,7 +95,7 @@ def greedy_continue(model: torch.nn.Module, prefixes: list[list[int]], n_new: in
             mask[r, T - len(prefixes[i]) :] = 1
         ids, mask = ids.to(device), mask.to(device)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        res = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+        res = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **keep_last)
         past, gen = res.past_key_values, []
         nxt = res.logits[:, -1].argmax(-1, keepdim=True)
         last = pos[:, -1:]
@@ -83,10 +114,28 @@ def greedy_continue(model: torch.nn.Module, prefixes: list[list[int]], n_new: in
     return out
 
 
+class RougeTokenizer:
+    """Tokens for Rouge-L: runs of Unicode word characters and single punctuation characters,
+    case kept (``x = x + 1`` -> ``x``, ``=``, ``x``, ``+``, ``1``)."""
+
+    pattern = re.compile(r"\w+|[^\w\s]")
+
+    def tokenize(self, text: str) -> list[str]:
+        return self.pattern.findall(text)
+
+
 def rouge_l(preds: list[str], refs: list[str]) -> list[float]:
+    r"""Rouge-L F1 of each prediction against its reference.
+
+    Tokenised with :class:`RougeTokenizer`, not rouge-score's default, which lowercases and
+    turns every character outside ``[a-z0-9]`` into a space: code differing only in ``+`` vs
+    ``-`` would score 1.0 and non-Latin text (Japanese, accented words) 0.  Here case and
+    punctuation count, and ``\w`` is Unicode-aware.  A space-less CJK run is a single token, so
+    partial matches of such text score coarsely.  No stemming.
+    """
     from rouge_score import rouge_scorer
 
-    scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False)
+    scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False, tokenizer=RougeTokenizer())
     return [scorer.score(r, p)["rougeL"].fmeasure for p, r in zip(preds, refs)]
 
 
@@ -96,9 +145,24 @@ def extract(model: torch.nn.Module, docs: list[dict], cfg: ExtractionConfig = Ex
 
     Returns ``{"overall": {...}, "by_exposure": {n: {...}}, "documents": [...], "skipped": [...]}``.
     Documents shorter than prefix + suffix raise ``ValueError`` unless ``cfg.skip_short``.
+    Prefix + suffix must fit the model's context (``model.config.max_position_embeddings``):
+    a fixed P + S beyond it raises ``ValueError``; in all-but-suffix mode ``cfg.max_tokens`` is
+    lowered to it (with a warning).  The result's ``config`` is the configuration used.
     """
     if not docs:
         raise ValueError("no documents to extract from")
+    ctx = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if ctx:
+        if cfg.all_but_suffix and cfg.max_tokens > ctx:
+            if ctx <= cfg.suffix_len:
+                raise ValueError(f"suffix ({cfg.suffix_len} tokens) does not fit the model's context "
+                                 f"(max_position_embeddings = {ctx}) with a prefix")
+            warnings.warn(f"max_tokens {cfg.max_tokens} exceeds the model's context (max_position_embeddings = "
+                          f"{ctx}); documents are cut to {ctx} tokens", stacklevel=2)
+            cfg = replace(cfg, max_tokens=ctx)
+        elif not cfg.all_but_suffix and cfg.prefix_len + cfg.suffix_len > ctx:
+            raise ValueError(f"prefix + suffix = {cfg.prefix_len + cfg.suffix_len} tokens exceeds the model's "
+                             f"context (max_position_embeddings = {ctx}): lower --prefix/--suffix")
     splits, kept, skipped = [], [], []
     for d in docs:
         sp = split_document(list(d["token_ids"]), cfg)
@@ -137,7 +201,7 @@ def extract(model: torch.nn.Module, docs: list[dict], cfg: ExtractionConfig = Ex
     for r in records:
         groups[r["exposures"]].append(r)
     return {
-        "config": cfg.__dict__,
+        "config": {**cfg.__dict__, "model_max_positions": ctx},
         "overall": summarize(records),
         "by_exposure": {str(k): summarize(v) for k, v in sorted(groups.items(), key=lambda kv: (kv[0] is None, kv[0]))},
         "documents": records,

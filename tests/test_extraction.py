@@ -1,12 +1,16 @@
-"""Extraction: a model that knows the documents extracts 100%, a random one 0%, and the batched
-KV-cache decoder gives exactly what per-document greedy `generate` gives."""
+"""Extraction: a model that knows the documents extracts 100%, a random one 0%, the batched
+KV-cache decoder gives exactly what per-document greedy `generate` gives (computing the prefill's
+logits for the last position only), all-but-suffix cuts documents at 2,048 tokens, and Rouge-L
+counts punctuation, case and non-Latin text."""
+import importlib.util
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from memorization.extraction import ExtractionConfig, extract, greedy_continue
+from memorization.extraction import ExtractionConfig, extract, greedy_continue, rouge_l, split_document
 
 
 class OracleLM(torch.nn.Module):
@@ -18,14 +22,15 @@ class OracleLM(torch.nn.Module):
         self.docs, self.vocab = docs, vocab
         self.dummy = torch.nn.Parameter(torch.zeros(1))
 
-    def forward(self, input_ids, attention_mask, position_ids=None, past_key_values=None, use_cache=True):
+    def forward(self, input_ids, attention_mask, position_ids=None, past_key_values=None, use_cache=True,
+                logits_to_keep=0):
         hist = input_ids if past_key_values is None else torch.cat([past_key_values, input_ids], 1)
-        logits = torch.zeros(hist.shape[0], hist.shape[1], self.vocab)
+        logits = torch.zeros(hist.shape[0], input_ids.shape[1], self.vocab)
         for r in range(hist.shape[0]):
             h = hist[r][attention_mask[r].bool()].tolist()
             nxt = next(d[len(h)] for d in self.docs if d[: len(h)] == h)
             logits[r, -1, nxt] = 1.0
-        return SimpleNamespace(logits=logits, past_key_values=hist)
+        return SimpleNamespace(logits=logits[:, -logits_to_keep:], past_key_values=hist)
 
 
 def _docs(n=10, vocab=300, seed=0, lengths=(100, 140)):
@@ -75,6 +80,76 @@ def test_batched_kv_cache_decoding_equals_per_document_generate():
         assert ref[0, len(p):].tolist() == b
 
 
+def _naive_greedy(model, prefix, n_new):
+    """One unbatched forward of the whole sequence per new token: no padding, no KV cache."""
+    seq = list(prefix)
+    for _ in range(n_new):
+        seq.append(int(model(torch.tensor([seq])).logits[0, -1].argmax()))
+    return seq[len(prefix):]
+
+
+def test_prefill_computes_last_position_logits_only_and_changes_no_generation():
+    model = _tiny_llama(seed=2)
+    docs = _docs(n=5, lengths=(60, 90), seed=3)
+    prefixes = [d["token_ids"][: 15 + 9 * i] for i, d in enumerate(docs)]  # longest 51 tokens
+    seq_lens = []
+    hook = model.lm_head.register_forward_hook(lambda mod, inp, out: seq_lens.append(out.shape[1]))
+    try:
+        batched = greedy_continue(model, prefixes, 6, batch_size=5, pad_id=0)
+    finally:
+        hook.remove()
+    assert seq_lens == [1] * 6  # the prefill (51 positions) included: batch x 1 x vocab, not x 51
+    with torch.no_grad():
+        assert batched == [_naive_greedy(model, p, 6) for p in prefixes]
+
+
+def test_all_but_suffix_cuts_the_document_at_max_tokens():
+    ids = list(range(1, 3001))
+    prefix, suffix = split_document(ids, ExtractionConfig(all_but_suffix=True))  # Goldfish default: 2,048
+    assert prefix == ids[:1998] and suffix == ids[1998:2048]
+    prefix, suffix = split_document(ids[:700], ExtractionConfig(all_but_suffix=True))  # shorter: all but S
+    assert prefix == ids[:650] and suffix == ids[650:700]
+
+    docs = _docs(n=4, lengths=(100, 140))
+    cfg = ExtractionConfig(suffix_len=20, all_but_suffix=True, batch_size=4, max_tokens=80)
+    assert split_document(docs[0]["token_ids"], cfg) == (docs[0]["token_ids"][:60], docs[0]["token_ids"][60:80])
+    res = extract(OracleLM([d["token_ids"] for d in docs], 300), docs, cfg)
+    assert [r["suffix"] for r in res["documents"]] == [" ".join(map(str, d["token_ids"][60:80])) for d in docs]
+    assert res["overall"]["exact_match"] == 1.0 and res["config"]["max_tokens"] == 80
+    with pytest.raises(ValueError, match="max_tokens"):
+        ExtractionConfig(suffix_len=50, all_but_suffix=True, max_tokens=50)
+
+
+def test_prefix_plus_suffix_must_fit_the_model_context():
+    model = _tiny_llama()  # max_position_embeddings = 256
+    docs = [{"id": "long", "token_ids": list(range(1, 301)), "exposures": 1}]
+    with pytest.raises(ValueError, match="max_position_embeddings = 256"):
+        extract(model, docs, ExtractionConfig(prefix_len=220, suffix_len=50))
+    with pytest.warns(UserWarning, match="cut to 256"):
+        res = extract(model, docs, ExtractionConfig(suffix_len=10, all_but_suffix=True))  # max_tokens 2048
+    assert res["config"]["max_tokens"] == 256 and res["config"]["model_max_positions"] == 256
+    assert res["documents"][0]["suffix"] == " ".join(map(str, range(247, 257)))  # tokens [246, 256)
+
+
+@pytest.mark.parametrize("pred, ref, expected", [
+    ("x = x + 1", "x = x - 1", "below 1"),  # the default tokenizer drops the operator: 1.0
+    ("東京は日本の首都です。", "東京は日本の首都です。", 1.0),  # ... and every non-ASCII word: 0.0
+    ("The quick brown fox, again.", "The quick brown fox, again.", 1.0),
+    ("alpha beta gamma", "delta epsilon zeta", 0.0),
+])
+def test_rouge_l_keeps_punctuation_case_and_unicode(pred, ref, expected):
+    (score,) = rouge_l([pred], [ref])
+    if expected == "below 1":
+        assert 0.5 < score < 1.0
+    else:
+        assert score == pytest.approx(expected)
+
+
+def test_rouge_l_counts_case_and_accented_words():
+    assert rouge_l(["Return value"], ["return value"])[0] == pytest.approx(0.5)
+    assert rouge_l(["Ünïcödé wörds"], ["Ünïcödé wörds"])[0] == pytest.approx(1.0)
+
+
 def test_document_shorter_than_prefix_plus_suffix():
     docs = _docs(n=3) + [{"id": "short", "token_ids": list(range(1, 60)), "exposures": 1}]
     model = OracleLM([d["token_ids"] for d in docs], 300)
@@ -84,11 +159,22 @@ def test_document_shorter_than_prefix_plus_suffix():
     assert res["skipped"] == ["short"] and res["overall"]["n"] == 3
 
 
+def _cli():
+    spec = importlib.util.spec_from_file_location("extract_cli", Path(__file__).parents[1] / "eval" / "extract.py")
+    cli = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cli)
+    return cli
+
+
+def test_extract_cli_max_doc_tokens_flag():
+    cli = _cli()
+    base = ["--model", "m", "--documents", "d.txt"]
+    assert cli.parse_args(base).max_doc_tokens == 2048
+    assert cli.parse_args(base + ["--max-doc-tokens", "512"]).max_doc_tokens == 512
+
+
 def test_extract_cli_device_map_gives_the_same_results(tmp_path):
     """``--device-map auto`` (accelerate places the layers; all on the CPU here) changes nothing."""
-    import importlib.util
-    from pathlib import Path
-
     from memorization.corpus import load_tokenizer
 
     tok = load_tokenizer("builtin:bpe4096")
@@ -100,12 +186,11 @@ def test_extract_cli_device_map_gives_the_same_results(tmp_path):
     docs = tmp_path / "docs.txt"
     docs.write_text("\n\n".join(f"Document {i}: the quick brown fox jumps over the lazy dog, then naps under "
                                 f"tree number {i} while the farmer counts {i * 7} sheep." for i in range(6)))
-    spec = importlib.util.spec_from_file_location("extract_cli", Path(__file__).parents[1] / "eval" / "extract.py")
-    cli = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cli)
+    cli = _cli()
     base = ["--model", str(tmp_path / "m"), "--documents", str(docs), "--prefix", "8", "--suffix", "8",
             "--no-progress", "--json"]
     plain = cli.main(base)
     mapped = cli.main(base + ["--device-map", "auto"])
     assert plain["overall"] == mapped["overall"] and plain["overall"]["n"] == 6
+    assert plain["config"]["max_tokens"] == 2048
     assert [d["generated"] for d in plain["documents"]] == [d["generated"] for d in mapped["documents"]]
