@@ -6,6 +6,13 @@
 
 Prints a markdown table (AUC and TPR@1%FPR per score, AUC per exposure count); with --out also
 writes mia.json, mia.md, mia_scores.jsonl and mia_roc.png.  See docs/eval.md.
+
+Members are the targets with exposures >= 1.  Nonmembers are the targets with exposure 0 when
+the run has them (build it with --exposures 0,N), else the manifest's held-out corpus
+documents; with user-supplied --targets those come from a different distribution, and the
+report warns about it.  Every score covers exactly the scored (possibly --max-length
+truncated) token span: zlib compresses its decoded text, and the reference model scores the
+same text.
 """
 from __future__ import annotations
 
@@ -33,8 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
     ap.add_argument("--k", type=float, default=0.2, help="fraction for min-k%% prob (0.2 = 20%%)")
     ap.add_argument("--max-length", type=int, default=None,
-                    help="truncate documents to this many tokens (default: model context, "
-                         "capped at 4096)")
+                    help="truncate documents to this many tokens; zlib and the reference "
+                         "model use the same truncated span (default: model context, capped "
+                         "at 4096)")
     ap.add_argument("--fpr", type=float, default=0.01, help="FPR at which to report the TPR")
     ap.add_argument("--no-bos", action="store_true",
                     help="do not prepend the tokenizer's BOS token to the documents")

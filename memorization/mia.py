@@ -11,10 +11,15 @@ is not scored; prepend BOS to score it), the scores are:
                   L(x) = -1/(n-1) * sum_t log p_t
 
               Members were trained on, so they tend to have *lower* loss.
-``zlib``      loss divided by the zlib-compressed size of the text in bytes
-              (Carlini et al., 2021, "Extracting Training Data from Large Language Models")::
+``zlib``      loss divided by the zlib-compressed size in bytes of the text of the *scored*
+              tokens (Carlini et al., 2021, "Extracting Training Data from Large Language
+              Models")::
 
-                  Z(x) = L(x) / len(zlib.compress(utf8(text)))
+                  Z(x) = L(x) / len(zlib.compress(utf8(decode(x_1, ..., x_{n-1}))))
+
+              ``x`` is the document as scored, i.e. after any ``max_length`` truncation: a
+              manifest's ``text`` (the whole document) is never used, as its length would add
+              noise unrelated to membership.
 
               Normalises away "generically easy" text (repetitive text compresses well *and*
               has low loss); *lower* is more member-like.
@@ -32,7 +37,10 @@ is not scored; prepend BOS to score it), the scores are:
 
                   R(x) = L_target(x) - L_ref(x)
 
-              Calibrates away per-document difficulty; *lower* is more member-like.
+              Both losses cover the same text span: the reference scores the same ids when
+              it shares the target's vocabulary, else the decoded scored span re-tokenised
+              with its own tokenizer.  Calibrates away per-document difficulty; *lower* is
+              more member-like.
 
 All scores are computed in padded batches (right padding + attention mask) with one forward
 pass per batch; the per-token work is fully vectorised.
@@ -40,8 +48,13 @@ pass per batch; the per-token work is fully vectorised.
 Evaluation
 ----------
 :func:`mia_report` turns raw scores into the numbers that are reported: ROC AUC and the TPR at
-1% FPR, for members (targets with ``exposures >= 1``) against nonmembers (held-out documents of
-the same distribution), overall and broken down by exposure count.  Each score is first
+1% FPR, for members (targets with ``exposures >= 1``) against nonmembers, overall and broken
+down by exposure count.  :func:`run_mia` takes as nonmembers the targets with ``exposures ==
+0`` when there are any (never trained on, and drawn like the members), pooled with the
+manifest's held-out corpus documents only when the targets come from that same corpus.
+Without exposure-0 targets it uses the manifest's nonmembers; for user-supplied targets those
+are background-corpus documents, a different distribution, so the AUC then also measures
+that shift -- the report says so (``nonmember_source``, ``warnings``).  Each score is first
 oriented with :data:`SCORE_DIRECTIONS` so that *higher means "member"*; an AUC of 0.5 is chance
 and an AUC above 0.5 means the attack works.
 
@@ -82,9 +95,9 @@ SCORE_DIRECTIONS: dict[str, float] = {"loss": -1.0, "zlib": -1.0, "min_k": 1.0, 
 #: Human-readable description of each score (used in the markdown report).
 SCORE_DESCRIPTIONS: dict[str, str] = {
     "loss": "mean token NLL (lower = member)",
-    "zlib": "loss / zlib-compressed bytes of the text (lower = member)",
+    "zlib": "loss / zlib-compressed bytes of the scored tokens' text (lower = member)",
     "min_k": "mean of the lowest k% token log-probs (higher = member)",
-    "ref_diff": "target loss - reference loss (lower = member)",
+    "ref_diff": "target loss - reference loss on the same text (lower = member)",
 }
 
 #: Default cap on the context length used when the model config allows far more than any
@@ -110,6 +123,7 @@ __all__ = [
     "report_markdown",
     "plot_roc",
     "run_mia",
+    "select_nonmembers",
 ]
 
 
@@ -339,12 +353,15 @@ def _score_with_model(
 
 def _prepare_docs(
     docs: Docs, max_length: int, bos_token_id: int | None, what: str
-) -> list[list[int]]:
+) -> tuple[list[list[int]], np.ndarray]:
+    """``(ids, truncated)``: the documents as scored (BOS prepended, cut to ``max_length``)
+    and a boolean mask of the ones that were cut."""
     ids = _as_id_lists(docs)
     if bos_token_id is not None:
         ids = [d if (d and d[0] == bos_token_id) else [bos_token_id, *d] for d in ids]
-    n_long = sum(len(d) > max_length for d in ids)
-    if n_long:
+    truncated = np.array([len(d) > max_length for d in ids], dtype=bool)
+    if truncated.any():
+        n_long = int(truncated.sum())
         log.warning(
             "%s: %d of %d documents are longer than %d tokens and are truncated to their "
             "first %d tokens", what, n_long, len(ids), max_length, max_length,
@@ -354,7 +371,23 @@ def _prepare_docs(
     if n_short:
         log.warning("%s: %d documents have fewer than 2 tokens; their scores are NaN",
                     what, n_short)
-    return ids
+    return ids, truncated
+
+
+def _reference_ids(
+    ids: list[list[int]], tokenizer: Any, reference_tokenizer: Any
+) -> list[list[int]]:
+    """The scored documents re-tokenised for a reference model with another vocabulary: the
+    decoded text of exactly the ids the target model sees, with the reference's BOS in front
+    where the target document starts with the target's BOS."""
+    bos, ref_bos = tokenizer.bos_token_id, reference_tokenizer.bos_token_id
+    out = []
+    for d, text in zip(ids, tokenizer.batch_decode(ids, skip_special_tokens=True)):
+        r = list(reference_tokenizer(text, add_special_tokens=False)["input_ids"])
+        if bos is not None and ref_bos is not None and d[:1] == [bos]:
+            r = [ref_bos, *r]
+        out.append(r)
+    return out
 
 
 def mia_scores(
@@ -365,7 +398,7 @@ def mia_scores(
     batch_size: int = 8,
     device: str | torch.device | None = None,
     reference_model: torch.nn.Module | None = None,
-    reference_docs: Docs | None = None,
+    reference_tokenizer: Any | None = None,
     texts: Sequence[str] | None = None,
     k: float = 0.2,
     max_length: int | None = None,
@@ -376,16 +409,22 @@ def mia_scores(
     Args:
         model: a causal LM returning ``.logits`` (e.g. ``LlamaForCausalLM``), already on
             ``device``.
-        tokenizer: used to decode ``docs`` to text for the zlib score when ``texts`` is not
-            given, and for its BOS id when ``add_bos``; may be ``None``.
+        tokenizer: decodes the scored tokens to text for the zlib score (and for a reference
+            model with another vocabulary); its BOS id is used when ``add_bos``.  May be
+            ``None``.
         docs: token-id lists (or 1-D tensors, or a 2-D tensor) -- one per document.
         batch_size: documents per forward pass.
         device: where to run; default: the model's device.
-        reference_model: optional reference LM; adds ``ref_diff`` and ``ref_loss``.
-        reference_docs: the same documents tokenised for the reference model, if its
-            tokenizer differs from the target's (default: ``docs``).
-        texts: the documents' text, for ``zlib``; without texts or a tokenizer, ``zlib`` is
-            left out (with a warning).
+        reference_model: optional reference LM; adds ``ref_diff`` and ``ref_loss``, computed on
+            the same span as the target's loss (``max_length`` is lowered to the reference's
+            context length if that is shorter).
+        reference_tokenizer: the reference model's tokenizer.  If its vocabulary differs
+            from ``tokenizer``'s, the scored ids are decoded and re-tokenised with it;
+            otherwise (or when ``None``) the reference scores the very same ids.
+        texts: only used without a ``tokenizer``: the text that each document's token ids
+            encode, for ``zlib``.  A document that ``max_length`` truncates gets a NaN zlib
+            score then, since its text covers more than the scored tokens.  Without texts or
+            a tokenizer, ``zlib`` is left out (with a warning).
         k: the fraction for Min-k% Prob (0 < k <= 1).
         max_length: documents longer than this are truncated to their first ``max_length``
             tokens (default: the model's context length, capped at 4096).
@@ -400,10 +439,14 @@ def mia_scores(
         raise ValueError(f"k must be in (0, 1], got {k}")
     dev = torch.device(device) if device is not None else _model_device(model)
     max_length = max_length or _model_max_length(model)
+    if reference_model is not None and _model_max_length(reference_model) < max_length:
+        max_length = _model_max_length(reference_model)
+        log.info("truncating documents to the reference model's context of %d tokens, so that "
+                 "both models score the same span", max_length)
     bos = getattr(tokenizer, "bos_token_id", None) if (add_bos and tokenizer is not None) else None
     if add_bos and bos is None:
         log.warning("add_bos requested but no tokenizer BOS id is available; not prepending")
-    ids = _prepare_docs(docs, max_length, bos, "target")
+    ids, truncated = _prepare_docs(docs, max_length, bos, "target")
     if texts is not None and len(texts) != len(ids):
         raise ValueError(f"got {len(texts)} texts for {len(ids)} documents")
 
@@ -411,10 +454,18 @@ def mia_scores(
                             desc="MIA scores")
     scores: dict[str, np.ndarray] = {"loss": out["loss"]}
 
-    if texts is None and tokenizer is not None:
-        texts = tokenizer.batch_decode(_as_id_lists(docs), skip_special_tokens=True)
-    if texts is not None:
+    # zlib of exactly the tokens whose loss was taken (x_1..x_{n-1}), never of a longer text
+    zlen = None
+    if tokenizer is not None:
+        scored = tokenizer.batch_decode([d[1:] for d in ids], skip_special_tokens=True)
+        zlen = np.array([len(zlib.compress(t.encode("utf-8"))) for t in scored], dtype=np.float64)
+    elif texts is not None:
         zlen = np.array([len(zlib.compress(t.encode("utf-8"))) for t in texts], dtype=np.float64)
+        if truncated.any():
+            log.warning("zlib: %d truncated documents get NaN (their texts cover more than the "
+                        "scored tokens; pass a tokenizer to decode them)", int(truncated.sum()))
+            zlen[truncated] = np.nan
+    if zlen is not None:
         scores["zlib"] = out["loss"] / np.maximum(zlen, 1.0)
     else:
         log.warning("no texts and no tokenizer: the zlib score is skipped")
@@ -422,17 +473,24 @@ def mia_scores(
 
     if reference_model is not None:
         ref_max = _model_max_length(reference_model)
-        if max_length is not None:
-            ref_max = min(ref_max, max_length)
-        ref_ids = _prepare_docs(ids if reference_docs is None else reference_docs,
-                                ref_max, None, "reference")
-        if len(ref_ids) != len(ids):
-            raise ValueError("reference_docs must have one entry per document")
+        if (reference_tokenizer is None or tokenizer is None
+                or _same_vocab(tokenizer, reference_tokenizer)):
+            ref_ids, ref_cut = ids, np.zeros(len(ids), dtype=bool)  # the very same span
+        else:
+            log.info("reference tokenizer differs from the target's: re-tokenising the decoded "
+                     "scored spans")
+            ref_ids, ref_cut = _prepare_docs(_reference_ids(ids, tokenizer, reference_tokenizer),
+                                             ref_max, None, "reference")
         ref = _score_with_model(reference_model, ref_ids, batch_size=batch_size,
                                 device=_model_device(reference_model), k=k,
                                 desc="MIA reference")
-        scores["ref_diff"] = out["loss"] - ref["loss"]
-        scores["ref_loss"] = ref["loss"]
+        ref_loss = ref["loss"].copy()
+        if ref_cut.any():
+            log.warning("reference: %d documents re-tokenise to more than its %d-token context; "
+                        "their ref_diff is NaN", int(ref_cut.sum()), ref_max)
+            ref_loss[ref_cut] = np.nan
+        scores["ref_diff"] = out["loss"] - ref_loss
+        scores["ref_loss"] = ref_loss
     scores["n_tokens"] = out["n_tokens"]
     return scores
 
@@ -598,8 +656,9 @@ def report_markdown(report: dict[str, Any], title: str = "Membership inference")
     if any_s:
         lines.append("")
         lines.append(f"{any_s['n_members']} members (exposures >= 1) vs "
-                     f"{any_s['n_nonmembers']} nonmembers; AUC 0.5 = chance. "
-                     "e=0 rows are never-trained controls.")
+                     f"{any_s['n_nonmembers']} nonmembers; AUC 0.5 = chance.")
+        if report.get("nonmember_description"):
+            lines.append(f"Nonmembers: {report['nonmember_description']}.")
         if exposures:
             counts = ", ".join(f"e={e}: {any_s['by_exposure'][e]['n_members']}"
                                for e in exposures)
@@ -608,6 +667,8 @@ def report_markdown(report: dict[str, Any], title: str = "Membership inference")
         if res and res > report["fpr_target"]:
             lines.append(f"Note: FPR resolution is {res:.3g} (> {pct}); "
                          "TPR at low FPR is interpolated and coarse.")
+    for w in report.get("warnings") or []:
+        lines += ["", f"**Warning:** {w}"]
     lines.append("")
     for name in scores:
         lines.append(f"- `{name}`: {SCORE_DESCRIPTIONS.get(name, '')}")
@@ -664,11 +725,10 @@ def plot_roc(
 # --------------------------------------------------------------------------- end to end
 
 
-def _tokenize_docs(docs: list[dict[str, Any]], tokenizer: Any | None, what: str,
-                   force_retokenize: bool = False) -> list[list[int]]:
+def _tokenize_docs(docs: list[dict[str, Any]], tokenizer: Any | None, what: str) -> list[list[int]]:
     out = []
     for i, d in enumerate(docs):
-        if "token_ids" in d and not force_retokenize:
+        if "token_ids" in d:
             out.append([int(t) for t in d["token_ids"]])
             continue
         if tokenizer is None:
@@ -683,6 +743,70 @@ def _same_vocab(a: Any | None, b: Any | None) -> bool:
     if a is None or b is None:
         return a is b
     return a.get_vocab() == b.get_vocab()
+
+
+#: ``nonmember_source`` values of :func:`run_mia`'s report, and what they mean.
+NONMEMBER_SOURCES: dict[str, str] = {
+    "exposure0_targets": "the targets with exposures = 0 (never trained on, drawn like the members)",
+    "exposure0_targets+heldout_corpus": "the targets with exposures = 0 plus the manifest's held-out "
+                                        "corpus documents (targets and both kinds of nonmembers "
+                                        "are drawn from the same corpus)",
+    "heldout_corpus": "the manifest's held-out corpus documents (the targets are drawn from the "
+                      "same corpus)",
+    "background_corpus": "held-out documents of the background corpus, NOT the user's target "
+                         "documents",
+    "manifest_nonmembers": "the manifest's nonmembers (their origin is not recorded)",
+}
+
+USER_TARGETS_WARNING = (
+    "the targets are user-supplied but none has exposure 0, so the nonmembers are documents of "
+    "the background corpus, not of the user's documents: the AUC measures the shift between the "
+    "two distributions as well as membership. Rebuild the run with --exposures 0,N so that part "
+    "of the user's own documents is held out (exposure 0) and used as the nonmembers."
+)
+
+
+def _targets_source(manifest: dict[str, Any]) -> str:
+    """``"user"``, ``"corpus"`` or ``"unknown"``: where the manifest's targets come from
+    (``targets_source``, recorded by :mod:`memorization.mixture`; older manifests: the ids)."""
+    if manifest.get("targets_source") in ("user", "corpus"):
+        return manifest["targets_source"]
+    ids = [str(t.get("id", "")) for t in manifest["targets"]]
+    if ids and all(i.startswith("user-") for i in ids):
+        return "user"
+    if ids and all(i.startswith("doc-") for i in ids):
+        return "corpus"
+    return "unknown"
+
+
+def select_nonmembers(manifest: dict[str, Any]) -> tuple[list[dict], list[dict], str, list[str]]:
+    """``(members, nonmembers, nonmember_source, warnings)`` for a manifest.
+
+    Members are the targets with ``exposures >= 1``.  Nonmembers are the targets with
+    ``exposures == 0`` when there are any -- pooled with the manifest's ``nonmembers`` only
+    when the targets were drawn from the corpus those come from -- else the manifest's
+    ``nonmembers``, with a warning when the targets are user-supplied (the nonmembers are then
+    background-corpus documents, a different distribution).  ``nonmember_source`` is a key of
+    :data:`NONMEMBER_SOURCES`.
+    """
+    targets, held_out = manifest["targets"], manifest["nonmembers"]
+    members = [t for t in targets if int(t["exposures"]) >= 1]
+    controls = [t for t in targets if int(t["exposures"]) == 0]
+    if not members:
+        raise ValueError("the manifest has no targets with exposures >= 1")
+    source = _targets_source(manifest)
+    warns: list[str] = []
+    if controls:
+        if source == "corpus" and held_out:
+            return members, controls + held_out, "exposure0_targets+heldout_corpus", warns
+        return members, controls, "exposure0_targets", warns
+    if not held_out:
+        raise ValueError("the manifest has no nonmembers and no exposure-0 targets to compare "
+                         "against")
+    if source == "user":
+        warns.append(USER_TARGETS_WARNING)
+        return members, held_out, "background_corpus", warns
+    return members, held_out, ("heldout_corpus" if source == "corpus" else "manifest_nonmembers"), warns
 
 
 def run_mia(
@@ -700,62 +824,67 @@ def run_mia(
     fpr_target: float = 0.01,
     tokenizer_path: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
-    """Score every target and nonmember of a manifest and report how separable they are.
+    """Score the members and nonmembers of a manifest and report how separable they are.
 
-    Members are the targets with ``exposures >= 1``; targets with ``exposures == 0`` are
-    controls, reported in the ``by_exposure["0"]`` breakdown only.  The manifest's
+    Members are the targets with ``exposures >= 1``; nonmembers are chosen by
+    :func:`select_nonmembers` (the exposure-0 targets when there are any).  The manifest's
     ``token_ids`` are scored as given (``add_bos`` prepends the tokenizer's BOS when a document
-    does not start with it); ``text`` is used for the zlib score.  A reference model whose
-    vocabulary differs from the target's re-tokenises the texts with its own tokenizer.
+    does not start with it; ``max_length`` truncates), and every score covers exactly that
+    span: zlib compresses the decoded scored tokens (the manifest's ``text``, the whole
+    document, is not used; without a tokenizer zlib is skipped), and a reference model scores
+    the same ids, or the decoded span re-tokenised if its vocabulary differs.
 
     With ``out_dir``: writes ``mia.json`` (the report), ``mia.md`` (a markdown table),
-    ``mia_scores.jsonl`` (per-document scores) and ``mia_roc.png``.
+    ``mia_scores.jsonl`` (per-document scores; ``split`` is the document's role, ``target``
+    = member or ``nonmember``, and ``from`` the manifest list it comes from) and
+    ``mia_roc.png``.
 
     Returns the report of :func:`mia_report` plus ``model``, ``manifest``,
-    ``reference_model``, ``k``, ``n_targets``, ``n_nonmembers`` and ``markdown``.
+    ``reference_model``, ``k``, ``n_targets`` (in the manifest), ``n_members``,
+    ``n_nonmembers`` (compared), ``nonmember_source``, ``nonmember_description``,
+    ``targets_source``, ``warnings`` and ``markdown``.
     """
     device = device or default_device()
     manifest = load_manifest(manifest_path)
+    try:
+        members, nonmembers, nonmember_source, warns = select_nonmembers(manifest)
+    except ValueError as err:
+        raise ValueError(f"manifest {manifest_path}: {err}") from None
+    for w in warns:
+        log.warning("%s", w)
     model, tok = load_checkpoint(model_path, device=device, dtype=dtype,
                                  tokenizer_path=tokenizer_path, require_tokenizer=False)
-    targets, nonmembers = manifest["targets"], manifest["nonmembers"]
-    if not nonmembers:
-        raise ValueError(f"manifest {manifest_path} has no nonmembers to compare against")
-    if not any(int(t["exposures"]) >= 1 for t in targets):
-        raise ValueError(f"manifest {manifest_path} has no targets with exposures >= 1")
-    docs = targets + nonmembers
+    docs = members + nonmembers
     ids = _tokenize_docs(docs, tok, "documents")
-    texts = [d["text"] for d in docs] if all("text" in d for d in docs) else None
 
-    ref_model, ref_ids = None, None
+    ref_model, ref_tok = None, None
     if reference_model_path is not None:
         ref_model, ref_tok = load_checkpoint(reference_model_path, device=device, dtype=dtype,
                                              require_tokenizer=False)
-        if ref_tok is not None and tok is not None and not _same_vocab(tok, ref_tok):
-            if texts is None:
-                raise ValueError("the reference model has a different vocabulary and the "
-                                 "manifest lacks texts to re-tokenise")
-            log.info("reference tokenizer differs from the target's: re-tokenising texts")
-            ref_ids = _tokenize_docs(docs, ref_tok, "documents", force_retokenize=True)
-            if add_bos and ref_tok.bos_token_id is not None:
-                b = ref_tok.bos_token_id
-                ref_ids = [d if d and d[0] == b else [b, *d] for d in ref_ids]
+        if ref_tok is not None and tok is None:
+            log.warning("the target checkpoint has no tokenizer: assuming the reference model "
+                        "shares its vocabulary and scoring the same token ids")
 
     scores = mia_scores(model, tok, ids, batch_size=batch_size, device=device,
-                        reference_model=ref_model, reference_docs=ref_ids, texts=texts,
+                        reference_model=ref_model, reference_tokenizer=ref_tok,
                         k=k, max_length=max_length, add_bos=add_bos)
-    n_t = len(targets)
-    member = {n: v[:n_t] for n, v in scores.items()}
-    nonmember = {n: v[n_t:] for n, v in scores.items()}
-    exposures = [int(t["exposures"]) for t in targets]
+    n_m = len(members)
+    member = {n: v[:n_m] for n, v in scores.items()}
+    nonmember = {n: v[n_m:] for n, v in scores.items()}
+    exposures = [int(t["exposures"]) for t in members]
     report = mia_report(member, nonmember, member_exposures=exposures, fpr_target=fpr_target)
     report.update({
         "model": str(model_path),
         "manifest": str(manifest_path),
         "reference_model": None if reference_model_path is None else str(reference_model_path),
         "k": k,
-        "n_targets": n_t,
+        "n_targets": len(manifest["targets"]),
+        "n_members": n_m,
         "n_nonmembers": len(nonmembers),
+        "targets_source": _targets_source(manifest),
+        "nonmember_source": nonmember_source,
+        "nonmember_description": NONMEMBER_SOURCES[nonmember_source],
+        "warnings": warns,
     })
     report["markdown"] = report_markdown(report)
 
@@ -766,16 +895,18 @@ def run_mia(
             json.dump(report, fh, indent=2)
         (out / "mia.md").write_text(report["markdown"], encoding="utf-8")
         with open(out / "mia_scores.jsonl", "w", encoding="utf-8") as fh:
+            from_targets = {id(t) for t in manifest["targets"]}
             for i, d in enumerate(docs):
+                is_target = id(d) in from_targets
                 row: dict[str, Any] = {
                     "id": d.get("id", str(i)),
-                    "split": "target" if i < n_t else "nonmember",
-                    "exposures": int(d["exposures"]) if i < n_t else None,
+                    "split": "target" if i < n_m else "nonmember",
+                    "from": "targets" if is_target else "nonmembers",
+                    "exposures": int(d["exposures"]) if is_target else None,
                 }
                 for n, v in scores.items():
                     x = v[i].item()
                     row[n] = None if isinstance(x, float) and math.isnan(x) else x
                 fh.write(json.dumps(row) + "\n")
-        trained = np.asarray(exposures) >= 1
-        plot_roc({n: v[trained] for n, v in member.items()}, nonmember, out / "mia_roc.png")
+        plot_roc(member, nonmember, out / "mia_roc.png")
     return report

@@ -12,13 +12,21 @@ rows per optimizer step):
 
 ``doc_ids`` numbers the documents within each row, so Goldfish can keep positions whose
 ``h``-token context crosses a document boundary.  The manifest (JSON) is the ground truth
-for extraction: every target's id, text, token ids, exposure count, and the rows and steps
-where it was seen; plus held-out non-members from the same distribution.
+for extraction: every target's id, text, token ids (truncated to ``max_target_tokens``; the
+text is not), exposure count, and the rows and steps where it was seen; plus held-out
+non-members: corpus documents that never enter the stream.  Those share the targets'
+distribution only when the targets are drawn from the same corpus.  With user-supplied
+targets (``target_texts``) they are background-corpus documents, a different distribution
+from the user's; give some targets exposure 0 (e.g. ``exposures=(0, 4)``) so that part of the
+user's own documents is held out as same-distribution non-members (``memorization.mia`` uses
+exposure-0 targets as the non-members when there are any).  ``targets_source`` in the
+manifest says which case applies (``"corpus"`` or ``"user"``).
 """
 from __future__ import annotations
 
 import json
 import random
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -160,9 +168,12 @@ def build_mixture(
     """Build the training stream, validation rows, targets and non-members (deterministic in ``cfg.seed``).
 
     ``docs`` is the corpus; targets are drawn from it (held out of the background) unless
-    ``target_texts`` (the user's documents) are given.  Raises ``ValueError`` when a target is
-    too short (unless ``skip_short_targets``), when the target set is empty, or when the
-    corpus cannot fill the stream.
+    ``target_texts`` (the user's documents) are given.  Non-members are always corpus documents
+    held out of the background, so with ``target_texts`` they do not share the targets'
+    distribution: a ``UserWarning`` says so when no target has exposure 0 (exposure-0 targets are
+    the same-distribution non-members then).  Raises ``ValueError`` when a target is too short
+    (unless ``skip_short_targets``), when the target set is empty, or when the corpus cannot
+    fill the stream.
     """
     rng = random.Random(cfg.seed)
     eos = tokenizer.eos_token_id
@@ -188,6 +199,14 @@ def build_mixture(
         targets = [(f"user-{j:05d}", target_texts[j], x) for j, x in enumerate(t_ids) if j not in set(short)]
         if not targets:
             raise ValueError("every target was too short; nothing to measure")
+        targets_source = "user"
+        if not any(cfg.exposures[j % len(cfg.exposures)] == 0 for j in range(len(targets))):
+            warnings.warn(
+                "the non-members are held-out documents of the background corpus, not of your "
+                "--targets documents: a membership-inference attack against them measures the shift "
+                "between the two distributions as well as membership. Use --exposures 0,N to hold out "
+                "part of your own documents (exposure 0, never trained on) as same-distribution "
+                "non-members", UserWarning, stacklevel=2)
         held = set()
         pool = long_enough
         nonmember_idx = pool[: cfg.num_nonmembers]
@@ -202,6 +221,7 @@ def build_mixture(
         nonmember_idx = long_enough[cfg.num_targets : need]
         targets = [(f"doc-{order[i]:06d}", docs[order[i]], doc_ids[i]) for i in t_idx]
         held = set(t_idx)
+        targets_source = "corpus"
     held |= set(nonmember_idx)
     rest = [i for i in range(len(docs)) if i not in held]
     # near-duplicates: a document sharing any OVERLAP_NGRAM-token span with a target or non-member
@@ -245,6 +265,14 @@ def build_mixture(
             f"corpus too small: {len(bg)} background tokens cannot fill {n_target_rows} target rows "
             f"into whole steps of {B} rows of {L} tokens; use a larger --corpus or fewer targets/exposures"
         )
+    bg_needed = n_bg_rows * L + filler_needed
+    if len(bg) < bg_needed:
+        raise ValueError(
+            f"corpus too small: {n_rows // B} steps of {B} rows x {L} tokens need {bg_needed} background "
+            f"tokens ({filler_needed} to fill up the {n_target_rows} target rows + {n_bg_rows} background "
+            f"rows x {L}), but the background has only {len(bg)}; use a larger --corpus, fewer "
+            "targets/exposures, or fewer --steps"
+        )
     slots = [-1] * n_bg_rows + [j for j, n in enumerate(exposures) for _ in range(n)]
     rng.shuffle(slots)
     rows = np.empty((n_rows, L), np.int64)
@@ -283,7 +311,7 @@ def build_mixture(
     ]
     meta = dict(meta or {})
     meta.update(background_tokens_used=int(pos), skipped_short_targets=skipped,
-                documents_dropped_as_near_duplicates=len(leaking))
+                documents_dropped_as_near_duplicates=len(leaking), targets_source=targets_source)
     return Mixture(
         input_ids=torch.from_numpy(rows),
         doc_ids=torch.from_numpy(segs),

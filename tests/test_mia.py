@@ -281,19 +281,134 @@ def test_bos_and_truncation(mia_env):
 def test_run_mia_end_to_end(mia_env, tmp_path):
     rep = mia.run_mia(mia_env["target"], mia_env["manifest"], mia_env["ref"], out_dir=tmp_path,
                       batch_size=8, device="cpu")
-    assert rep["n_targets"] == 20 and rep["n_nonmembers"] == 20
+    # the 8 never-trained (exposure-0) targets are the nonmembers; the manifest's own
+    # nonmembers are of unrecorded origin and are not pooled with them
+    assert rep["n_targets"] == 20 and rep["n_members"] == 12 and rep["n_nonmembers"] == 8
+    assert rep["nonmember_source"] == "exposure0_targets" and rep["warnings"] == []
     for name in ("loss", "zlib", "min_k", "ref_diff"):
         s = rep["scores"][name]
-        assert s["n_members"] == 12 and s["auc"] > 0.8
-        assert set(s["by_exposure"]) == {"0", "1", "3"}
+        assert s["n_members"] == 12 and s["n_nonmembers"] == 8 and s["auc"] > 0.8
+        assert set(s["by_exposure"]) == {"1", "3"}
         assert 0.0 <= s["tpr_at_fpr"] <= 1.0
-    # never-trained controls (8 of them, so the AUC is noisy) look like nonmembers
-    assert rep["scores"]["loss"]["by_exposure"]["0"]["auc"] < 0.85
     for f in ("mia.json", "mia.md", "mia_scores.jsonl", "mia_roc.png"):
         assert (tmp_path / f).stat().st_size > 0
     rows = [json.loads(x) for x in (tmp_path / "mia_scores.jsonl").read_text().splitlines()]
-    assert len(rows) == 40 and rows[0]["split"] == "target" and "ref_diff" in rows[0]
+    assert len(rows) == 20 and rows[0]["split"] == "target" and "ref_diff" in rows[0]
+    controls = [r for r in rows if r["split"] == "nonmember"]
+    assert len(controls) == 8 and all(r["from"] == "targets" and r["exposures"] == 0
+                                      for r in controls)
     assert json.loads((tmp_path / "mia.json").read_text())["scores"]["loss"]["auc"] > 0.8
+
+
+def _write_manifest(path: Path, targets: list[dict], nonmembers: list[dict], **extra) -> Path:
+    path.write_text(json.dumps({"version": 1, **extra, "targets": targets,
+                                "nonmembers": nonmembers}))
+    return path
+
+
+def test_zlib_and_reference_score_exactly_the_scored_span(mia_env, tmp_path):
+    """As in a mixture manifest, token_ids are a truncated prefix of the text.  zlib must
+    compress the decoded scored tokens, not the whole text, and the reference model must
+    score the same span -- also when its tokenizer differs and it re-tokenises."""
+    import zlib
+
+    from transformers import AutoTokenizer
+
+    tok, texts = mia_env["tok"], mia_env["texts"]
+
+    def doc(i: int, n_texts: int = 2) -> dict:
+        text = " ".join(texts[i : i + n_texts])
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        assert len(ids) > 30
+        return {"text": text, "token_ids": ids[:30]}
+
+    # two documents with the same 30 scored tokens, one twice as long as the other in text
+    docs = [{"id": "short", **doc(0), "exposures": 1},
+            {"id": "long", **doc(0, 4), "exposures": 1}]
+    assert docs[0]["token_ids"] == docs[1]["token_ids"]
+    docs += [{"id": f"t{i}", **doc(i), "exposures": 1} for i in range(2, 8)]
+    non = [{"id": f"n{i}", **doc(i)} for i in mia_env["nonmembers"][:8]]
+    man = _write_manifest(tmp_path / "m.json", docs, non)
+    # the target model as its own reference, saved with a tokenizer that has one extra
+    # (unused) token: a different vocabulary, so run_mia re-tokenises for the reference
+    ref_dir = tmp_path / "self_ref"
+    mia_env["model"].save_pretrained(ref_dir)
+    ref_tok = AutoTokenizer.from_pretrained(mia_env["target"])
+    ref_tok.add_tokens(["<never-used>"])
+    ref_tok.save_pretrained(ref_dir)
+    assert not mia._same_vocab(tok, ref_tok)
+    for max_length in (None, 20):  # 31 tokens with BOS; 20 truncates further
+        out = tmp_path / f"out{max_length}"
+        mia.run_mia(mia_env["target"], man, ref_dir, out_dir=out, device="cpu",
+                    max_length=max_length, batch_size=4)
+        rows = {r["id"]: r for r in map(json.loads, (out / "mia_scores.jsonl").read_text()
+                                        .splitlines())}
+        assert len(rows) == 16
+        assert rows["short"]["zlib"] == rows["long"]["zlib"]
+        n = 30 if max_length is None else max_length - 1  # scored tokens (after BOS)
+        for d in docs + non:
+            r = rows[d["id"]]
+            assert r["n_tokens"] == n
+            scored = tok.decode(d["token_ids"][:n], skip_special_tokens=True)
+            assert r["zlib"] == pytest.approx(r["loss"] / len(zlib.compress(scored.encode())),
+                                              rel=1e-9)
+            # same model, same span -> zero difference
+            assert r["ref_diff"] == pytest.approx(0.0, abs=1e-6), d["id"]
+
+
+def _user_manifest(mia_env, path: Path, with_controls: bool, source: str = "user") -> Path:
+    """Members (exposures 1/3) and optional exposure-0 targets from the synthetic corpus, and
+    "background" nonmembers of a visibly different distribution (digit strings)."""
+    tok, ids, texts = mia_env["tok"], mia_env["ids"], mia_env["texts"]
+    exposures = {i: (1 if i < 6 else 3) for i in mia_env["members"]}
+    idx = mia_env["members"] + (list(range(12, 20)) if with_controls else [])
+    prefix = "user" if source == "user" else "doc"
+    targets = [{"id": f"{prefix}-{i:05d}", "text": texts[i], "token_ids": ids[i][1:],
+                "exposures": exposures.get(i, 0)} for i in idx]
+    rng = random.Random(3)
+    bg = [" ".join(str(rng.randint(0, 99999)) for _ in range(12)) for _ in range(10)]
+    non = [{"id": f"doc-{j:06d}", "text": t, "token_ids": tok(t, add_special_tokens=False)
+            ["input_ids"]} for j, t in enumerate(bg)]
+    return _write_manifest(path, targets, non, targets_source=source)
+
+
+def test_user_targets_are_compared_with_their_exposure0_controls(mia_env, tmp_path):
+    man = _user_manifest(mia_env, tmp_path / "m.json", with_controls=True)
+    rep = mia.run_mia(mia_env["target"], man, out_dir=tmp_path, device="cpu")
+    assert rep["nonmember_source"] == "exposure0_targets" and rep["warnings"] == []
+    assert rep["n_members"] == 12 and rep["n_nonmembers"] == 8
+    # the reported AUC is members vs the 8 held-out user documents, not vs the background
+    model, tok, ids = mia_env["model"], mia_env["tok"], mia_env["ids"]
+    mem = mia.mia_scores(model, tok, [ids[i] for i in mia_env["members"]])["loss"]
+    ctl = mia.mia_scores(model, tok, [ids[i] for i in range(12, 20)])["loss"]
+    assert rep["scores"]["loss"]["auc"] == pytest.approx(mia.roc_auc(-mem, -ctl), abs=1e-12)
+    assert rep["scores"]["loss"]["n_nonmembers"] == 8
+    assert "exposures = 0" in rep["markdown"] and "Warning" not in rep["markdown"]
+    # with targets drawn from the corpus, controls and held-out corpus documents are pooled
+    man = _user_manifest(mia_env, tmp_path / "c.json", with_controls=True, source="corpus")
+    rep = mia.run_mia(mia_env["target"], man, device="cpu")
+    assert rep["nonmember_source"] == "exposure0_targets+heldout_corpus"
+    assert rep["n_nonmembers"] == 18 and rep["warnings"] == []
+
+
+def test_user_targets_without_controls_warn_about_background_nonmembers(mia_env, tmp_path,
+                                                                       caplog):
+    man = _user_manifest(mia_env, tmp_path / "m.json", with_controls=False)
+    with caplog.at_level("WARNING", logger="memorization.mia"):
+        rep = mia.run_mia(mia_env["target"], man, out_dir=tmp_path, device="cpu")
+    assert rep["nonmember_source"] == "background_corpus" and rep["n_nonmembers"] == 10
+    assert any("--exposures 0,N" in r.getMessage() for r in caplog.records)
+    assert len(rep["warnings"]) == 1 and "background corpus" in rep["warnings"][0]
+    md = (tmp_path / "mia.md").read_text()
+    assert "**Warning:**" in md and "--exposures 0,N" in md and "NOT the user's" in md
+    saved = json.loads((tmp_path / "mia.json").read_text())
+    assert saved["nonmember_source"] == "background_corpus" and saved["warnings"]
+    # older manifests without targets_source: user targets are recognised by their ids
+    m = json.loads(man.read_text())
+    del m["targets_source"]
+    man.write_text(json.dumps(m))
+    assert mia.run_mia(mia_env["target"], man, device="cpu")["nonmember_source"] == \
+        "background_corpus"
 
 
 def test_cli(mia_env, tmp_path, capsys):

@@ -102,3 +102,36 @@ def test_near_duplicates_of_targets_are_kept_out_of_training(tokenizer, corpus):
     flat = mix.input_ids.flatten()
     w = torch.tensor(mix.targets[0]["token_ids"][5:45])
     assert (flat.unfold(0, len(w), 1) == w).all(1).sum().item() == 1  # only its own single exposure
+
+
+def test_user_targets_without_exposure0_warn_that_nonmembers_are_background(tokenizer, corpus):
+    import warnings
+
+    texts = [" ".join(f"word{i} user{j}" for i in range(120)) for j in range(4)]
+    cfg = MixtureConfig(seq_len=512, batch_size=8, exposures=(2,), num_nonmembers=2, min_target_tokens=100)
+    with pytest.warns(UserWarning, match=r"background corpus.*--exposures 0,N"):
+        mix = build_mixture(corpus[:600], tokenizer, cfg, target_texts=texts)
+    assert mix.manifest()["targets_source"] == "user"
+    # with exposure-0 targets (held-out user documents) there is nothing to warn about
+    cfg = MixtureConfig(seq_len=512, batch_size=8, exposures=(0, 2), num_nonmembers=2, min_target_tokens=100)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mix = build_mixture(corpus[:600], tokenizer, cfg, target_texts=texts)
+    assert [t["exposures"] for t in mix.targets] == [0, 2, 0, 2]
+    assert all(t["rows"] == [] for t in mix.targets if t["exposures"] == 0)
+    corpus_mix = build_mixture(corpus[:600], tokenizer, MixtureConfig(seq_len=128, batch_size=8, num_targets=2,
+                                                                      exposures=(1,), num_nonmembers=2))
+    assert corpus_mix.manifest()["targets_source"] == "corpus"
+
+
+def test_background_too_small_for_the_target_rows_is_a_clear_error(tokenizer, corpus):
+    # 8 targets x 4 exposures = 32 rows = 4 whole steps, but the 12-document background cannot
+    # fill up the 412 tokens each 100-token target row leaves free
+    cfg = MixtureConfig(seq_len=512, max_target_tokens=100, batch_size=8, exposures=(4,), num_targets=8,
+                        num_nonmembers=2, val_docs=0)
+    with pytest.raises(ValueError, match=r"corpus too small: .*background tokens.*larger --corpus, fewer "
+                                         r"targets/exposures, or fewer --steps"):
+        build_mixture(corpus[:12], tokenizer, cfg)
+    # the same targets with enough background build, and every row is full
+    mix = build_mixture(corpus[:600], tokenizer, cfg)
+    assert mix.input_ids.shape[1] == 512 and mix.meta["background_tokens_used"] > 0
