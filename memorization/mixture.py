@@ -35,8 +35,10 @@ import numpy as np
 import torch
 
 from .atomic import atomic_write_json
+from .goldfish import NO_DOC, RowContext
 
 MANIFEST_VERSION = 1
+CONTEXT_TOKENS = 64  # stream tokens kept before each row: Goldfish h up to this decides every label
 
 
 @dataclass
@@ -84,6 +86,9 @@ class Mixture:
     nonmembers: list[dict]
     config: MixtureConfig
     meta: dict = field(default_factory=dict)
+    # per row: the CONTEXT_TOKENS stream tokens before its background part (Goldfish hashes a row's
+    # first labels from them; memorization.goldfish.RowContext)
+    row_context: RowContext | None = None
 
     @property
     def num_steps(self) -> int:
@@ -277,9 +282,19 @@ def build_mixture(
     rng.shuffle(slots)
     rows = np.empty((n_rows, L), np.int64)
     segs = np.empty((n_rows, L), np.int32)
+    C = CONTEXT_TOKENS
+    ctx_ids = np.zeros((n_rows, C), np.int64)
+    ctx_segs = np.full((n_rows, C), NO_DOC, np.int32)
+    starts = np.zeros(n_rows, np.int64)
     seen_rows: list[list[int]] = [[] for _ in targets]
     pos = 0
     for r, j in enumerate(slots):  # one iteration per row (not per token)
+        start = 0 if j < 0 else min(len(t_tok[j]), L)  # where the row's background part begins
+        starts[r] = start
+        if pos < len(bg):  # the stream before it, its documents numbered as in the row (first: 0, or 1 after a target)
+            lo = max(pos - C, 0)
+            ctx_ids[r, C - (pos - lo):] = bg[lo:pos]
+            ctx_segs[r, C - (pos - lo):] = (0 if j < 0 else 1) + bg_seg[lo:pos] - bg_seg[pos]
         if j < 0:
             rows[r] = bg[pos : pos + L]
             segs[r] = bg_seg[pos : pos + L] - bg_seg[pos]
@@ -321,4 +336,5 @@ def build_mixture(
         nonmembers=nonmember_records,
         config=cfg,
         meta=meta,
+        row_context=RowContext(torch.from_numpy(ctx_ids), torch.from_numpy(ctx_segs), torch.from_numpy(starts)),
     )

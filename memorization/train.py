@@ -39,7 +39,7 @@ import torch
 from axonn import optimize_communication
 
 from .attention import use_causal_sdpa
-from .goldfish import IGNORE_INDEX, GoldfishConfig, apply_goldfish
+from .goldfish import IGNORE_INDEX, GoldfishConfig, RowContext, apply_goldfish
 from .loss import causal_lm_loss_sum
 from .mixture import atomic_write_json
 from .runtime import Runtime
@@ -96,8 +96,9 @@ def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
-def _goldfish_labels(ids: torch.Tensor, docs: torch.Tensor, gf: GoldfishConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    return apply_goldfish(ids.clone(), ids, gf, docs)
+def _goldfish_labels(ids: torch.Tensor, docs: torch.Tensor, gf: GoldfishConfig,
+                     context: RowContext | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    return apply_goldfish(ids.clone(), ids, gf, docs, context)
 
 
 @torch.no_grad()
@@ -118,14 +119,21 @@ def evaluate_loss(model: torch.nn.Module, rows: torch.Tensor, runtime: Runtime, 
 
 
 class Trainer:
-    """Trains ``model`` on ``rows`` (N, L) with per-row document ids ``doc_ids`` (for Goldfish)."""
+    """Trains ``model`` on ``rows`` (N, L) with per-row document ids ``doc_ids`` (for Goldfish);
+    ``row_context`` (the mixture's) lets Goldfish hash each row's first labels from the stream
+    tokens before it (:class:`~memorization.goldfish.RowContext`)."""
 
     def __init__(self, model: torch.nn.Module, rows: torch.Tensor, doc_ids: torch.Tensor, val_rows: torch.Tensor,
-                 cfg: TrainConfig, out_dir: str | Path, runtime: Runtime | None = None, run_name: str = "run"):
+                 cfg: TrainConfig, out_dir: str | Path, runtime: Runtime | None = None, run_name: str = "run",
+                 row_context: RowContext | None = None):
         self.cfg = cfg
         self.rt = runtime or Runtime.create()
         self.out = Path(out_dir)
         self.rows, self.doc_ids, self.val_rows = rows, doc_ids, val_rows
+        self.row_context = row_context
+        if row_context is not None and len(row_context.start) != len(rows):
+            raise ValueError(f"row_context has {len(row_context.start)} rows, the stream {len(rows)}: pass the "
+                             "mixture's own (Mixture.row_context)")
         self.run_name = run_name
         if cfg.grad_reduce_dtype not in GRAD_REDUCE_DTYPES:
             raise ValueError(f"grad_reduce_dtype must be one of {sorted(GRAD_REDUCE_DTYPES)}, "
@@ -213,7 +221,11 @@ class Trainer:
         s = self.step
         ids = _to_device(self.rows[s * B : (s + 1) * B], self.device)
         docs = _to_device(self.doc_ids[s * B : (s + 1) * B], self.device)
-        labels, drop_frac = _goldfish_labels(ids, docs, cfg.goldfish)  # whole global batch: cheap, no comms
+        ctx = None
+        if self.row_context is not None and cfg.goldfish.enabled:
+            c = self.row_context.rows(slice(s * B, (s + 1) * B))
+            ctx = RowContext(*(_to_device(t, self.device) for t in (c.ids, c.doc_ids, c.start)))
+        labels, drop_frac = _goldfish_labels(ids, docs, cfg.goldfish, ctx)  # whole global batch: cheap, no comms
         n_kept = (labels[:, 1:] != IGNORE_INDEX).sum().clamp(min=1)
         ids_l, labels_l = self.rt.batch_slice(ids), self.rt.batch_slice(labels)
         lr = lr_at(s, self.total_steps, cfg)

@@ -320,7 +320,8 @@ def run_arm(arm: str, args, rt, mixture, tokenizer, out: Path) -> dict:
                       grad_reduce_dtype=args.grad_reduce_dtype,
                       seed=args.seed, wandb=args.wandb,
                       progress=not args.no_progress, goldfish=gf)
-    trainer = Trainer(model, mixture.input_ids, mixture.doc_ids, mixture.val_ids, cfg, arm_dir, rt, run_name=arm)
+    trainer = Trainer(model, mixture.input_ids, mixture.doc_ids, mixture.val_ids, cfg, arm_dir, rt, run_name=arm,
+                      row_context=mixture.row_context)
     t0 = time.perf_counter()
     train = trainer.fit(resume=args.resume)
     train_s = time.perf_counter() - t0

@@ -116,3 +116,67 @@ def test_standard_config_changes_nothing():
 def test_bad_settings_refused(k, h, strategy):
     with pytest.raises(ValueError):
         goldfish_mask(torch.zeros(1, 20, dtype=torch.long), k=k, h=h, strategy=strategy)
+
+
+def _rows_of_stream(stream, seg, L, C, target_lens, seed=0):
+    """Cut a background ``stream`` into packed rows as the mixture does: some rows start with a
+    target document (its own ids) followed by background filler; returns rows, doc ids, context
+    and, for every row position, its index in the stream (-1 for target tokens)."""
+    import numpy as np
+
+    from memorization.goldfish import NO_DOC, RowContext
+
+    rng = np.random.default_rng(seed)
+    rows, docs, cids, cdocs, starts, where = [], [], [], [], [], []
+    pos = 0
+    for tl in target_lens:
+        row = np.empty(L, np.int64)
+        d = np.empty(L, np.int32)
+        w = np.full(L, -1)
+        row[:tl] = rng.integers(3, 500, tl)
+        d[:tl] = 0
+        first = 1 if tl else 0
+        fill = L - tl
+        row[tl:] = stream[pos : pos + fill]
+        d[tl:] = first + seg[pos : pos + fill] - seg[pos]
+        w[tl:] = np.arange(pos, pos + fill)
+        lo = max(pos - C, 0)
+        ctx = np.zeros(C, np.int64)
+        cd = np.full(C, NO_DOC, np.int32)
+        ctx[C - (pos - lo):] = stream[lo:pos]
+        cd[C - (pos - lo):] = first + seg[lo:pos] - seg[pos]
+        rows.append(row), docs.append(d), cids.append(ctx), cdocs.append(cd), starts.append(tl), where.append(w)
+        pos += fill
+    t = torch.from_numpy
+    return (t(np.stack(rows)), t(np.stack(docs)),
+            RowContext(t(np.stack(cids)), t(np.stack(cdocs)), torch.tensor(starts)), np.stack(where))
+
+
+@pytest.mark.parametrize("h", [1, 4, 13])
+def test_background_labels_get_their_stream_decision_wherever_rows_are_cut(h):
+    """With the row context, a background token's drop decision is the one it has in the stream
+    itself (documents respected), also in the first h positions of a row or of a row's filler;
+    target documents keep their own in-row decisions; the drop rate is 1/k, not less."""
+    import numpy as np
+
+    from memorization.goldfish import apply_goldfish, goldfish_mask, goldfish_mask_in_stream
+
+    rng = np.random.default_rng(1)
+    doc_lens = rng.integers(5, 90, 400)
+    stream = rng.integers(3, 500, int(doc_lens.sum()))
+    seg = np.repeat(np.arange(len(doc_lens)), doc_lens).astype(np.int32)
+    L, C, k = 64, 32, 4
+    target_lens = [0, 20, 0, 0, 64, 7, 0, 33] * 30
+    rows, docs, ctx, where = _rows_of_stream(stream, seg, L, C, target_lens)
+    want_stream = goldfish_mask(torch.from_numpy(stream)[None], k, h, document_ids=torch.from_numpy(seg)[None])[0]
+    got = goldfish_mask_in_stream(rows, docs, ctx, k, h)
+    bg = torch.from_numpy(where >= 0)
+    assert torch.equal(got[bg], want_stream[torch.from_numpy(where[where >= 0])])
+    in_row = goldfish_mask(rows, k, h, document_ids=docs)
+    assert torch.equal(got[~bg], in_row[~bg])  # targets: unchanged (they start a document)
+    assert torch.equal(got & ~in_row, got ^ in_row)  # context only adds drops, at row starts
+    if h == 13:  # without context 13 of each row's positions could never drop
+        rate_ctx, rate_row = got[bg].float().mean(), in_row[bg].float().mean()
+        assert abs(rate_ctx - want_stream.float().mean()) < 0.01 and rate_row < rate_ctx - 0.02
+    labels, frac = apply_goldfish(rows.clone(), rows, GoldfishConfig(k=k, h=h), docs, ctx)
+    assert torch.equal(labels == -100, got)

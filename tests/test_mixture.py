@@ -135,3 +135,27 @@ def test_background_too_small_for_the_target_rows_is_a_clear_error(tokenizer, co
     # the same targets with enough background build, and every row is full
     mix = build_mixture(corpus[:600], tokenizer, cfg)
     assert mix.input_ids.shape[1] == 512 and mix.meta["background_tokens_used"] > 0
+
+
+@pytest.mark.parametrize("h", [4, 13])
+def test_goldfish_decides_background_labels_as_in_the_stream(tokenizer, corpus, h):
+    """The mixture's row context makes each background label's Goldfish decision the one it has
+    in the background stream itself, including the first h labels of a row and of the filler after
+    a target, so the drop rate is 1/k (at L = 128 and h = 13 it was ~21% for k = 4 without)."""
+    from memorization.goldfish import GoldfishConfig, apply_goldfish, goldfish_mask
+
+    cfg = MixtureConfig(seq_len=128, batch_size=8, exposures=(2,), num_targets=6, num_nonmembers=2, seed=2)
+    mix = build_mixture(corpus[:600], tokenizer, cfg)
+    rows, docs, ctx = mix.input_ids, mix.doc_ids, mix.row_context
+    # the rows consume the background stream in order: their background parts, concatenated, are it
+    bg_parts = [rows[r, int(ctx.start[r]):] for r in range(len(rows))]
+    stream = torch.cat(bg_parts)
+    eos = tokenizer.eos_token_id
+    stream_docs = torch.cat([torch.zeros(1, dtype=torch.long), (stream[:-1] == eos).long().cumsum(0)])
+    want = goldfish_mask(stream[None], 4, h, document_ids=stream_docs[None])[0]
+    labels, _ = apply_goldfish(rows.clone(), rows, GoldfishConfig(k=4, h=h), docs, ctx)
+    got = torch.cat([(labels == -100)[r, int(ctx.start[r]):] for r in range(len(rows))])
+    assert torch.equal(got, want)
+    no_ctx, _ = apply_goldfish(rows.clone(), rows, GoldfishConfig(k=4, h=h), docs)
+    assert (no_ctx == -100).sum() < (labels == -100).sum()  # without the context, row starts never drop
+    assert abs(got.float().mean().item() - 0.25) < 0.02
