@@ -52,6 +52,9 @@ def test_small_run_writes_results_for_both_arms(tmp_path):
             assert ext["overall"][key] == pytest.approx(res["arms"][arm][key], abs=1e-6)
     with pytest.raises(SystemExit, match="fewer than prefix"):  # a prefix longer than the documents
         extract_cli.main(["--model", str(out / "standard" / "model"), "--manifest", str(out / "manifest.json"),
+                          "--prefix", "500", "--no-progress"])
+    with pytest.raises(SystemExit, match="exceeds the model's context"):  # ... and than the model's positions
+        extract_cli.main(["--model", str(out / "standard" / "model"), "--manifest", str(out / "manifest.json"),
                           "--prefix", "5000", "--no-progress"])
     # the out directory now holds a run: refused without --resume/--overwrite; --resume finishes instantly
     with pytest.raises(SystemExit, match="already holds a run"):
