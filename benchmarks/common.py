@@ -33,3 +33,16 @@ def flops_per_token(shape, seq: int) -> float:
     """6 N (N = parameters doing matmuls: all but the input embedding) + 12 L h s for attention."""
     n = shape.num_params() - shape.vocab * shape.hidden
     return 6 * n + 12 * shape.layers * shape.hidden * seq
+
+
+def stream_context(rows: torch.Tensor, width: int = 64):
+    """The Goldfish row context of ``rows`` read as one continuous document (each row continues the
+    previous one), as the mixture gives the trainer: so a benchmark's Goldfish step does the
+    trainer's real work (rows hashed with the stream tokens before them)."""
+    from memorization.goldfish import NO_DOC, RowContext
+
+    ids = torch.zeros(len(rows), width, dtype=rows.dtype)
+    ids[1:] = rows[:-1, -width:]
+    docs = torch.zeros(len(rows), width, dtype=torch.int32)
+    docs[0] = NO_DOC
+    return RowContext(ids, docs, torch.zeros(len(rows), dtype=torch.long))

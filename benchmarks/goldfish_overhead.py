@@ -15,7 +15,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from axonn.cli import HelpFormatter  # noqa: E402
-from benchmarks.common import device, timed  # noqa: E402
+from benchmarks.common import device, stream_context, timed  # noqa: E402
 from memorization.goldfish import GoldfishConfig  # noqa: E402
 from memorization.models import build_model  # noqa: E402
 from memorization.train import TrainConfig, Trainer  # noqa: E402
@@ -40,7 +40,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         # one model and optimizer; only the Goldfish setting changes between interleaved rounds
         cfg = TrainConfig(batch_size=batch, checkpoint_every=0, progress=False, compile=a.compile)
-        t = Trainer(build_model(size, 32000, seed=0), rows, docs, rows[:batch], cfg, tmp, run_name="bench")
+        t = Trainer(build_model(size, 32000, seed=0), rows, docs, rows[:batch], cfg, tmp, run_name="bench",
+                    row_context=stream_context(rows))
         for _ in range(a.rounds):
             for name, k in (("standard", 0), ("goldfish", 4)):
                 t.cfg.goldfish = GoldfishConfig(k=k, h=13)

@@ -23,7 +23,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from axonn.cli import HelpFormatter  # noqa: E402
 from axonn.presets import get_preset  # noqa: E402
-from benchmarks.common import H100_BF16_PEAK, device, flops_per_token, sync, timed  # noqa: E402
+from benchmarks.common import H100_BF16_PEAK, device, flops_per_token, stream_context, sync, timed  # noqa: E402
 from memorization.goldfish import GoldfishConfig  # noqa: E402
 from memorization.models import build_model  # noqa: E402
 from memorization.train import TrainConfig, Trainer  # noqa: E402
@@ -57,7 +57,8 @@ def ours(size: str, rows: torch.Tensor, batch: int, steps: int, warmup: int, dev
     cfg = TrainConfig(batch_size=batch, lr=1e-4, checkpoint_every=0, progress=False, compile=compile,
                       activation_checkpointing=ac, goldfish=GoldfishConfig(k=4, h=13))
     with tempfile.TemporaryDirectory() as tmp:
-        t = Trainer(build_model(size, 32000, seed=0), rows, docs, rows[:batch], cfg, tmp, run_name="ours")
+        t = Trainer(build_model(size, 32000, seed=0), rows, docs, rows[:batch], cfg, tmp, run_name="ours",
+                    row_context=stream_context(rows))
         t.total_steps = len(rows) // batch
         if attention != t.model.config._attn_implementation:
             t.model.set_attn_implementation(attention)  # before the first step, so compilation sees it
