@@ -95,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error ({what}): {msg}", file=sys.stderr)
     if args.out:
         print(f"wrote {args.out}/downstream.json and downstream.md", file=sys.stderr)
-    return 1 if errors else 0
+    ran = "perplexity" in report or bool((report.get("lm_eval") or {}).get("results"))
+    return (1 if ran else 2) if errors else 0  # 2: nothing could run (docs/eval.md)
 
 
 if __name__ == "__main__":

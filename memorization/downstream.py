@@ -159,11 +159,14 @@ def perplexity(
         ``{"perplexity": exp(nll), "nll": mean NLL per scored token (nats), "n_tokens",
         "n_docs", "n_windows", "max_length", "stride", "doc_nll": per-document mean NLL}``.
     """
+    for name, v in (("max_length", max_length), ("stride", stride)):
+        if v is not None and int(v) < 1:
+            raise ValueError(f"{name} must be >= 1, got {v}")
     from tqdm.auto import tqdm
 
     dev = torch.device(device) if device is not None else _model_device(model)
-    max_length = int(max_length or _model_max_length(model))
-    stride = int(stride or max(1, max_length // 2))
+    max_length = int(max_length if max_length is not None else _model_max_length(model))
+    stride = int(stride if stride is not None else max(1, max_length // 2))
     ids = _as_id_lists(docs)
     windows: list[tuple[int, list[int], int]] = []  # (doc index, window ids, first scored)
     for d, x in enumerate(ids):
@@ -224,6 +227,9 @@ def load_perplexity_docs(
                 if not line.strip():
                     continue
                 row = json.loads(line)
+                if not isinstance(row, dict):
+                    raise ValueError(f"{p}:{ln}: expected a JSON object with a {text_key!r} field, "
+                                     f"got {type(row).__name__}")
                 if text_key not in row:
                     raise ValueError(f"{p}:{ln}: no {text_key!r} field (use --text-key)")
                 texts.append(row[text_key])
@@ -551,6 +557,13 @@ def run_downstream(
     is recorded (``perplexity_error`` / ``lm_eval.errors``) and the rest goes on.  With
     ``out_dir`` writes ``downstream.json`` and ``downstream.md``.
     """
+    # what can be checked without the model is checked before it loads
+    if perplexity_source is not None and not Path(perplexity_source).is_file():
+        raise FileNotFoundError(f"perplexity source {str(perplexity_source)!r} does not exist")
+    if tasks:
+        for p in _as_paths(include_path):
+            if not p.is_dir():
+                raise FileNotFoundError(f"lm-eval include path {str(p)!r} is not a directory")
     device = device or default_device()
     model, tok = load_checkpoint(model_path, device=device, dtype=dtype,
                                  tokenizer_path=tokenizer_path, require_tokenizer=True)

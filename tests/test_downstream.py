@@ -285,3 +285,30 @@ def test_unknown_task_against_builtin_index(ckpt):
         out = ds.run_lm_eval(model, tok, ["arc_eazy"], include_defaults=None)
     assert "did you mean: arc_easy" in out["errors"]["arc_eazy"]
     assert "arc_easy" in ds.list_lm_eval_tasks()
+
+
+def test_bad_input_is_refused_before_the_model_loads(tmp_path, monkeypatch):
+    """A missing perplexity file or task directory is reported before any work (the model is not
+    even loaded), nonsense window sizes and non-object .jsonl rows get a clear error."""
+    import memorization.downstream as ds
+
+    monkeypatch.setattr(ds, "load_checkpoint", lambda *a, **k: pytest.fail("loaded the model before checking input"))
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        ds.run_downstream(tmp_path, perplexity_source=tmp_path / "nope.jsonl")
+    with pytest.raises(FileNotFoundError, match="is not a directory"):
+        ds.run_downstream(tmp_path, tasks=["goldfish_mc"], include_path=tmp_path / "nodir")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "fine"}\n"just a string"\n')
+    with pytest.raises(ValueError, match=r"bad.jsonl:2: expected a JSON object"):
+        ds.load_perplexity_docs(bad)
+    with pytest.raises(ValueError, match="stride must be >= 1"):
+        ds.perplexity(None, [[1, 2, 3]], max_length=8, stride=0)
+
+
+def test_cli_exits_2_when_nothing_could_run(ckpt, tmp_path, capsys):
+    """docs/eval.md: exit status 2 when no part produced a result (here a manifest without nonmembers)."""
+    cli = _load_cli()
+    empty = tmp_path / "manifest.json"
+    empty.write_text(json.dumps({"version": 1, "targets": [], "nonmembers": []}))
+    assert cli.main(["--model", str(ckpt["path"]), "--perplexity", str(empty), "--device", "cpu"]) == 2
+    assert "no nonmembers" in capsys.readouterr().err
