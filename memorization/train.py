@@ -118,6 +118,18 @@ def evaluate_loss(model: torch.nn.Module, rows: torch.Tensor, runtime: Runtime, 
     return float(tot[0] / tot[1].clamp(min=1))
 
 
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """AdamW groups: weight decay on the matrices (Linear and embedding weights), none on norms and
+    biases.  A parameter is a matrix by its *full* shape (``axonn.parallelize.spec_of``): on a
+    tensor-parallel grid every weight is a flat 1-D shard, and ``p.ndim`` would leave none."""
+    from axonn.parallelize import spec_of
+
+    named = list(model.named_parameters())
+    decay = [p for _, p in named if len(spec_of(p).full_shape) >= 2]
+    no_decay = [p for _, p in named if len(spec_of(p).full_shape) < 2]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
 class Trainer:
     """Trains ``model`` on ``rows`` (N, L) with per-row document ids ``doc_ids`` (for Goldfish);
     ``row_context`` (the mixture's) lets Goldfish hash each row's first labels from the stream
@@ -161,12 +173,8 @@ class Trainer:
             self.rt.enable_activation_checkpointing(self.model)
         self.model.train()
         self.forward = torch.compile(causal_lm_loss_sum) if cfg.compile else causal_lm_loss_sum
-        decay = [p for n, p in self.model.named_parameters() if p.ndim >= 2]
-        no_decay = [p for n, p in self.model.named_parameters() if p.ndim < 2]
-        self.opt = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=cfg.lr, betas=cfg.betas, fused=self.device.type == "cuda",
-        )
+        self.opt = torch.optim.AdamW(param_groups(self.model, cfg.weight_decay), lr=cfg.lr, betas=cfg.betas,
+                                     fused=self.device.type == "cuda")
         self.step = 0
         self.history: list[dict] = []
         self.stop_requested = False  # set by request_stop (SIGUSR1 during fit); see train_step

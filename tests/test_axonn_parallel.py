@@ -192,3 +192,23 @@ def test_real_model_is_parallelized_onto_the_grids_device(grid_kw) -> None:
 
     model = axonn.parallelize(tiny_llama(0), grid=_fake_grid(**grid_kw), device="meta")
     assert {str(t.device) for t in [*model.parameters(), *model.buffers()]} == {"meta"}
+
+
+def test_weight_decay_reaches_the_sharded_matrices() -> None:
+    """On a tensor-parallel grid every weight is a flat 1-D shard: weight decay must still go to the
+    matrices (judged by their full shape), the same ones as in the serial model, or --weight-decay
+    would silently do nothing there."""
+    sys.path.insert(0, str(WORKERS))
+    from common import tiny_llama
+
+    import axonn
+    from memorization.train import param_groups
+
+    serial = tiny_llama(0)
+    want = {n for n, p in serial.named_parameters() if p.ndim >= 2}
+    par = axonn.parallelize(tiny_llama(0), grid=_fake_grid(row=2, depth=2), device="meta")
+    assert all(p.ndim == 1 for p in par.parameters())  # the shards are flat
+    names = {id(p): n for n, p in par.named_parameters()}
+    decay, no_decay = param_groups(par, 0.1)
+    assert {names[id(p)] for p in decay["params"]} == want and decay["weight_decay"] == 0.1
+    assert no_decay["weight_decay"] == 0.0 and len(decay["params"]) + len(no_decay["params"]) == len(names)
