@@ -371,10 +371,7 @@ def _publish(tmp: Path, path: Path) -> None:
     """Make the finished staging directory ``tmp`` appear as ``path`` (rank 0): fsync it, move an
     existing ``path`` aside, rename, and only then delete the old one (in the background)."""
     _fsync_path(tmp)
-    old = None
-    if path.exists():
-        old = path.parent / f"{TRASH_PREFIX}{path.name}-{uuid.uuid4().hex[:8]}"
-        os.rename(path, old)
+    old = _move_aside(path) if path.exists() else None
     os.rename(tmp, path)
     _fsync_path(path.parent)
     if old is not None:
@@ -382,6 +379,13 @@ def _publish(tmp: Path, path: Path) -> None:
 
 
 TRASH_PREFIX = ".trash-"
+
+
+def _move_aside(path: Path) -> Path:
+    """Rename ``path`` to a hidden ``.trash-*`` sibling (no ``step_*`` glob sees it); returns the new path."""
+    trash = path.parent / f"{TRASH_PREFIX}{path.name}-{uuid.uuid4().hex[:8]}"
+    os.rename(path, trash)
+    return trash
 
 
 def discard(path: Path) -> threading.Thread:
@@ -395,8 +399,7 @@ def discard(path: Path) -> threading.Thread:
     """
     path = Path(path)
     if not path.name.startswith(TRASH_PREFIX):
-        trash = path.parent / f"{TRASH_PREFIX}{path.name}-{uuid.uuid4().hex[:8]}"
-        os.rename(path, trash)
+        _move_aside(path)
 
     def remove() -> None:
         for p in sorted(path.parent.glob(TRASH_PREFIX + "*")):

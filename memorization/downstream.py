@@ -207,6 +207,13 @@ def perplexity(
     }
 
 
+def _existing_source(source: str | os.PathLike) -> Path:
+    p = Path(source)
+    if not p.is_file():
+        raise FileNotFoundError(f"perplexity source {str(p)!r} does not exist")
+    return p
+
+
 def load_perplexity_docs(
     source: str | os.PathLike, *, text_key: str = "text"
 ) -> tuple[list[str], list[list[int]] | None]:
@@ -217,9 +224,7 @@ def load_perplexity_docs(
     ``.txt`` file (one document).  Returns ``(texts, token_ids)``; ``token_ids`` is only
     given for a manifest whose nonmembers all carry them.
     """
-    p = Path(source)
-    if not p.is_file():
-        raise FileNotFoundError(f"perplexity source {str(p)!r} does not exist")
+    p = _existing_source(source)
     if p.suffix == ".jsonl":
         texts = []
         with open(p, encoding="utf-8") as fh:
@@ -318,6 +323,15 @@ def _as_paths(p: Any) -> list[Path]:
     if isinstance(p, (str, os.PathLike)):
         return [Path(p)]
     return [Path(x) for x in p]
+
+
+def _include_dirs(include_path: Any) -> list[Path]:
+    """The lm-eval include paths, each checked to be a directory."""
+    paths = _as_paths(include_path)
+    for p in paths:
+        if not p.is_dir():
+            raise FileNotFoundError(f"lm-eval include path {str(p)!r} is not a directory")
+    return paths
 
 
 def _load_task_yaml(path: Path) -> dict[str, Any]:
@@ -440,10 +454,7 @@ def run_lm_eval(
     import lm_eval
     from lm_eval.models.huggingface import HFLM
 
-    paths = _as_paths(include_path)
-    for p in paths:
-        if not p.is_dir():
-            raise FileNotFoundError(f"lm-eval include path {str(p)!r} is not a directory")
+    paths = _include_dirs(include_path)
     tasks = [t.strip() for t in tasks if t and t.strip()]
     results: dict[str, Any] = {"results": {}, "n_samples": {}, "errors": {}}
     if not tasks:
@@ -558,12 +569,10 @@ def run_downstream(
     ``out_dir`` writes ``downstream.json`` and ``downstream.md``.
     """
     # what can be checked without the model is checked before it loads
-    if perplexity_source is not None and not Path(perplexity_source).is_file():
-        raise FileNotFoundError(f"perplexity source {str(perplexity_source)!r} does not exist")
+    if perplexity_source is not None:
+        _existing_source(perplexity_source)
     if tasks:
-        for p in _as_paths(include_path):
-            if not p.is_dir():
-                raise FileNotFoundError(f"lm-eval include path {str(p)!r} is not a directory")
+        _include_dirs(include_path)
     device = device or default_device()
     model, tok = load_checkpoint(model_path, device=device, dtype=dtype,
                                  tokenizer_path=tokenizer_path, require_tokenizer=True)
