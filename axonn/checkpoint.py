@@ -449,7 +449,13 @@ def load(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | 
     if optimizer is not None:
         _load_optimizer(model, optimizer, meta, opieces)
     _barrier()
-    return torch.load(path / "extra.pt", map_location="cpu", weights_only=False)
+    return read_extra(path)
+
+
+def read_extra(path: str | os.PathLike) -> dict[str, Any]:
+    """The ``extra_state`` a complete checkpoint was saved with, without loading anything else."""
+    read_meta(path)
+    return torch.load(Path(path) / "extra.pt", map_location="cpu", weights_only=False)
 
 
 def latest(root: str | os.PathLike) -> Path | None:

@@ -124,6 +124,11 @@ class Runtime:
             torch.set_rng_state(extra.pop("rng"))
         return extra
 
+    def checkpoint_extra(self, root: Path) -> dict | None:
+        """The extra state of the checkpoint ``root/LATEST`` names, nothing loaded; None if none."""
+        path = ack.latest(root)
+        return None if path is None else ack.read_extra(path)
+
     def export_hf(self, model: torch.nn.Module, out_dir: Path, tokenizer=None,
                   dtype: torch.dtype | None = None) -> None:
         """Write a Hugging Face safetensors directory that ``from_pretrained`` loads (collective, streamed)."""

@@ -23,6 +23,7 @@ after the same step, writes the checkpoint and raises :class:`TrainingInterrupte
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -30,6 +31,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -73,6 +75,9 @@ class TrainConfig:
     goldfish: GoldfishConfig = field(default_factory=lambda: GoldfishConfig(k=0))
 
 
+# The settings that define what a run computes: a checkpoint resumes only a run with the same ones (the
+# others say how it runs -- micro batch, grid, compile, overlap, checkpointing, validation -- and may change).
+RUN_SETTINGS = ("batch_size", "lr", "min_lr_ratio", "warmup_steps", "weight_decay", "betas", "grad_clip", "goldfish")
 # TrainConfig.grad_reduce_dtype -> optimize_communication's grad_reduce_dtype (None: the fp32 parameters' own)
 GRAD_REDUCE_DTYPES: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16}
 STOP_SIGNAL = signal.SIGUSR1
@@ -89,11 +94,19 @@ class TrainingInterrupted(Exception):
 
 
 def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
-    """Linear warmup to ``lr`` over ``warmup_steps``, cosine decay to ``lr * min_lr_ratio`` at ``total``."""
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    progress = (step - cfg.warmup_steps) / max(1, total - cfg.warmup_steps)
-    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+    """The learning rate of step ``step`` (0-based) of a ``total``-step run: ``f(step + 1)`` with
+
+        f(t) = lr * t / W                                          for t <= W  (linear warmup)
+        f(t) = lr * (m + (1 - m) * (1 + cos(pi * (t - W) / (total - W))) / 2)   for t > W  (cosine)
+
+    (W = ``warmup_steps``, m = ``min_lr_ratio``): the peak comes once, at step W - 1, and the last
+    step runs at exactly ``lr * m``.  With W >= total the run ends inside the warmup (no decay).
+    """
+    t, w = step + 1, cfg.warmup_steps
+    if t <= w:
+        return cfg.lr * t / w
+    progress = min(1.0, (t - w) / (total - w))
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
 def _goldfish_labels(ids: torch.Tensor, docs: torch.Tensor, gf: GoldfishConfig,
@@ -157,10 +170,19 @@ class Trainer:
         self.total_steps = cfg.steps or available
         if self.total_steps > available:
             raise ValueError(f"corpus too small: {self.total_steps} steps requested, the stream holds {available}")
+        if cfg.warmup_steps >= self.total_steps and self.rt.is_main:
+            warnings.warn(f"warmup_steps {cfg.warmup_steps} >= the run's {self.total_steps} steps: the learning "
+                          f"rate ends at {lr_at(self.total_steps - 1, self.total_steps, cfg) / cfg.lr:.2f} of its "
+                          "peak and never decays; lower --warmup-steps", stacklevel=2)
         self.local_rows = self.rt.local_batch_rows(B)
         self.micro = cfg.micro_batch or self.local_rows
         if self.local_rows % self.micro:
             raise ValueError(f"micro batch {self.micro} does not divide this rank's {self.local_rows} rows per step")
+        held_out = min(cfg.eval_rows, len(val_rows))
+        if held_out < self.rt.replicas:
+            raise ValueError(f"validation needs at least one held-out row per data x depth replica "
+                             f"({self.rt.replicas}); it has {held_out} (eval_rows={cfg.eval_rows}, "
+                             f"{len(val_rows)} held-out rows): raise eval_rows or hold out more rows")
         self.device = self.rt.device
         use_causal_sdpa(model)  # flash attention also under torch.compile (memorization/attention.py)
         if getattr(model, "_axonn_grid", None) is None:  # a full model: shard it here
@@ -177,6 +199,7 @@ class Trainer:
                                      fused=self.device.type == "cuda")
         self.step = 0
         self.history: list[dict] = []
+        self.wandb_id: str | None = None  # the wandb run this training logs to; kept in the checkpoint
         self.stop_requested = False  # set by request_stop (SIGUSR1 during fit); see train_step
         self._finish_save: Callable[[], None] | None = None  # a background checkpoint not yet published
         self.autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if (
@@ -192,7 +215,7 @@ class Trainer:
         host memory and written while training goes on; :meth:`finish_checkpoint` publishes it."""
         self.finish_checkpoint()  # one save in flight at a time
         extra = {"step": self.step, "history": self.history, "config": _jsonable(asdict(self.cfg)),
-                 "total_steps": self.total_steps}
+                 "total_steps": self.total_steps, "run": self.run_identity(), "wandb_id": self.wandb_id}
         self._finish_save = self.rt.save_checkpoint(self.model, self.opt, self.ckpt_dir, extra,
                                                     background=self.cfg.async_checkpoint)
 
@@ -203,16 +226,39 @@ class Trainer:
         if finish is not None:
             finish()
 
+    def run_identity(self) -> dict:
+        """What this run computes: :data:`RUN_SETTINGS` and a fingerprint of the stream (its shape
+        and a SHA-256 of up to 1024 evenly spaced rows with their document ids)."""
+        n = len(self.rows)
+        idx = torch.linspace(0, n - 1, min(n, 1024)).round().long().unique()
+        h = hashlib.sha256(repr((tuple(self.rows.shape), str(self.rows.dtype))).encode())
+        for t in (self.rows, self.doc_ids):
+            h.update(t[idx].detach().to("cpu", torch.int64).contiguous().numpy().tobytes())
+        cfg = _jsonable(asdict(self.cfg))
+        return {"settings": {k: cfg[k] for k in RUN_SETTINGS}, "stream": h.hexdigest()[:16]}
+
     def try_resume(self) -> bool:
-        extra = self.rt.load_checkpoint(self.model, self.opt, self.ckpt_dir)
+        """Load the latest checkpoint in ``ckpt_dir``, if any, after checking it is of this run: the
+        same step count, :data:`RUN_SETTINGS` and stream (read before any state is loaded)."""
+        extra = self.rt.checkpoint_extra(self.ckpt_dir)
         if extra is None:
             return False
+        problems = []
         if extra.get("total_steps") != self.total_steps:
-            raise ValueError(
-                f"checkpoint in {self.ckpt_dir} is for a {extra.get('total_steps')}-step run, this run has "
-                f"{self.total_steps} steps: use a fresh --out or the same settings"
-            )
+            problems.append(f"it is for a {extra.get('total_steps')}-step run, this run has {self.total_steps} steps")
+        saved, now = extra.get("run"), self.run_identity()
+        if saved is not None:  # (checkpoints written before it was recorded are checked by step count only)
+            problems += [f"{k} was {v!r}, now {now['settings'].get(k)!r}" for k, v in saved["settings"].items()
+                         if now["settings"].get(k) != v]
+            if saved["stream"] != now["stream"]:
+                problems.append("its training stream was different data (another corpus, mixture or seed)")
+        if problems:
+            raise ValueError(f"checkpoint in {self.ckpt_dir} is of a different run: " + "; ".join(problems)
+                             + ". Use a fresh output directory, or the same settings and data (how the run "
+                             "executes -- grid, micro batch, compile, overlap, checkpointing -- may change)")
+        extra = self.rt.load_checkpoint(self.model, self.opt, self.ckpt_dir)
         self.step, self.history = extra["step"], extra["history"]
+        self.wandb_id = extra.get("wandb_id")
         return True
 
     # ---- the loop ----------------------------------------------------------------------------
@@ -323,7 +369,9 @@ class Trainer:
                         self._interrupt(run, bar)
         if bar is not None:
             bar.close()
-        val_loss = self.validate()
+        last = self.history[-1] if self.history else {}
+        # the final step's scheduled validation (eval_every) already measured this model
+        val_loss = last["val_loss"] if last.get("step") == self.step and "val_loss" in last else self.validate()
         self.save_checkpoint()
         self.finish_checkpoint()
         if run is not None:
@@ -369,7 +417,7 @@ class Trainer:
 
     def validate(self) -> float:
         rows = self.val_rows[: self.cfg.eval_rows]
-        rows = rows[: (len(rows) // self.rt.replicas) * self.rt.replicas]
+        rows = rows[: (len(rows) // self.rt.replicas) * self.rt.replicas]  # equal shares: depth ranks run together
         return evaluate_loss(self.model, rows, self.rt, self.micro, self.device, self.autocast, self.cfg.chunk_tokens)
 
     def _wandb_init(self):
@@ -379,8 +427,13 @@ class Trainer:
 
         mode = "online" if self.cfg.wandb else os.environ.get("WANDB_MODE", "offline")
         self.out.mkdir(parents=True, exist_ok=True)
-        return wandb.init(project=self.cfg.wandb_project, name=self.run_name, dir=str(self.out), mode=mode,
-                          config=_jsonable(asdict(self.cfg)), reinit="finish_previous")
+        # a resumed training logs on into the run its checkpoint names (offline: the same run id, which
+        # `wandb sync` joins); a new one gets a new run
+        resume = {"id": self.wandb_id, "resume": "allow"} if self.wandb_id else {}
+        run = wandb.init(project=self.cfg.wandb_project, name=self.run_name, dir=str(self.out), mode=mode,
+                         config=_jsonable(asdict(self.cfg)), reinit="finish_previous", **resume)
+        self.wandb_id = run.id
+        return run
 
 
 def read_record(rec: dict) -> dict:

@@ -1,4 +1,6 @@
 """The trainer: an interrupted run resumes on the same loss curve; Goldfish drops ~1/k of labels."""
+import math
+
 import pytest
 import torch
 
@@ -19,8 +21,8 @@ def _data(n_rows=48, L=32, vocab=4096, seed=0):
 
 def _trainer(tmp, gf=GoldfishConfig(k=0), **kw):
     rows, docs, val = _data()
-    cfg = TrainConfig(batch_size=4, micro_batch=2, lr=3e-3, warmup_steps=3, checkpoint_every=4, progress=False,
-                      goldfish=gf, **kw)
+    cfg = TrainConfig(**{"batch_size": 4, "micro_batch": 2, "lr": 3e-3, "warmup_steps": 3, "checkpoint_every": 4,
+                         "progress": False, "goldfish": gf, **kw})
     return Trainer(build_model("tiny", 4096, seed=0), rows, docs, val, cfg, tmp, run_name="t")
 
 
@@ -54,6 +56,70 @@ def test_resume_refuses_a_checkpoint_of_a_different_run(tmp_path):
         t.fit(resume=True)
 
 
+@pytest.mark.parametrize("change", ["lr", "goldfish", "stream"])
+def test_resume_refuses_other_settings_or_data_before_loading_anything(tmp_path, change):
+    _trainer(tmp_path / "a", steps=4).fit()
+    kw = {"lr": {"lr": 1e-3}, "goldfish": {"gf": GoldfishConfig(k=4, h=3)}, "stream": {}}[change]
+    t = _trainer(tmp_path / "a", steps=4, **kw)
+    if change == "stream":
+        t.rows = t.rows.flip(0)  # the same shape, other rows
+    before = [p.detach().clone() for p in t.model.parameters()]
+    with pytest.raises(ValueError, match={"lr": "lr was 0.003, now 0.001", "goldfish": "goldfish was",
+                                          "stream": "training stream was different data"}[change]):
+        t.fit(resume=True)
+    assert t.step == 0 and all(torch.equal(a, p) for a, p in zip(before, t.model.parameters()))
+    # how it runs may change: another micro batch and checkpoint interval resume fine
+    assert _trainer(tmp_path / "a", steps=4, micro_batch=4, checkpoint_every=2).try_resume()
+
+
+def test_wandb_run_is_resumed_not_restarted(tmp_path, monkeypatch):
+    """An interrupted training logs on into the same wandb run (the id travels in the checkpoint)."""
+    import sys
+    import types
+
+    inits = []
+
+    class Run:
+        def __init__(self, **kw):
+            self.id, self.summary = kw.get("id") or f"run{len(inits)}", {}
+            inits.append(kw)
+
+        def log(self, *a, **kw):
+            pass
+
+        def finish(self):
+            pass
+
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=lambda **kw: Run(**kw)))
+    monkeypatch.setenv("WANDB_MODE", "offline")
+
+    def boom(rec):
+        if rec["step"] == 5:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        _trainer(tmp_path).fit(on_step=boom)
+    _trainer(tmp_path).fit(resume=True)
+    assert "id" not in inits[0] and inits[1]["id"] == "run0" and inits[1]["resume"] == "allow"
+    assert inits[1]["mode"] == "offline"
+
+
+def test_final_step_is_validated_once(tmp_path):
+    t = _trainer(tmp_path, eval_every=6)
+    calls = []
+    validate = t.validate
+    t.validate = lambda: calls.append(t.step) or validate()
+    res = t.fit()
+    assert calls == [6, 12] and res["val_loss"] == res["history"][-1]["val_loss"]
+
+
+def test_bad_warmup_and_validation_sizes_are_caught_up_front(tmp_path):
+    with pytest.warns(UserWarning, match="warmup_steps 3 >= the run's 2 steps"):
+        _trainer(tmp_path, steps=2)
+    with pytest.raises(ValueError, match="validation needs at least one held-out row"):
+        _trainer(tmp_path, eval_rows=0)
+
+
 def test_goldfish_drops_about_one_in_k_and_changes_training(tmp_path):
     res_gf = _trainer(tmp_path / "g", gf=GoldfishConfig(k=4, h=3)).fit()
     res_st = _trainer(tmp_path / "s").fit()
@@ -64,20 +130,26 @@ def test_goldfish_drops_about_one_in_k_and_changes_training(tmp_path):
 
 
 def test_gradient_accumulation_matches_one_big_batch(tmp_path):
-    a = _trainer(tmp_path / "a", steps=3).fit()["history"]
+    a = _trainer(tmp_path / "a", steps=3, warmup_steps=1).fit()["history"]
     rows, docs, val = _data()
-    cfg = TrainConfig(batch_size=4, micro_batch=4, lr=3e-3, warmup_steps=3, checkpoint_every=0, progress=False,
+    cfg = TrainConfig(batch_size=4, micro_batch=4, lr=3e-3, warmup_steps=1, checkpoint_every=0, progress=False,
                       steps=3)
     b = Trainer(build_model("tiny", 4096, seed=0), rows, docs, val, cfg, tmp_path / "b").fit()["history"]
     assert [h["loss"] for h in a] == pytest.approx([h["loss"] for h in b], rel=1e-5)
 
 
 def test_schedule_warmup_then_cosine():
+    """The peak comes once (the last warmup step), the cosine is at its middle halfway through the
+    decay, and the final step (99 of 100) runs at exactly lr * min_lr_ratio."""
     cfg = TrainConfig(lr=1.0, warmup_steps=10, min_lr_ratio=0.1)
-    assert lr_at(0, 100, cfg) == pytest.approx(0.1)
-    assert lr_at(9, 100, cfg) == pytest.approx(1.0)
-    assert lr_at(100, 100, cfg) == pytest.approx(0.1)
-    assert lr_at(55, 100, cfg) == pytest.approx(0.55)
+    lrs = [lr_at(s, 100, cfg) for s in range(100)]
+    assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
+    assert max(lrs) == pytest.approx(1.0) and sum(x == pytest.approx(1.0) for x in lrs) == 1
+    assert lrs[10] < 1.0 and lrs[54] == pytest.approx(0.55)
+    assert lrs[99] == pytest.approx(0.1) and all(a > b for a, b in zip(lrs[9:], lrs[10:]))
+    no_warmup = TrainConfig(lr=1.0, warmup_steps=0, min_lr_ratio=0.0)
+    assert lr_at(0, 4, no_warmup) == pytest.approx(0.5 * (1 + math.cos(math.pi / 4)))
+    assert lr_at(3, 4, no_warmup) == pytest.approx(0.0)
 
 
 def test_too_many_steps_refused(tmp_path):
@@ -87,14 +159,14 @@ def test_too_many_steps_refused(tmp_path):
 
 
 def test_train_step_leaves_its_values_on_the_device_and_fit_reads_them(tmp_path):
-    t = _trainer(tmp_path / "a", gf=GoldfishConfig(k=4, h=3), steps=2)
+    t = _trainer(tmp_path / "a", gf=GoldfishConfig(k=4, h=3), steps=2, warmup_steps=1)
     rec = t.train_step()
     assert all(isinstance(rec[k], torch.Tensor) and rec[k].dim() == 0 for k in ("loss", "grad_norm",
                                                                                   "goldfish_drop_frac"))
     host = read_record(rec)
     assert host["loss"] == pytest.approx(float(rec["loss"])) and isinstance(host["grad_norm"], float)
     assert host["step"] == 1 and host["lr"] == rec["lr"]
-    res = _trainer(tmp_path / "b", gf=GoldfishConfig(k=4, h=3), steps=3).fit()
+    res = _trainer(tmp_path / "b", gf=GoldfishConfig(k=4, h=3), steps=3, warmup_steps=1).fit()
     assert [h["step"] for h in res["history"]] == [1, 2, 3]  # read one step late, logged in order, none lost
     assert all(isinstance(h[k], float) for h in res["history"] for k in ("loss", "grad_norm", "tokens_per_s"))
     assert res["history"][0]["loss"] == pytest.approx(host["loss"], rel=1e-6)
