@@ -36,7 +36,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-doc-tokens", type=int, default=2048,
                    help="all-but-suffix only: cut each document to its first N tokens before splitting, so the "
                         "prefix is tokens [0, N-S) and the suffix [N-S, N) (Goldfish: 2048; lowered to the model's "
-                        "max_position_embeddings if that is smaller)")
+                        "context if that is smaller: max_position_embeddings, or the trained length of a model "
+                        "trained from scratch)")
     p.add_argument("--skip-short", action="store_true", help="skip (and count) documents shorter than P + S "
                    "instead of refusing")
     p.add_argument("--batch-size", type=int, default=32, help="documents decoded together (KV cache)")

@@ -4,7 +4,7 @@ For each document with token ids ``x``: prefix ``p = x[:P]`` (or, the Goldfish p
 ``x[:L - S]`` with ``L = min(|x|, max_tokens)``: the document cut to its first ``max_tokens``
 = 2,048 tokens, minus its last ``S``), true suffix ``s = x[|p| : |p| + S]``, and the model's
 greedy continuation ``g`` of ``S`` tokens.  Prefix + suffix must fit the model's context
-(``config.max_position_embeddings``).  Metrics (Carlini et al. 2023; Hans et al. 2024):
+(:func:`memorization.models.model_context`).  Metrics (Carlini et al. 2023; Hans et al. 2024):
 
 * exact match  ``1[g == s]``  (all ``S`` tokens),
 * token match  ``mean_i 1[g_i == s_i]``,
@@ -145,24 +145,27 @@ def extract(model: torch.nn.Module, docs: list[dict], cfg: ExtractionConfig = Ex
 
     Returns ``{"overall": {...}, "by_exposure": {n: {...}}, "documents": [...], "skipped": [...]}``.
     Documents shorter than prefix + suffix raise ``ValueError`` unless ``cfg.skip_short``.
-    Prefix + suffix must fit the model's context (``model.config.max_position_embeddings``):
+    Prefix + suffix must fit the model's context (:func:`memorization.models.model_context`:
+    ``max_position_embeddings``, or the trained length of a model trained from scratch):
     a fixed P + S beyond it raises ``ValueError``; in all-but-suffix mode ``cfg.max_tokens`` is
     lowered to it (with a warning).  The result's ``config`` is the configuration used.
     """
     if not docs:
         raise ValueError("no documents to extract from")
-    ctx = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    from memorization.models import model_context
+
+    ctx = model_context(model)
     if ctx:
         if cfg.all_but_suffix and cfg.max_tokens > ctx:
             if ctx <= cfg.suffix_len:
                 raise ValueError(f"suffix ({cfg.suffix_len} tokens) does not fit the model's context "
-                                 f"(max_position_embeddings = {ctx}) with a prefix")
-            warnings.warn(f"max_tokens {cfg.max_tokens} exceeds the model's context (max_position_embeddings = "
-                          f"{ctx}); documents are cut to {ctx} tokens", stacklevel=2)
+                                 f"({ctx} tokens) with a prefix")
+            warnings.warn(f"max_tokens {cfg.max_tokens} exceeds the model's context ({ctx} tokens); documents "
+                          f"are cut to {ctx} tokens", stacklevel=2)
             cfg = replace(cfg, max_tokens=ctx)
         elif not cfg.all_but_suffix and cfg.prefix_len + cfg.suffix_len > ctx:
             raise ValueError(f"prefix + suffix = {cfg.prefix_len + cfg.suffix_len} tokens exceeds the model's "
-                             f"context (max_position_embeddings = {ctx}): lower --prefix/--suffix")
+                             f"context ({ctx} tokens): lower --prefix/--suffix")
     splits, kept, skipped = [], [], []
     for d in docs:
         sp = split_document(list(d["token_ids"]), cfg)
@@ -201,7 +204,7 @@ def extract(model: torch.nn.Module, docs: list[dict], cfg: ExtractionConfig = Ex
     for r in records:
         groups[r["exposures"]].append(r)
     return {
-        "config": {**cfg.__dict__, "model_max_positions": ctx},
+        "config": {**cfg.__dict__, "model_context": ctx},
         "overall": summarize(records),
         "by_exposure": {str(k): summarize(v) for k, v in sorted(groups.items(), key=lambda kv: (kv[0] is None, kv[0]))},
         "documents": records,

@@ -246,13 +246,11 @@ def _model_device(model: torch.nn.Module) -> torch.device:
 
 
 def _model_max_length(model: torch.nn.Module, cap: int | None = DEFAULT_MAX_LENGTH_CAP) -> int:
-    cfg = getattr(model, "config", None)
-    n = None
-    for attr in ("max_position_embeddings", "n_positions", "n_ctx"):
-        n = getattr(cfg, attr, None)
-        if n:
-            break
-    n = int(n or 2048)
+    """The default scoring window: the model's context (its trained length for a model trained from
+    scratch, :func:`memorization.models.model_context`; 2048 if unknown), at most ``cap``."""
+    from memorization.models import model_context
+
+    n = model_context(model) or 2048
     return min(n, cap) if cap else n
 
 

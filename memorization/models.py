@@ -182,13 +182,36 @@ class CheckpointInit(_RowSource):
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
+# A config attribute (saved in an exported config.json): the longest sequence the weights of a model
+# trained *from scratch* here have been trained on.  Its max_position_embeddings is the architecture's
+# (1024 for the tiny preset, 128k for Llama 3.1), but positions past the trained length were never
+# trained, so evaluation windows stop there (model_context).  Pretrained checkpoints do not carry it.
+TRAINED_CONTEXT = "trained_context"
+
+
+def model_context(model_or_config) -> int | None:
+    """Tokens a model can be evaluated over: ``max_position_embeddings`` (or ``n_positions`` /
+    ``n_ctx``), lowered to the config's :data:`TRAINED_CONTEXT` when it has one; None if unknown."""
+    cfg = getattr(model_or_config, "config", model_or_config)
+    n = next((v for a in ("max_position_embeddings", "n_positions", "n_ctx") if (v := getattr(cfg, a, None))), None)
+    trained = getattr(cfg, TRAINED_CONTEXT, None)
+    if trained:
+        n = min(n, trained) if n else trained
+    return int(n) if n else None
+
+
 def model_config(size: str | None, vocab_size: int, init: str | None = None, max_seq: int | None = None):
-    """The ``LlamaConfig`` of a run: the preset's, or the checkpoint's (untied, vocabulary large enough)."""
+    """The ``LlamaConfig`` of a run: the preset's, or the checkpoint's (untied, vocabulary large enough).
+
+    ``max_seq`` is the run's training sequence length: a preset model (trained from scratch) records it
+    as :data:`TRAINED_CONTEXT`, and a checkpoint that carries one gets the longer of the two.
+    """
     if init is None:
         shape = get_preset(size)
         overrides = {"attn_implementation": "sdpa"}
         if max_seq is not None:
             overrides["max_position_embeddings"] = max(max_seq, shape.max_seq)
+            overrides[TRAINED_CONTEXT] = max_seq
         return shape.llama_config(vocab_size=padded_vocab(vocab_size), **overrides)
     from transformers import AutoConfig
 
@@ -201,6 +224,8 @@ def model_config(size: str | None, vocab_size: int, init: str | None = None, max
     config.tie_word_embeddings = False  # axonn shards lm_head and the embedding differently: untie
     if config.vocab_size < vocab_size:
         config.vocab_size = padded_vocab(vocab_size)
+    if getattr(config, TRAINED_CONTEXT, None) and max_seq is not None:
+        setattr(config, TRAINED_CONTEXT, max(getattr(config, TRAINED_CONTEXT), max_seq))
     return config
 
 

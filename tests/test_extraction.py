@@ -123,12 +123,18 @@ def test_all_but_suffix_cuts_the_document_at_max_tokens():
 def test_prefix_plus_suffix_must_fit_the_model_context():
     model = _tiny_llama()  # max_position_embeddings = 256
     docs = [{"id": "long", "token_ids": list(range(1, 301)), "exposures": 1}]
-    with pytest.raises(ValueError, match="max_position_embeddings = 256"):
+    with pytest.raises(ValueError, match=r"exceeds the model's context \(256 tokens\)"):
         extract(model, docs, ExtractionConfig(prefix_len=220, suffix_len=50))
     with pytest.warns(UserWarning, match="cut to 256"):
         res = extract(model, docs, ExtractionConfig(suffix_len=10, all_but_suffix=True))  # max_tokens 2048
-    assert res["config"]["max_tokens"] == 256 and res["config"]["model_max_positions"] == 256
+    assert res["config"]["max_tokens"] == 256 and res["config"]["model_context"] == 256
     assert res["documents"][0]["suffix"] == " ".join(map(str, range(247, 257)))  # tokens [246, 256)
+    model.config.trained_context = 100  # trained from scratch on 100-token rows: positions past 100 never were
+    with pytest.raises(ValueError, match=r"\(100 tokens\)"):
+        extract(model, docs, ExtractionConfig(prefix_len=60, suffix_len=50))
+    with pytest.warns(UserWarning, match="cut to 100"):
+        res = extract(model, docs, ExtractionConfig(suffix_len=10, all_but_suffix=True))
+    assert res["config"]["model_context"] == 100 and res["documents"][0]["suffix"] == " ".join(map(str, range(91, 101)))
 
 
 @pytest.mark.parametrize("pred, ref, expected", [

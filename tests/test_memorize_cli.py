@@ -50,12 +50,16 @@ def test_small_run_writes_results_for_both_arms(tmp_path):
                                 "--prefix", "10", "--suffix", "10", "--no-progress", "--out", str(tmp_path / arm)])
         for key in ("exact_match", "token_match", "rouge_l"):
             assert ext["overall"][key] == pytest.approx(res["arms"][arm][key], abs=1e-6)
+    longest = max(len(t["token_ids"]) for t in manifest["targets"])
+    assert longest <= 64  # each target fits one 64-token row
     with pytest.raises(SystemExit, match="fewer than prefix"):  # a prefix longer than the documents
         extract_cli.main(["--model", str(out / "standard" / "model"), "--manifest", str(out / "manifest.json"),
-                          "--prefix", "500", "--no-progress"])
-    with pytest.raises(SystemExit, match="exceeds the model's context"):  # ... and than the model's positions
+                          "--prefix", str(longest), "--suffix", "1", "--no-progress"])
+    # ... and than the positions it was trained on (64 of the tiny preset's 1024; config.json says so)
+    assert json.loads((out / "standard" / "model" / "config.json").read_text())["trained_context"] == 64
+    with pytest.raises(SystemExit, match=r"exceeds the model's context \(64 tokens\)"):
         extract_cli.main(["--model", str(out / "standard" / "model"), "--manifest", str(out / "manifest.json"),
-                          "--prefix", "5000", "--no-progress"])
+                          "--prefix", "60", "--suffix", "10", "--no-progress"])
     # the out directory now holds a run: refused without --resume/--overwrite; --resume finishes instantly
     with pytest.raises(SystemExit, match="already holds a run"):
         memorize.main(SMALL + ["--out", str(out)])

@@ -185,6 +185,31 @@ def test_export_in_bf16_and_in_several_files_loads_in_from_pretrained(tmp_path) 
     assert not list(tmp_path.glob(".bf16*"))
 
 
+def test_a_model_trained_from_scratch_is_evaluated_within_its_trained_length(tmp_path) -> None:
+    """The exported config.json of a preset model trained at 128 tokens says so; MIA and perplexity
+    windows stop there (its max_position_embeddings, 1024, is the architecture's, not trained); a
+    fine-tune of it at 256 records 256, and a checkpoint without the record (pretrained) gets none."""
+    import axonn
+    import axonn.checkpoint as ckpt
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from memorization.mia import _model_max_length
+    from memorization.models import TRAINED_CONTEXT, build_model, model_config, model_context
+    from memorization.runtime import Runtime
+
+    model = build_model("tiny", 4096, seed=0, max_seq=128, runtime=Runtime(axonn.init()))
+    ckpt.export_hf(model, tmp_path / "m")
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path / "m")
+    assert hf.config.max_position_embeddings == 1024 and getattr(hf.config, TRAINED_CONTEXT) == 128
+    assert model_context(hf) == 128 and _model_max_length(hf) == 128
+    assert getattr(model_config(None, 4096, init=str(tmp_path / "m"), max_seq=256), TRAINED_CONTEXT) == 256
+    assert getattr(model_config(None, 4096, init=str(tmp_path / "m"), max_seq=64), TRAINED_CONTEXT) == 128
+    LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
+                num_key_value_heads=2, vocab_size=128, max_position_embeddings=4096).save_pretrained(tmp_path / "p")
+    pretrained = model_config(None, 100, init=str(tmp_path / "p"), max_seq=256)
+    assert getattr(pretrained, TRAINED_CONTEXT, None) is None and model_context(pretrained) == 4096
+
+
 def test_checkpoint_layout_at_scale_splits_writes_and_opens_few_files() -> None:
     """``benchmarks/reshard_reads.py`` on shapes alone (64 ranks saving, 16 loading): every rank writes
     about 1/G_data of its tensor coordinate's shards, each distinct shard exactly once; a resume
