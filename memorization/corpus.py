@@ -116,7 +116,7 @@ def load_documents(spec: str, text_field: str = "text", split: str = "train") ->
                 f"corpus {spec}: cannot mix or read file types {sorted(exts)}; use .txt, .json(l), .parquet or .csv"
             )
         ds = load_dataset(builders.pop(), data_files=[str(f) for f in files], split="train")
-    elif spec.startswith(("/", ".", "~")) or spec.endswith((".json", ".jsonl", ".txt", ".parquet")):
+    elif spec.startswith(("/", ".", "~")) or spec.endswith((".json", ".jsonl", ".txt", ".md", ".parquet", ".csv")):
         raise FileNotFoundError(f"corpus file {spec} does not exist")
     else:
         ds = load_dataset(spec, split=split)

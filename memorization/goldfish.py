@@ -120,8 +120,9 @@ def goldfish_mask(
         pos = torch.arange(T, device=input_ids.device)
         return (pos % k == k - 1).expand_as(input_ids).clone()
     hashed = hash_context(input_ids, h, seed)
-    # drop <=> u < 1/k with u = hash / 2^32  <=>  hash * k < 2^32  (exact integer test)
-    drop = hashed * k < (1 << 32)
+    # drop <=> u < 1/k with u = hash / 2^32  <=>  hash < 2^32 / k  <=>  hash < ceil(2^32 / k)  (exact integer
+    # test; ``hash * k`` would overflow int64 for k >= 2^31)
+    drop = hashed < -(-(1 << 32) // k)
     valid = torch.zeros_like(drop)
     valid[..., h:] = True
     if document_ids is not None:

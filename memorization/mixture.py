@@ -65,6 +65,11 @@ class MixtureConfig:
             raise ValueError(f"seq_len={self.seq_len} too small")
         if self.num_targets < 1:
             raise ValueError("num_targets must be >= 1")
+        if self.num_nonmembers < 0 or self.val_docs < 0 or self.batch_size < 1:
+            raise ValueError(f"num_nonmembers={self.num_nonmembers} and val_docs={self.val_docs} must be >= 0, "
+                             f"batch_size={self.batch_size} >= 1")
+        if self.num_steps is not None and self.num_steps < 1:
+            raise ValueError(f"num_steps={self.num_steps} must be >= 1 (or None: as many as the background fills)")
         if self.max_target_tokens is None:
             self.max_target_tokens = self.seq_len - 1
         if self.max_target_tokens > self.seq_len - 1:
@@ -158,6 +163,20 @@ def _overlapping(protected: list[list[int]], docs: list[list[int]], n: int) -> s
     return set(owner[np.isin(hashes, bad) & inside].tolist())
 
 
+def _disjoint(candidates: list[int], docs: list[list[int]], count: int, n: int) -> list[int]:
+    """The first ``count`` of ``candidates`` (indices into ``docs``), skipping any that shares an ``n``-token
+    span with one picked before it."""
+    picked, seen = [], set()
+    for i in candidates:
+        if len(picked) == count:
+            break
+        spans = set(_ngram_hashes(np.asarray(docs[i]), n).tolist())
+        if not spans & seen:
+            picked.append(i)
+            seen |= spans
+    return picked
+
+
 def _pack(stream: np.ndarray, seg: np.ndarray, L: int) -> tuple[np.ndarray, np.ndarray]:
     n = len(stream) // L
     return stream[: n * L].reshape(n, L), seg[: n * L].reshape(n, L)
@@ -213,17 +232,31 @@ def build_mixture(
                 "part of your own documents (exposure 0, never trained on) as same-distribution "
                 "non-members", UserWarning, stacklevel=2)
         held = set()
-        pool = long_enough
+        # a non-member sharing a span with a target would be a (partly) seen document
+        copies = _overlapping([x for _, _, x in targets], [doc_ids[i] for i in long_enough], OVERLAP_NGRAM)
+        pool = [i for j, i in enumerate(long_enough) if j not in copies]
+        if len(pool) < cfg.num_nonmembers:
+            raise ValueError(
+                f"corpus has only {len(pool)} documents of >= {cfg.min_target_tokens} tokens that share no "
+                f"{OVERLAP_NGRAM}-token span with the targets; {cfg.num_nonmembers} needed as non-members: "
+                "use a larger --corpus or lower --num-nonmembers"
+            )
         nonmember_idx = pool[: cfg.num_nonmembers]
     else:
         need = cfg.num_targets + cfg.num_nonmembers
-        if len(long_enough) < need:
+        # targets share no span with each other (a copy would add to another's exposures, or expose a
+        # held-out exposure-0 target), nor with the non-members
+        t_idx = _disjoint(long_enough, doc_ids, cfg.num_targets, OVERLAP_NGRAM)
+        chosen = set(t_idx)
+        rest_le = [i for i in long_enough if i not in chosen]
+        copies = _overlapping([doc_ids[i] for i in t_idx], [doc_ids[i] for i in rest_le], OVERLAP_NGRAM)
+        nonmember_idx = [i for j, i in enumerate(rest_le) if j not in copies][: cfg.num_nonmembers]
+        if len(t_idx) + len(nonmember_idx) < need:
             raise ValueError(
-                f"corpus has only {len(long_enough)} documents of >= {cfg.min_target_tokens} tokens; "
+                f"corpus has only {len(t_idx) + len(nonmember_idx)} usable documents of >= {cfg.min_target_tokens} "
+                f"tokens (no target sharing a {OVERLAP_NGRAM}-token span with another target or a non-member); "
                 f"{need} needed for {cfg.num_targets} targets + {cfg.num_nonmembers} non-members"
             )
-        t_idx = long_enough[: cfg.num_targets]
-        nonmember_idx = long_enough[cfg.num_targets : need]
         targets = [(f"doc-{order[i]:06d}", docs[order[i]], doc_ids[i]) for i in t_idx]
         held = set(t_idx)
         targets_source = "corpus"
@@ -257,6 +290,12 @@ def build_mixture(
     B = cfg.batch_size
     n_rows = ((max(len(bg) - filler_needed, 0) // L + n_target_rows) // B) * B  # whole steps only
     if cfg.num_steps is not None:
+        if cfg.num_steps * B < n_target_rows:
+            raise ValueError(
+                f"{cfg.num_steps} steps of {B} rows hold {cfg.num_steps * B} rows, fewer than the {n_target_rows} "
+                f"target rows ({len(targets)} targets x exposures {list(cfg.exposures)}): raise --steps, or lower "
+                "--exposures or the number of targets"
+            )
         if cfg.num_steps * B > n_rows:
             raise ValueError(
                 f"corpus too small for {cfg.num_steps} steps: its {len(bg)} background tokens fill "

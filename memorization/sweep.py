@@ -11,7 +11,8 @@ Resumability:
 
 * a finished cell writes ``cells/<name>/cell.json`` atomically (write to a temporary file,
   then rename); a second sweep invocation skips every cell whose ``cell.json`` says ``ok``
-  (when it was evaluated with other evaluation flags, only the evaluations are redone);
+  (when it was evaluated with other evaluation flags, only the evaluations are redone; when
+  memorize's options differ, memorize --resume runs and refuses the changed settings);
 * an interrupted cell has no ``cell.json`` (or an ``error`` one) and is run again with
   memorize's ``--resume`` (its finished arms are not re-trained, an interrupted arm continues
   from its last checkpoint);
@@ -321,8 +322,12 @@ def run_cell(cell: Cell, root: Path, extra: Sequence[str], opts: EvalOptions,
     """
     cell_dir = root / "cells" / cell.name
     record_path = cell_dir / "cell.json"
+    argv = cell.memorize_argv(cell_dir, [*extra, "--no-progress"])
     done = _cell_done(record_path)
-    if done is not None and done.get("eval_options") == _opts_key(opts):
+    # a finished cell is reused only for the same memorize command: with other options (--steps, --seed, ...)
+    # memorize runs again (--resume refuses settings that differ from the cell's run, a clear error)
+    if (done is not None and done.get("eval_options") == _opts_key(opts)
+            and _run_options(done.get("memorize_argv") or []) == _run_options(argv)):
         return {**done, "cached": True}
     prev = None
     if record_path.exists():
@@ -330,7 +335,6 @@ def run_cell(cell: Cell, root: Path, extra: Sequence[str], opts: EvalOptions,
             prev = json.loads(record_path.read_text())
     attempts = int((prev or {}).get("attempts", 0)) + 1
     memorize_main = memorize_main or load_memorize().main
-    argv = cell.memorize_argv(cell_dir, [*extra, "--no-progress"])
     if (cell_dir / "run_config.json").exists():
         argv.append("--resume")
     elif cell_dir.exists() and any(cell_dir.iterdir()):
@@ -368,6 +372,14 @@ def run_cell(cell: Cell, root: Path, extra: Sequence[str], opts: EvalOptions,
     rec["finished_at"] = time.time()
     atomic_write_json(record_path, rec)
     return {**rec, "cached": False}
+
+
+def _run_options(argv: Sequence[str]) -> list[str]:
+    """A cell's memorize command without its --out (the sweep directory may move) and the flags the
+    sweep adds to continue or restart it."""
+    argv = list(argv)
+    return [a for i, a in enumerate(argv) if a not in ("--resume", "--overwrite", "--out")
+            and not (i > 0 and argv[i - 1] == "--out")]
 
 
 def _opts_key(opts: EvalOptions) -> dict:

@@ -131,8 +131,8 @@ def main(argv: list[str] | None = None) -> dict:
                        hpc_problems=tuple(t for t in args.hpc_problems.split(",") if t),
                        hpc_max_new_tokens=args.hpc_max_new_tokens, batch_size=args.eval_batch_size)
     meta = {"command": command,
-            "grid": {"sizes": args.sizes.split(","), "exposures": [c for c in dict.fromkeys(
-                     int(x) for x in args.exposures.split(","))],
+            "grid": {"sizes": list(dict.fromkeys(c.size for c in cells)),
+                     "exposures": list(dict.fromkeys(c.exposures for c in cells)),
                      "goldfish_k": args.goldfish_k, "goldfish_h": args.goldfish_h},
             "memorize_options": extra, "evaluations": {"mia": args.mia, "downstream": args.downstream,
                                                        "hpc_code": args.hpc_code}}

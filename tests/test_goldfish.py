@@ -180,3 +180,14 @@ def test_background_labels_get_their_stream_decision_wherever_rows_are_cut(h):
         assert abs(rate_ctx - want_stream.float().mean()) < 0.01 and rate_row < rate_ctx - 0.02
     labels, frac = apply_goldfish(rows.clone(), rows, GoldfishConfig(k=k, h=h), docs, ctx)
     assert torch.equal(labels == -100, got)
+
+
+def test_huge_k_does_not_overflow_and_usual_k_decide_as_before():
+    """drop <=> hash * k < 2^32; computing hash * k in int64 wraps for k >= 2^31 and then drops ~half."""
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, 50000, (16, 512), generator=g)
+    assert goldfish_mask(ids, k=2**33, h=13).float().mean().item() < 1e-3
+    hashed = hash_context(ids, 13)
+    for k in (2, 3, 4, 7, 8, 32, 128, 2**31 - 1):
+        want = (hashed * k < 2**32) & (torch.arange(512) >= 13)
+        assert torch.equal(goldfish_mask(ids, k=k, h=13), want), k

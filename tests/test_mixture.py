@@ -159,3 +159,58 @@ def test_goldfish_decides_background_labels_as_in_the_stream(tokenizer, corpus, 
     no_ctx, _ = apply_goldfish(rows.clone(), rows, GoldfishConfig(k=4, h=h), docs)
     assert (no_ctx == -100).sum() < (labels == -100).sum()  # without the context, row starts never drop
     assert abs(got.float().mean().item() - 0.25) < 0.02
+
+
+def _shares_span(a: list[int], b: list[int], n: int = 32) -> bool:
+    from memorization.mixture import _overlapping
+
+    return bool(_overlapping([a], [b], n))
+
+
+def test_targets_and_nonmembers_share_no_span_with_each_other(tokenizer, corpus):
+    """Every corpus document has a near-copy: a target copied by another target would be seen more often
+    than recorded (a held-out exposure-0 one seen at all), a non-member copying a target would be a member."""
+    base = [d for d in corpus[:400]]
+    docs = base + [d + "\n\nSee also the reference manual." for d in base]
+    cfg = MixtureConfig(seq_len=128, batch_size=8, exposures=(0, 1), num_targets=30, num_nonmembers=20, seed=0)
+    mix = build_mixture(docs, tokenizer, cfg)
+    picked = [t["token_ids"] for t in mix.targets] + [d["token_ids"] for d in mix.nonmembers]
+    for i in range(len(picked)):
+        for j in range(i + 1, len(picked)):
+            assert not _shares_span(picked[i], picked[j]), (i, j)
+    flat = mix.input_ids.flatten()
+    for t in mix.targets:
+        if t["exposures"] == 0:  # held out: no copy of it in the stream, through another target either
+            w = torch.tensor(t["token_ids"][5:40])
+            assert not (flat.unfold(0, len(w), 1) == w).all(1).any()
+
+
+def test_user_targets_from_the_corpus_are_never_nonmembers(tokenizer, corpus):
+    docs = list(corpus[:600])
+    targets = docs[:120:2]  # the user's documents are corpus documents
+    cfg = MixtureConfig(seq_len=512, batch_size=8, exposures=(2,), num_nonmembers=40, min_target_tokens=100,
+                        skip_short_targets=True, seed=0)
+    with pytest.warns(UserWarning):
+        mix = build_mixture(docs, tokenizer, cfg, target_texts=targets)
+    assert len(mix.nonmembers) == 40
+    for d in mix.nonmembers:
+        assert d["text"] not in targets
+        assert not any(_shares_span(d["token_ids"], t["token_ids"]) for t in mix.targets)
+    with pytest.raises(ValueError, match="non-members"):  # too few left: a clear error, not fewer non-members
+        build_mixture(docs[:80], tokenizer, MixtureConfig(seq_len=512, batch_size=8, exposures=(0, 2),
+                                                          num_nonmembers=70, min_target_tokens=100,
+                                                          skip_short_targets=True),
+                      target_texts=targets)
+
+
+def test_more_target_rows_than_steps_is_a_clear_error(tokenizer, corpus):
+    cfg = MixtureConfig(seq_len=128, batch_size=8, exposures=(4,), num_targets=9, num_nonmembers=2, num_steps=2)
+    with pytest.raises(ValueError, match=r"2 steps of 8 rows hold 16 rows, fewer than the 36 target rows.*--steps"):
+        build_mixture(corpus[:600], tokenizer, cfg)
+
+
+@pytest.mark.parametrize("kw", [dict(num_nonmembers=-1), dict(val_docs=-1), dict(batch_size=0), dict(num_steps=0),
+                                dict(num_steps=-3)])
+def test_bad_mixture_settings_refused(kw):
+    with pytest.raises(ValueError):
+        MixtureConfig(**kw)

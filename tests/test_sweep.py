@@ -142,7 +142,7 @@ def test_failing_cell_recorded_rest_goes_on(micro):
     res = micro["third"]["results"]
     failed = [c for c in res["cells"] if c["status"] == "error"]
     assert [c["name"] for c in failed] == ["tiny-e100000-k4-h13"]
-    assert "corpus too small" in failed[0]["error"] and failed[0]["attempts"] == 2
+    assert "fewer than the 400000 target rows" in failed[0]["error"] and failed[0]["attempts"] == 2
     md = (micro["out"] / "report.md").read_text()
     assert "tiny-e100000-k4-h13` failed" in md
 
@@ -242,3 +242,34 @@ def test_stop_signal_stops_the_sweep_and_leaves_the_cell_to_resume(tmp_path):
 
     rec = sw.run_cell(cells[0], tmp_path, MICRO, sw.EvalOptions(), memorize_main=refused)
     assert rec["status"] == "error" and rec["error"] == "SystemExit: error: --lr must be > 0"
+
+
+def test_finished_cell_is_not_reused_for_other_memorize_options(tmp_path):
+    """A cell finished with --steps 12 is no result for --steps 24: memorize runs again (with --resume, which
+    refuses the changed settings), and the same options still reuse it, whatever --out is called."""
+    cell = sw.expand_grid("tiny", "2", "0")[0]
+    opts = sw.EvalOptions()
+    calls = []
+
+    def fake(argv):
+        calls.append(argv)
+        out = Path(argv[argv.index("--out") + 1])
+        (out / "standard").mkdir(parents=True, exist_ok=True)
+        (out / "run_config.json").write_text("{}")
+        (out / "standard" / "sweep_eval.json").write_text(json.dumps({"options": sw._opts_key(opts)}))
+        return {"arms": {"standard": {"steps": int(argv[argv.index("--steps") + 1])}}}
+
+    assert not sw.run_cell(cell, tmp_path, ["--steps", "12"], opts, memorize_main=fake)["cached"]
+    assert sw.run_cell(cell, tmp_path, ["--steps", "12"], opts, memorize_main=fake)["cached"]
+    moved = tmp_path.parent / (tmp_path.name + "-moved")
+    tmp_path.rename(moved)
+    assert sw.run_cell(cell, moved, ["--steps", "12"], opts, memorize_main=fake)["cached"]
+    rec = sw.run_cell(cell, moved, ["--steps", "24"], opts, memorize_main=fake)
+    assert not rec["cached"] and len(calls) == 2 and "--resume" in calls[-1]
+    assert rec["arms"]["standard"]["memorize"]["steps"] == 24
+
+
+def test_trailing_comma_in_the_grid(tmp_path):
+    res = sweep_cli.main(["--sizes", "tiny,", "--exposures", "2,4,", "--goldfish-k", "0", "--report-only",
+                          "--out", str(tmp_path / "s")])
+    assert res["results"]["grid"]["exposures"] == [2, 4] and res["results"]["grid"]["sizes"] == ["tiny"]
