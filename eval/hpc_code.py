@@ -17,6 +17,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import sys
 import time
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from axonn.cli import HelpFormatter
 from memorization.hpc_code.extract import extract_c_body, extract_python_body
-from memorization.hpc_code.harness import RunConfig
+from memorization.hpc_code.harness import RunConfig, require_tools
 from memorization.hpc_code.humaneval import humaneval_available, load_humaneval
 from memorization.hpc_code.problems import MODELS, default_suite_dir, load_suite
 from memorization.hpc_code.runner import evaluate_samples, summarize
@@ -122,9 +123,14 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"error: unknown benchmark(s) {sorted(unknown)}; choose from hpc, humaneval", file=sys.stderr)
         return 2
-    samples = 1 if args.use_references else args.samples
+    if min(args.k) < 1:
+        print(f"error: --k values must be >= 1, got {args.k}", file=sys.stderr)
+        return 2
+    samples = 1 if args.use_references or args.temperature <= 0 else args.samples
     if args.use_references and args.samples != 1:
         print("note: --use-references scores one sample (the reference) per problem", file=sys.stderr)
+    elif args.temperature <= 0 and args.samples != 1:
+        print("note: --temperature 0 is greedy decoding, one completion per problem: --samples 1", file=sys.stderr)
     ks = sorted({k for k in args.k if k <= samples})
     if len(ks) < len(set(args.k)):
         print(f"note: dropping k > samples ({samples}) from {args.k}", file=sys.stderr)
@@ -146,9 +152,26 @@ def main(argv: list[str] | None = None) -> int:
 
     suites: dict[str, tuple[list, list, object]] = {}
     if "hpc" in benches:
-        problems, errors = load_suite(args.suite, args.problems, args.execution_models)
+        try:
+            problems, errors = load_suite(args.suite, args.problems, args.execution_models)
+        except FileNotFoundError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         for t in errors:
             print(f"error: problem {t.name}: {t.error}", file=sys.stderr)
+        stems = [f.stem for f in (args.suite / "problems").glob("*.yaml")]
+        unmatched = [g for g in args.problems or [] if not fnmatch.filter(stems, g)]
+        if unmatched:
+            print(f"error: --problems {unmatched} match no problem in {args.suite / 'problems'}", file=sys.stderr)
+            return 2
+        if not problems:
+            print("error: no problem selected (see --problems / --execution-models)", file=sys.stderr)
+            return 2
+        try:
+            require_tools(cfg, {p.model for p in problems})
+        except FileNotFoundError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         suites["hpc"] = (problems, errors, extract_c_body)
     if "humaneval" in benches:
         if not humaneval_available():
@@ -161,7 +184,11 @@ def main(argv: list[str] | None = None) -> int:
         from memorization.hpc_code.generate import HFSampler, python_done
         from memorization.hpc_code.extract import c_body_closed
 
-        sampler = HFSampler(args.model, args.device, args.dtype, args.seed)
+        try:
+            sampler = HFSampler(args.model, args.device, args.dtype, args.seed)
+        except FileNotFoundError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
 
     report: dict = {
         "source": "references" if args.use_references else str(args.model),

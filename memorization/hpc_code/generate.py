@@ -65,6 +65,7 @@ class HFSampler:
         progress: bool = True,
     ) -> list[list[str]]:
         """``n`` raw continuations per prompt (greedy, and one copy, when temperature == 0)."""
+        n = n if temperature > 0 else 1  # greedy decoding: n copies would be n identical texts
         jobs = [(i, p) for i, p in enumerate(prompts) for _ in range(n)]
         out: list[list[str]] = [[] for _ in prompts]
         for start in tqdm(range(0, len(jobs), batch_size), desc="generate", disable=not progress):

@@ -8,8 +8,10 @@ only with 1).  The driver checks the result against its own serial baseline
 and prints both kernel times; speedup = baseline time / candidate time.
 
 Status of a sample (first failure wins): ``build_error`` -> ``timeout`` ->
-``runtime_error`` (crash, non-zero exit, memory limit, output cap, missing
-result line) -> ``wrong_output`` -> ``passed``.
+``runtime_error`` (crash, non-zero exit, memory limit, output cap, missing or
+malformed result line, worker count other than requested) -> ``wrong_output``
+(any candidate run's output wrong) -> ``passed``.  A compiler or launcher
+that cannot be found raises ``FileNotFoundError`` instead of failing samples.
 """
 
 from __future__ import annotations
@@ -66,11 +68,27 @@ class SampleResult:
 
 
 def _tool(name: str) -> str:
-    """Resolve a compiler/launcher, preferring the running venv's bin/ (mpicc, mpiexec)."""
+    """Resolve a compiler/launcher, preferring the running venv's bin/ (mpicc, mpiexec).
+
+    A tool that cannot be found raises ``FileNotFoundError``: it is a setup fault,
+    not a candidate's, and must not be scored as a build or runtime failure.
+    """
     venv_bin = Path(sys.executable).parent / name
     if venv_bin.exists():
         return str(venv_bin)
-    return shutil.which(name) or name
+    found = shutil.which(name)
+    if found is None:
+        raise FileNotFoundError(f"{name!r} not found (looked in {venv_bin.parent} and on PATH)")
+    return found
+
+
+def require_tools(cfg: RunConfig, models: set[str] | list[str]) -> None:
+    """Raise ``FileNotFoundError`` unless the compilers/launcher for ``models`` can be found."""
+    names = {cfg.cc} if set(models) & {"serial", "openmp"} else set()
+    if "mpi" in models:
+        names |= {cfg.mpicc, cfg.mpiexec}
+    for name in sorted(names):
+        _tool(name)
 
 
 @lru_cache(maxsize=8)
@@ -135,8 +153,8 @@ def _signal_name(num: int) -> str | None:
         return None
 
 
-def _classify_run(res: SandboxResult, nonce: str) -> tuple[str, str, dict | None]:
-    """Map one driver run to (status, message, parsed result line or None)."""
+def _classify_run(res: SandboxResult, nonce: str, workers: int) -> tuple[str, str, dict | None]:
+    """Map one driver run with ``workers`` threads/ranks to (status, message, parsed result line or None)."""
     if res.timed_out:
         return "timeout", f"killed after {res.wall_s:.1f}s", None
     if res.output_exceeded:
@@ -154,9 +172,14 @@ def _classify_run(res: SandboxResult, nonce: str) -> tuple[str, str, dict | None
     if line is None:
         return "runtime_error", f"driver printed no result line: {_tail(res.stderr or res.stdout, 600)}", None
     head, _, msg = line.partition(" msg=")
-    fields = dict(tok.split("=", 1) for tok in head.split()[2:])
-    parsed = {"ok": fields["ok"] == "1", "workers": int(fields["workers"]),
-              "baseline_s": float(fields["baseline_s"]), "candidate_s": float(fields["candidate_s"])}
+    try:
+        fields = dict(tok.split("=", 1) for tok in head.split()[2:])
+        parsed = {"ok": fields["ok"] == "1", "workers": int(fields["workers"]),
+                  "baseline_s": float(fields["baseline_s"]), "candidate_s": float(fields["candidate_s"])}
+    except (KeyError, ValueError):
+        return "runtime_error", f"malformed result line: {_tail(line, 600)}", None
+    if parsed["workers"] != workers:  # e.g. mpiexec from another MPI than mpicc: n singleton ranks
+        return "runtime_error", f"ran with {parsed['workers']} worker(s), expected {workers}", None
     if not parsed["ok"]:
         return "wrong_output", msg, parsed
     return "passed", "", parsed
@@ -185,7 +208,7 @@ def evaluate_c(problem: Problem, body: str, cfg: RunConfig) -> SampleResult:
                 limits = replace(limits, memory_mb=0)
             threads = workers if problem.model == "openmp" else 1
             res = run_sandboxed(args, workdir, limits, _env(workdir, threads))
-            status, msg, parsed = _classify_run(res, nonce)
+            status, msg, parsed = _classify_run(res, nonce, workers)
             if status != "passed":
                 return SampleResult(status, f"[{workers} worker(s)] {msg}")
             result.baseline_s[workers] = parsed["baseline_s"]

@@ -1,7 +1,7 @@
 """Run an untrusted command with limits.
 
 Each call runs in its own session/process group (so a timeout kills the whole
-tree, MPI ranks included), with ``RLIMIT_AS`` (address space, per process),
+tree, MPI ranks included: SIGTERM, then SIGKILL after a short grace period), with ``RLIMIT_AS`` (address space, per process),
 no core files, a wall-clock timeout and a cap on captured output.  When
 ``unshare -n`` works (root or user namespaces), the command also runs in a
 fresh network namespace whose only interface is loopback (brought up for
@@ -20,6 +20,9 @@ import sys
 import time
 from dataclasses import dataclass
 from functools import lru_cache
+
+
+KILL_GRACE_S = 2.0  # SIGTERM -> SIGKILL delay for a run killed on timeout / output cap
 
 
 @dataclass(frozen=True)
@@ -105,8 +108,19 @@ def _preexec(memory_mb: int):
     return apply
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen, grace_s: float = 0.0) -> None:
+    """SIGKILL the process group; with ``grace_s`` > 0, SIGTERM it first and wait up to that long.
+
+    The grace period lets a launcher clean up: MPICH's mpiexec removes its
+    ``/tmp/hydra_hwloc_xmlfile_*`` on SIGTERM, but leaves it behind when SIGKILLed.
+    """
     try:
+        if grace_s > 0:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                pass
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
@@ -159,10 +173,12 @@ def run_sandboxed(
             returncode = proc.wait(timeout=max(deadline - time.monotonic(), 0.01))
         except subprocess.TimeoutExpired:
             timed_out = True
-    _kill_group(proc)  # also reaps stragglers the command left behind
+    wall_s = time.monotonic() - start  # not counting the grace period below
+    # also reaps stragglers the command left behind; a killed run gets a grace period
+    _kill_group(proc, KILL_GRACE_S if returncode is None else 0.0)
     if returncode is None:
         proc.wait()
     for f in bufs:
         f.close()
     out, err = (bytes(b[: limits.output_bytes]).decode("utf-8", "replace") for b in bufs.values())
-    return SandboxResult(returncode, out, err, timed_out, exceeded, time.monotonic() - start)
+    return SandboxResult(returncode, out, err, timed_out, exceeded, wall_s)
