@@ -18,6 +18,12 @@ On the ranks it was launched with (CPU + gloo, or GPUs + NCCL) it
    fastest grid is in the predicted top two, and writes ``OUT.json``, ``OUT.md``, ``OUT.png`` and
    the profile it used, ``OUT.profile.yaml``.
 
+``--rescore OUT.json`` (one process, no training) predicts the grids of a committed measurement
+again with the current cost model, on the profile and cost settings it was measured with, and
+rewrites the outputs with the same measured times: how a change of the model moves the ranking.
+A grid whose planned micro-batch has changed no longer matches its measurement and is left out
+(listed in the summary).
+
 The cost model is told what the measured software does (``CostConfig``): fp32 activations and
 gradients on the wire (CPU), no overlap (``TrainConfig(overlap=False)`` here: on an
 oversubscribed CPU a collective takes cores from compute anyway, and the committed result was
@@ -93,6 +99,46 @@ def measure_grid(shape: ModelShape, grid: tuple[int, int, int, int], seq: int, g
     return times
 
 
+def score(entries: list, measured: dict[int, list[float]]) -> tuple[list[dict], dict]:
+    """Per-grid rows and the summary of planner ``entries`` (best first) against ``measured[i]``, the
+    times of entry ``i`` (one per round; the grid's time is their minimum)."""
+    meas = [min(measured[i]) for i in range(len(entries))]
+    by_meas = sorted(range(len(entries)), key=lambda i: meas[i])
+    mrank = {i: r + 1 for r, i in enumerate(by_meas)}
+    grids = [dict(grid=list(e.grid), micro_batch=e.micro_batch, predicted_s=e.step_time_s, predicted_rank=i + 1,
+                  measured_s=meas[i], measured_rank=mrank[i], measured_rounds_s=measured[i],
+                  predicted_breakdown=e.breakdown.to_dict())
+             for i, e in enumerate(entries)]
+    best = by_meas[0]
+    summary = dict(spearman=spearman([e.step_time_s for e in entries], meas),
+                   measured_best=list(entries[best].grid), measured_best_s=meas[best],
+                   measured_best_predicted_rank=best + 1, predicted_best=list(entries[0].grid),
+                   predicted_best_measured_s=meas[0])
+    summary["passed"] = summary["spearman"] >= 0.7 and summary["measured_best_predicted_rank"] <= 2
+    return grids, summary
+
+
+def rescore(path: Path, out: Path) -> dict:
+    """Predict the grids measured in ``path`` (an ``OUT.json``) again with the current cost model."""
+    from axonn.planner.profiles import MachineProfile
+
+    old = json.loads(path.read_text())
+    shape, prof = ModelShape(**old["model"]), MachineProfile(**old["profile"])
+    res = plan(shape, seq=old["seq"], global_batch=old["global_batch"], gpus=old["world"], machine=prof,
+               activation_checkpointing=False, cost_cfg=CostConfig(**old["cost_config"]))
+    was = {(tuple(g["grid"]), g["micro_batch"]): g["measured_rounds_s"] for g in old["grids"]}
+    entries = [e for e in res.ranked if (tuple(e.grid), e.micro_batch) in was]
+    unmatched = [list(e.grid) for e in res.ranked if (tuple(e.grid), e.micro_batch) not in was]
+    grids, summary = score(entries, {i: was[(tuple(e.grid), e.micro_batch)] for i, e in enumerate(entries)})
+    summary["left_out_new_micro_batch"] = unmatched
+    record = {**old, "grids": grids, "summary": summary,
+              "rescored": f"python benchmarks/planner_validation.py --rescore {path} --out {out}: predictions of "
+                          "the current cost model; measured times as committed",
+              "rejected": [dict(grid=list(r.grid), reason=r.reason) for r in res.rejected]}
+    write_outputs(out, record)
+    return record
+
+
 def write_outputs(out: Path, record: dict) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
@@ -101,7 +147,7 @@ def write_outputs(out: Path, record: dict) -> None:
         "# Planner validation: predicted vs measured step time of every grid",
         "",
         f"Command: `{record['command']}`",
-        "",
+        *([f"Re-scored: `{record['rescored']}`", ""] if record.get("rescored") else [""]),
         f"Model: {record['model']['layers']} layers, hidden {record['model']['hidden']}, "
         f"{record['model']['heads']} heads ({record['model']['kv_heads']} KV), FFN {record['model']['ffn']}, "
         f"vocab {record['model']['vocab']} ({record['params'] / 1e6:.1f} M parameters); seq {record['seq']}, "
@@ -177,7 +223,16 @@ def main() -> int:
     p.add_argument("--profile", default=None,
                    help="machine profile YAML to use instead of calibrating (default: calibrate now)")
     p.add_argument("--seed", type=int, default=0, help="model/data seed and grid-order shuffle seed")
+    p.add_argument("--rescore", type=Path, default=None, metavar="OUT.json",
+                   help="no training: predict the grids of this earlier result again with the current cost model "
+                        "(its profile and cost settings) and write the outputs to --out with its measured times")
     a = p.parse_args()
+    if a.rescore is not None:
+        if not a.rescore.exists():
+            p.error(f"--rescore {a.rescore}: no such file (an OUT.json written by this benchmark)")
+        record = rescore(a.rescore, Path(a.out))
+        print(Path(a.out).with_suffix(".md").read_text())
+        return 0 if record["summary"]["passed"] else 1
 
     if a.profile:  # reuse a calibration (e.g. the one a previous run wrote to OUT.profile.yaml)
         axonn.init(G_data=launcher_world_size())
@@ -214,19 +269,7 @@ def main() -> int:
             bar.update()
     bar.close()
     if rank == 0:
-        meas = [min(measured[i]) for i in range(len(entries))]
-        by_meas = sorted(range(len(entries)), key=lambda i: meas[i])
-        mrank = {i: r + 1 for r, i in enumerate(by_meas)}
-        grids = [dict(grid=list(e.grid), micro_batch=e.micro_batch, predicted_s=e.step_time_s, predicted_rank=i + 1,
-                      measured_s=meas[i], measured_rank=mrank[i], measured_rounds_s=measured[i],
-                      predicted_breakdown=e.breakdown.to_dict())
-                 for i, e in enumerate(entries)]
-        best = by_meas[0]
-        summary = dict(spearman=spearman([e.step_time_s for e in entries], meas),
-                       measured_best=list(entries[best].grid), measured_best_s=meas[best],
-                       measured_best_predicted_rank=best + 1, predicted_best=list(entries[0].grid),
-                       predicted_best_measured_s=meas[0])
-        summary["passed"] = summary["spearman"] >= 0.7 and summary["measured_best_predicted_rank"] <= 2
+        grids, summary = score(entries, measured)
         record = dict(command="torchrun --nproc-per-node %d benchmarks/planner_validation.py %s"
                               % (world, " ".join(sys.argv[1:])),
                       model=asdict(shape), params=shape.num_params(), seq=a.seq, global_batch=a.global_batch,

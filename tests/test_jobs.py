@@ -121,6 +121,11 @@ def test_bad_job_inputs(tmp_path):
         gen.make_job(gen.JobSpec(machine="alps", size="8b", gpus=16, nodes=2))
     with pytest.raises(gen.PlanError, match="smallest GPU count"):
         gen.make_job(gen.JobSpec(machine="perlmutter", size="405b", gpus=8))
+    # a hand grid the trainer would refuse at start is refused here, before the job waits in the queue
+    with pytest.raises(ValueError, match="grid 1,16,1,64: row=16 does not divide kv_heads=8"):
+        gen.make_job(gen.JobSpec(machine="frontier", size="405b", gpus=1024, grid=(1, 16, 1, 64)))
+    with pytest.raises(ValueError, match=r"grid 8,8,2,8: global batch 128 is not divisible by .*=8×8×4"):
+        gen.make_job(gen.JobSpec(machine="frontier", size="405b", gpus=1024, grid=(8, 8, 2, 8), micro_batch=4))
 
 
 def test_generate_job_api_and_cli(tmp_path, capsys):
@@ -248,3 +253,14 @@ def test_generated_script_checkpoints_on_usr1_requeues_and_resumes(machine, tmp_
     assert f"standard: resumed at step {stopped_at} of 100" in second.stdout + second.stderr
     result = json.loads((run_dir / "results.json").read_text())["arms"]["standard"]
     assert result["steps"] == 100 and len(result["loss_curve"]) == 100
+
+
+def test_a_path_the_script_cannot_quote_is_named(tmp_path):
+    """Arguments go inside ``bash -c '...'``: one that needs shell quoting (a space) is refused by name,
+    not with a complaint about single quotes nobody typed."""
+    refused = r"'.*my runs/mem-8b-alps-gf4-16g': paths and values .* must not contain spaces"
+    with pytest.raises(ValueError, match=refused):
+        gen.make_job(gen.JobSpec(machine="alps", size="8b", out_dir=str(tmp_path), run_root=str(tmp_path / "my runs")))
+    with pytest.raises(ValueError, match="extra_args must not contain single quotes"):
+        gen.make_job(gen.JobSpec(machine="alps", size="8b", out_dir=str(tmp_path), run_root=str(tmp_path),
+                                 extra_args="--targets 'my docs'"))

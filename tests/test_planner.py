@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -226,3 +227,88 @@ def test_module_entry_point():
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)[0]["grid"]
+
+
+def test_embedding_vocabulary_must_divide_row_times_column():
+    """axonn.parallelize refuses a vocabulary that row×column does not divide (the embedding splits it
+    over the whole tensor group): 128256 = 2^8·501, so R·C = 512 is no grid for the Llama 3.1 shapes."""
+    shape = get_preset("405b")
+    why = divisibility_problem(shape, Grid(1, 8, 64, 1))
+    assert why == "row×column=8×64 does not divide vocab=128256 (embedding)"
+    assert divisibility_problem(shape, Grid(1, 8, 32, 1)) is None
+    res = plan("8b", seq=2048, global_batch=64, gpus=512, machine="frontier")
+    assert res.ranked and all(128256 % (e.grid.row * e.grid.column) == 0 for e in res.ranked)
+
+
+def _wire_profile(gpus_per_node: int = 1 << 20):
+    """1 GB/s everywhere and no latency: a collective's time in ns is its bytes per rank."""
+    from axonn.planner import MachineProfile
+
+    return MachineProfile(name="wire", gpus_per_node=gpus_per_node, memory_gib=1e6, peak_tflops=1e6,
+                          measured_tflops=1e6, intra_node_gbps=1.0, inter_node_gbps=1.0 * gpus_per_node,
+                          intra_node_latency_us=0.0, inter_node_latency_us=0.0, hbm_gbps=1e9)
+
+
+@pytest.mark.parametrize("ckpt", [True, False])
+def test_bytes_per_axis_are_every_collective_the_trainer_issues(ckpt):
+    """The per-axis traffic of one step equals the sum over the collectives the trainer issues, counted
+    here from REFERENCES.md's per-rank volumes, independently of the model's code. Beyond the 3D
+    matmul's own: the column re-layouts (o_proj's and down_proj's outputs all-gathered in the forward in
+    bf16, the three RMSNorm slices' gradients in the backward in fp32: `benchmarks/collectives.py
+    --grid 1,2,2,1 --layers 1 --hidden 64 --seq 32 --batch 2 --autocast` measures 32768 B of them); with
+    checkpointing, the decoder layers' forward again (its all-reduces, re-layouts and depth all-gathers:
+    a recomputed forward gathers its weight anew), never the lm_head's, plus the sharded checkpoint's
+    input all-gather."""
+    from axonn.presets import ModelShape
+
+    shape = ModelShape("t", layers=2, hidden=64, heads=4, kv_heads=2, ffn=128, vocab=256)
+    D, R, C, Z = grid = Grid(1, 2, 2, 2)
+    m, h, V, L = 32, 64, 256, 2
+    ag = lambda p, n: (p - 1) / p * n  # noqa: E731
+    ar = lambda p, n: 2 * (p - 1) / p * n  # noqa: E731
+    rec = 2 if ckpt else 1
+    want = {"data": 0.0, "row": 0.0, "column": 0.0, "depth": 0.0}
+    sizes = {"row": R, "column": C}
+    linears = [(64, 64, False), (32, 64, False), (32, 64, False), (64, 64, True),  # q k v o (n out, k in)
+               (128, 64, False), (128, 64, False), (64, 128, True)]  # gate up down
+    for n, k, transposed in linears:
+        out_ax, in_ax = ("column", "row") if transposed else ("row", "column")
+        gr, gc = sizes[out_ax], sizes[in_ax]
+        w = n * k / (gr * gc)
+        want["depth"] += L * ((rec + 1) * 2 * ag(Z, w) + 4 * ag(Z, w))  # bf16 gathers, fp32 reduce-scatter
+        want[in_ax] += L * rec * 2 * ar(gc, m * n / gr)  # Y over the in group (bf16)
+        want[out_ax] += L * 2 * ar(gr, m * k / gc)  # dX over the out group (bf16)
+    want["column"] += L * (rec * 2 * 2 * ag(C, m * h) + 2 * 4 * ag(C, m * h))  # re-layouts
+    if ckpt:  # the layer input's 1/(R·C) slices all-gathered (fp32), column then row
+        want["column"] += L * 4 * ag(C, m * h / R)
+        want["row"] += L * 4 * ag(R, m * h)
+    w = V * h / (R * C)  # lm_head: never recomputed
+    want["depth"] += 2 * 2 * ag(Z, w) + 4 * ag(Z, w)
+    want["column"] += 2 * ar(C, m * V / R) + 4 * ag(C, m * h)  # logits; the final norm's slice gradient
+    want["row"] += 2 * ar(R, m * h / C)
+    want["depth"] += 4 * ag(Z, w) + 4 * ag(Z, w)  # embedding chunk (fp32) and its gradient
+    want["column"] += 4 * ar(C, m * h)  # embedding output (fp32), charged as column then row
+    want["row"] += 4 * ar(R, m * h)
+    got = predict_step(shape, grid, 32, D * Z, 1, _wire_profile(), ckpt).comm_s
+    assert {ax: t * 1e9 for ax, t in got.items()} == pytest.approx(want, rel=1e-9)
+
+
+def test_data_parallel_all_reduce_is_not_hidden():
+    """The trainer all-reduces the gradients over data after the last backward (`sync_gradients`), with
+    nothing to overlap: a slower data axis costs the step its whole extra all-reduce time."""
+    shape = get_preset("tiny")
+    grid = Grid(2, 1, 1, 1)  # one GPU per node: data is the only axis that crosses nodes
+    base = replace(_wire_profile(1), intra_node_gbps=100.0, peak_tflops=0.1, measured_tflops=0.1)
+    fast, slow = (predict_step(shape, grid, 256, 4, 1, replace(base, inter_node_gbps=bw), True) for bw in (10.0, 1.0))
+    assert 0 < slow.comm_s["data"] < slow.compute_s / 10  # a backward long enough to hide it, if anything did
+    assert slow.step_time_s - fast.step_time_s == pytest.approx(slow.comm_s["data"] - fast.comm_s["data"], rel=1e-9)
+
+
+def test_an_axis_is_in_node_only_when_its_groups_tile_the_node():
+    from axonn.planner.model import axis_bandwidth
+
+    prof = _wire_profile(4)
+    assert axis_bandwidth(Grid(2, 1, 2, 1), "column", prof)[2]
+    assert axis_bandwidth(Grid(1, 1, 3, 1), "column", prof)[2]  # 3 GPUs: one node
+    # 12 GPUs on 4-GPU nodes: column groups {0,1,2}, {3,4,5}, ...: {3,4,5} spans two nodes
+    assert not axis_bandwidth(Grid(4, 1, 3, 1), "column", prof)[2]

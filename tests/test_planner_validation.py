@@ -44,3 +44,27 @@ def test_planner_validation_measures_every_grid(tmp_path: Path) -> None:
     host_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024**3
     assert prof["gpus_per_node"] == 4 and prof["memory_gib"] == pytest.approx(host_gib / 4, rel=0.01)
     assert "Spearman" in out.with_suffix(".md").read_text() and out.with_suffix(".png").stat().st_size > 0
+
+
+def test_rescore_predicts_a_committed_measurement_again_without_training(tmp_path: Path) -> None:
+    """--rescore keeps every measured time and re-ranks with the current model; a grid whose planned
+    micro-batch changed is left out, not paired with another setting's time."""
+    import subprocess
+    import sys
+
+    committed = json.loads((ROOT / "benchmarks/results/planner_validation.json").read_text())
+    old = tmp_path / "old.json"
+    changed = json.loads(json.dumps(committed))
+    changed["grids"][-1]["micro_batch"] += 1  # as if measured at another micro-batch
+    old.write_text(json.dumps(changed))
+    out = tmp_path / "pv"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/planner_validation.py"), "--rescore", str(old),
+                           "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode in (0, 1), proc.stderr
+    rec = json.loads(out.with_suffix(".json").read_text())
+    left_out = committed["grids"][-1]["grid"]
+    assert rec["summary"]["left_out_new_micro_batch"] == [left_out]
+    times = {tuple(g["grid"]): g["measured_s"] for g in rec["grids"]}
+    assert times == {tuple(g["grid"]): g["measured_s"] for g in committed["grids"] if g["grid"] != left_out}
+    assert [g["predicted_rank"] for g in rec["grids"]] == list(range(1, len(times) + 1))
+    assert "Re-scored" in out.with_suffix(".md").read_text()

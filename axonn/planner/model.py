@@ -31,7 +31,7 @@ with a shape-dependent efficiency curve::
 ``4·b·s²·(h/R)·½`` causal flops forward and 2.5× that backward at
 ``measured · attention_efficiency``. Elementwise kernels (norms, RoPE, SwiGLU, residuals) are
 a ``kernel_overhead`` fraction on top. With activation checkpointing the backward also
-recomputes the forward.
+recomputes each decoder layer's forward (not the lm_head's: only decoder layers are checkpointed).
 
 Communication
 -------------
@@ -53,7 +53,12 @@ overlapped, plus the forward
 all-reduce of its ``m × h`` output over row × column (charged as a column then a row
 all-reduce); and, with activation checkpointing on a row × column grid, one fp32 all-gather of the layer
 input's ``1/(R·C)`` slices per layer in backward, ``(R·C−1)/(R·C) · m·h`` (``axonn.checkpointing``,
-charged as a column then a row all-gather, not overlapped).
+charged as a column then a row all-gather, not overlapped). Re-layouts over the column group, per
+decoder layer and micro-step, not overlapped: o_proj's and down_proj's outputs are all-gathered to
+full width in the forward (bf16), and the gradients of the column slices the two RMSNorm outputs
+are cut into are all-gathered in the backward (fp32), ``(C−1)/C · m·h`` each; the final norm's
+slice adds one more backward all-gather. A recomputed forward repeats its all-reduces and
+re-layouts and gathers its weights over depth again, synchronously (no prefetch).
 
 A collective of ``v`` bytes on an axis of ``p`` ranks takes
 ``t = α·⌈log₂ p⌉·k + v / β`` (k = 2 for all-reduce, 1 otherwise: the latency of the
@@ -72,17 +77,18 @@ Overlap
   the compute of neighbouring layers with fraction ``overlap_depth`` (default 0.9);
 * the forward all-reduce of ``Y`` is on the critical path (not overlapped);
 * the backward all-reduce of ``dX`` overlaps the ``dW`` GEMM with ``overlap_tensor_bwd`` (0.5);
-* the data-parallel all-reduce is bucketed per layer and overlaps the backward of the last
-  micro-step with ``overlap_data`` (0.8).
+* the data-parallel all-reduce runs after the last micro-step's backward (``sync_gradients``) and
+  is not overlapped: ``overlap_data`` = 0 (a knob for a trainer that would overlap it).
 
 Step time::
 
     T_layer_fwd = c_f + x_f + y_f − min(c_f, f_Z·min(c_f, x_f))
     T_layer_bwd = c_b + x_b + y_b − min(c_b, f_Z·min(c_b, x_b) + f_T·min(c_dW, y_dX))
+    (y_b: dX all-reduces, backward re-layouts and, with checkpointing, the recomputed forward's y_f + x_f)
     T_micro     = L·(T_layer_fwd + T_layer_bwd) + T_lm_head + T_embedding
     T_step      = A·T_micro + overlap(T_bwd_last, T_dp, f_D) − T_bwd_last + T_optimizer
 
-(``c`` compute, ``x`` depth collectives, ``y`` row/column all-reduces.) Model flops per step
+(``c`` compute, ``x`` depth collectives, ``y`` row/column all-reduces and re-layouts.) Model flops per step
 are ``(6N + 12·L·h·s)·B·s`` (the MFU convention; ``N`` = all parameters), and the predicted
 sustained rate is that over ``T_step``.
 """
@@ -182,13 +188,16 @@ def divisibility_problem(shape: ModelShape, grid: Grid) -> str | None:
     Rules: heads and KV heads are divided over the row group (the non-transposed q/k/v split
     their output, whole heads per rank); for every Linear its out dimension over ``Gr``, its
     in dimension over ``Gc``, and the local block's element count over depth; the vocabulary
-    (embedding and lm_head rows) over row, hidden over column.
+    (lm_head rows) over row, hidden over column, and the embedding's vocabulary over row × column
+    (``axonn.parallelize`` refuses a vocabulary that ``R·C`` does not divide).
     """
     r, z = grid.row, grid.depth
     if shape.heads % r:
         return f"row={r} does not divide heads={shape.heads}"
     if shape.kv_heads % r:
         return f"row={r} does not divide kv_heads={shape.kv_heads}"
+    if shape.vocab % (r * grid.column):
+        return f"row×column={r}×{grid.column} does not divide vocab={shape.vocab} (embedding)"
     for lin in layer_linears(shape) + [lm_head(shape)]:
         gr, gc = lin.split(grid)
         ax_out, ax_in = lin.axes()
@@ -208,7 +217,7 @@ class CostConfig:
 
     overlap_depth: float = 0.9       # fraction of depth all-gathers/reduce-scatters hidden
     overlap_tensor_bwd: float = 0.5  # fraction of the dX all-reduce hidden behind the dW GEMM
-    overlap_data: float = 0.8        # fraction of the data-parallel all-reduce hidden behind backward
+    overlap_data: float = 0.0        # data all-reduce hidden behind backward (sync_gradients runs after it: none)
     kernel_overhead: float = 0.10    # elementwise kernels, launch gaps: fraction of GEMM+attention time
     causal_attention: bool = True    # flash attention skips the masked half
     bytes_act: int = 2               # bf16 activations / weights on the wire
@@ -261,7 +270,7 @@ def axis_bandwidth(grid: Grid, axis: str, prof: MachineProfile) -> tuple[float, 
     s = grid.stride(axis)
     g = prof.gpus_per_node
     intra_bw = prof.intra_node_gbps * 1e9
-    if s * p <= g:
+    if s * p <= g and (g % (s * p) == 0 or grid.size <= g):  # every group inside one node
         return intra_bw, prof.intra_node_latency_us * 1e-6, True
     streams = min(s, g)
     return min(intra_bw, prof.inter_node_gbps * 1e9 / streams), prof.inter_node_latency_us * 1e-6, False
@@ -317,8 +326,9 @@ def predict_step(shape: ModelShape, grid: Grid, seq: int, global_batch: int, mic
     ckpt = activation_checkpointing
     axes_comm = {ax: 0.0 for ax in AXES}  # per micro-step (data: per step)
 
-    def linear_costs(lin: LinearSpec, times: int = 1) -> dict[str, float]:
-        """Per-micro-step costs of one Linear; adds ``times`` copies of its traffic to ``axes_comm``."""
+    def linear_costs(lin: LinearSpec, times: int = 1, recompute: bool = ckpt) -> dict[str, float]:
+        """Per-micro-step costs of one Linear; adds ``times`` copies of its traffic to ``axes_comm``
+        (``recompute``: its forward runs again in the backward, a checkpointed decoder layer's)."""
         gr, gc = lin.split(grid)
         ax_out, ax_in = lin.axes()
         n_loc, k_loc = lin.out / gr, lin.in_ / gc
@@ -330,22 +340,26 @@ def predict_step(shape: ModelShape, grid: Grid, seq: int, global_batch: int, mic
         rs = comm.allgather("depth", w_local, bg)        # reduce-scatter dW
         ar_y = comm.allreduce(ax_in, m * n_loc, ba)
         ar_dx = comm.allreduce(ax_out, m * k_loc, ba)
-        axes_comm["depth"] += times * (2 * ag + rs)
-        axes_comm[ax_in] += times * ar_y * (2 if ckpt else 1)
+        axes_comm["depth"] += times * ((3 if recompute else 2) * ag + rs)
+        axes_comm[ax_in] += times * ar_y * (2 if recompute else 1)
         axes_comm[ax_out] += times * ar_dx
         return dict(c_f=t_g, c_dx=t_dx, c_dw=t_dw, ag=ag, rs=rs, ar_y=ar_y, ar_dx=ar_dx)
 
-    def block(costs: list[dict[str, float]], attn_f: float = 0.0, attn_b: float = 0.0) -> tuple[float, float, float]:
-        """(forward time, backward time, compute time) of a group of Linears + attention."""
+    def block(costs: list[dict[str, float]], attn_f: float = 0.0, attn_b: float = 0.0, recompute: bool = ckpt,
+              relayout_f: float = 0.0, relayout_b: float = 0.0) -> tuple[float, float, float]:
+        """(forward time, backward time, compute time) of a group of Linears + attention; ``relayout_*``:
+        its column all-gathers of activations (forward) and activation gradients (backward)."""
         ov = 1.0 + cfg.kernel_overhead
         c_f = (sum(x["c_f"] for x in costs) + attn_f) * ov
         c_dw = sum(x["c_dw"] for x in costs) * ov
-        c_b = (sum(x["c_dx"] for x in costs) + attn_b) * ov + c_dw + (c_f if ckpt else 0.0)
+        c_b = (sum(x["c_dx"] for x in costs) + attn_b) * ov + c_dw + (c_f if recompute else 0.0)
         x_f = sum(x["ag"] for x in costs)
-        y_f = sum(x["ar_y"] for x in costs)
+        y_f = sum(x["ar_y"] for x in costs) + relayout_f
         x_b = sum(x["ag"] + x["rs"] for x in costs)
         y_dx = sum(x["ar_dx"] for x in costs)
-        y_b = y_dx + (y_f if ckpt else 0.0)
+        # the recomputed forward's collectives: its all-reduces and re-layouts, and its depth all-gathers
+        # (synchronous: axonn.intra_layer.linear gathers a recomputed forward's weight without prefetch)
+        y_b = y_dx + relayout_b + (y_f + x_f if recompute else 0.0)
         t_f = c_f + x_f + y_f - min(c_f, _ov(c_f, x_f, cfg.overlap_depth))
         hidden_b = min(c_b, _ov(c_b, x_b, cfg.overlap_depth) + _ov(c_dw, y_dx, cfg.overlap_tensor_bwd))
         t_b = c_b + x_b + y_b - hidden_b
@@ -357,7 +371,12 @@ def predict_step(shape: ModelShape, grid: Grid, seq: int, global_batch: int, mic
     attn_flops_f = 4.0 * micro_batch * seq * seq * h_loc * (0.5 if cfg.causal_attention else 1.0)
     attn_rate = prof.measured_tflops * 1e12 * prof.attention_efficiency
     attn_f, attn_b = attn_flops_f / attn_rate, 2.5 * attn_flops_f / attn_rate
-    lf, lb, lc = block(layer, attn_f, attn_b)
+    # re-layouts over the column group: o_proj's and down_proj's outputs all-gathered to full width in
+    # the forward (bf16), the two RMSNorm outputs' column slices' gradients in the backward (fp32)
+    relayout_f = 2 * comm.allgather("column", m * shape.hidden, ba)
+    relayout_b = 2 * comm.allgather("column", m * shape.hidden, 4)
+    axes_comm["column"] += shape.layers * (relayout_f * (2 if ckpt else 1) + relayout_b)
+    lf, lb, lc = block(layer, attn_f, attn_b, relayout_f=relayout_f, relayout_b=relayout_b)
     if ckpt and R * C > 1:  # axonn.checkpointing: backward all-gathers each layer's fp32 input over row x col
         ag_c = comm.allgather("column", m * shape.hidden / R, 4)  # hierarchical: column, then row
         ag_r = comm.allgather("row", m * shape.hidden, 4)
@@ -367,8 +386,12 @@ def predict_step(shape: ModelShape, grid: Grid, seq: int, global_batch: int, mic
     # --- lm_head (+ loss) and the embedding: fp32 output all-reduced over row x column (as a
     # column then a row all-reduce), its chunk all-gathered over depth and its gradient
     # reduce-scattered there (fp32 chunk, gradient in the wire dtype; not overlapped)
-    head = [linear_costs(lm_head(shape))]
-    hf, hb, hc = block(head)
+    # the lm_head is not checkpointed (nothing recomputed); the final norm's column slice's gradient is
+    # all-gathered (fp32) in its backward
+    head = [linear_costs(lm_head(shape), recompute=False)]
+    head_relayout_b = comm.allgather("column", m * shape.hidden, 4)
+    axes_comm["column"] += head_relayout_b
+    hf, hb, hc = block(head, recompute=False, relayout_b=head_relayout_b)
     emb_out = {ax: comm.allreduce(ax, m * shape.hidden, 4) for ax in ("column", "row")}
     emb_chunk = shape.vocab * shape.hidden / (R * C)
     emb_depth = comm.allgather("depth", emb_chunk, 4) + comm.allgather("depth", emb_chunk, bg)
