@@ -449,12 +449,16 @@ def load(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | 
     if optimizer is not None:
         _load_optimizer(model, optimizer, meta, opieces)
     _barrier()
-    return read_extra(path)
+    return _load_extra(path)
 
 
 def read_extra(path: str | os.PathLike) -> dict[str, Any]:
     """The ``extra_state`` a complete checkpoint was saved with, without loading anything else."""
-    read_meta(path)
+    read_meta(path)  # complete, and in a format this version reads
+    return _load_extra(path)
+
+
+def _load_extra(path: str | os.PathLike) -> dict[str, Any]:
     return torch.load(Path(path) / "extra.pt", map_location="cpu", weights_only=False)
 
 

@@ -163,6 +163,13 @@ def _overlapping(protected: list[list[int]], docs: list[list[int]], n: int) -> s
     return set(owner[np.isin(hashes, bad) & inside].tolist())
 
 
+def _without_copies(protected: list[list[int]], idxs: list[int], docs: list[list[int]]) -> list[int]:
+    """``idxs`` (indices into ``docs``) without those sharing an :data:`OVERLAP_NGRAM`-token span with a
+    ``protected`` document, order kept."""
+    copies = _overlapping(protected, [docs[i] for i in idxs], OVERLAP_NGRAM)
+    return [i for j, i in enumerate(idxs) if j not in copies]
+
+
 def _disjoint(candidates: list[int], docs: list[list[int]], count: int, n: int) -> list[int]:
     """The first ``count`` of ``candidates`` (indices into ``docs``), skipping any that shares an ``n``-token
     span with one picked before it."""
@@ -233,8 +240,7 @@ def build_mixture(
                 "non-members", UserWarning, stacklevel=2)
         held = set()
         # a non-member sharing a span with a target would be a (partly) seen document
-        copies = _overlapping([x for _, _, x in targets], [doc_ids[i] for i in long_enough], OVERLAP_NGRAM)
-        pool = [i for j, i in enumerate(long_enough) if j not in copies]
+        pool = _without_copies([x for _, _, x in targets], long_enough, doc_ids)
         if len(pool) < cfg.num_nonmembers:
             raise ValueError(
                 f"corpus has only {len(pool)} documents of >= {cfg.min_target_tokens} tokens that share no "
@@ -249,8 +255,7 @@ def build_mixture(
         t_idx = _disjoint(long_enough, doc_ids, cfg.num_targets, OVERLAP_NGRAM)
         chosen = set(t_idx)
         rest_le = [i for i in long_enough if i not in chosen]
-        copies = _overlapping([doc_ids[i] for i in t_idx], [doc_ids[i] for i in rest_le], OVERLAP_NGRAM)
-        nonmember_idx = [i for j, i in enumerate(rest_le) if j not in copies][: cfg.num_nonmembers]
+        nonmember_idx = _without_copies([doc_ids[i] for i in t_idx], rest_le, doc_ids)[: cfg.num_nonmembers]
         if len(t_idx) + len(nonmember_idx) < need:
             raise ValueError(
                 f"corpus has only {len(t_idx) + len(nonmember_idx)} usable documents of >= {cfg.min_target_tokens} "
@@ -265,8 +270,8 @@ def build_mixture(
     # near-duplicates: a document sharing any OVERLAP_NGRAM-token span with a target or non-member
     # would leak it into training (or the held-out loss); drop such documents
     protected = [x for _, _, x in targets] + [doc_ids[i] for i in nonmember_idx]
-    leaking = _overlapping(protected, [doc_ids[i] for i in rest], OVERLAP_NGRAM)
-    rest = [i for j, i in enumerate(rest) if j not in leaking]
+    kept = _without_copies(protected, rest, doc_ids)
+    n_near_duplicates, rest = len(rest) - len(kept), kept
     val_idx, bg_idx = rest[: cfg.val_docs], rest[cfg.val_docs :]
 
     def stream_of(idxs: list[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -365,7 +370,7 @@ def build_mixture(
     ]
     meta = dict(meta or {})
     meta.update(background_tokens_used=int(pos), skipped_short_targets=skipped,
-                documents_dropped_as_near_duplicates=len(leaking), targets_source=targets_source)
+                documents_dropped_as_near_duplicates=n_near_duplicates, targets_source=targets_source)
     return Mixture(
         input_ids=torch.from_numpy(rows),
         doc_ids=torch.from_numpy(segs),

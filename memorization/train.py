@@ -23,6 +23,7 @@ after the same step, writes the checkpoint and raises :class:`TrainingInterrupte
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -227,15 +228,20 @@ class Trainer:
             finish()
 
     def run_identity(self) -> dict:
-        """What this run computes: :data:`RUN_SETTINGS` and a fingerprint of the stream (its shape
-        and a SHA-256 of up to 1024 evenly spaced rows with their document ids)."""
+        """What this run computes: :data:`RUN_SETTINGS` and :attr:`stream_fingerprint`."""
+        cfg = _jsonable(asdict(self.cfg))
+        return {"settings": {k: cfg[k] for k in RUN_SETTINGS}, "stream": self.stream_fingerprint}
+
+    @functools.cached_property
+    def stream_fingerprint(self) -> str:
+        """The stream's shape and a SHA-256 of up to 1024 evenly spaced rows with their document ids
+        (computed once, at the first checkpoint or resume: the stream does not change during a run)."""
         n = len(self.rows)
         idx = torch.linspace(0, n - 1, min(n, 1024)).round().long().unique()
         h = hashlib.sha256(repr((tuple(self.rows.shape), str(self.rows.dtype))).encode())
         for t in (self.rows, self.doc_ids):
             h.update(t[idx].detach().to("cpu", torch.int64).contiguous().numpy().tobytes())
-        cfg = _jsonable(asdict(self.cfg))
-        return {"settings": {k: cfg[k] for k in RUN_SETTINGS}, "stream": h.hexdigest()[:16]}
+        return h.hexdigest()[:16]
 
     def try_resume(self) -> bool:
         """Load the latest checkpoint in ``ckpt_dir``, if any, after checking it is of this run: the
