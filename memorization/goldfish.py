@@ -201,7 +201,8 @@ def apply_goldfish(
     With ``context`` (and the hash strategy), each row's background is hashed as part of its
     stream (:func:`goldfish_mask_in_stream`); ``document_ids`` is then required.
 
-    Labels that are already ``-100`` (padding, prompts) stay ignored and are not counted.  The
+    Labels that are already ``-100`` (padding, prompts) stay ignored and are not counted, nor is
+    each row's label 0, which no token predicts (the causal loss uses ``labels[:, 1:]``).  The
     fraction is a 0-dim tensor on the labels' device (no host sync in the training step).
     """
     if not cfg.enabled:
@@ -212,5 +213,5 @@ def apply_goldfish(
         mask = goldfish_mask(input_ids, cfg.k, cfg.h, cfg.strategy, cfg.seed, document_ids)
     valid = labels != IGNORE_INDEX
     dropped = mask & valid
-    frac = dropped.sum() / valid.sum().clamp(min=1)
+    frac = dropped[..., 1:].sum() / valid[..., 1:].sum().clamp(min=1)
     return labels.masked_fill(dropped, IGNORE_INDEX), frac

@@ -99,6 +99,8 @@ def test_apply_goldfish_keeps_ignored_labels_and_loss_is_mean_over_kept():
     dropped = (new == -100) & (labels != -100)
     assert torch.isclose(frac, dropped.sum() / (labels != -100).sum())
     assert dropped.any()
+    all_new, frac_all = apply_goldfish(ids.clone(), ids, GoldfishConfig(k=3, h=4))  # no token predicts label 0
+    assert torch.isclose(frac_all, (all_new == -100).sum() / (2 * 63)), "the rate is over the 63 predicted labels/row"
     logits = torch.randn(2, 64, 50)
     loss = F.cross_entropy(logits.view(-1, 50), new.view(-1), ignore_index=-100)
     keep = new.view(-1) != -100
