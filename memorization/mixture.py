@@ -7,8 +7,10 @@ rows per optimizer step):
 * every occurrence of a target is a row of its own that *starts* with the target
   (``[bos] target [eos]``) and is filled up with the continuing background stream, so a
   target is never split across rows and the model sees it from its first token;
-* each target appears in exactly ``exposures`` rows, at positions drawn uniformly at random
-  (seeded) among all rows.
+* each target appears in exactly ``exposures`` rows, each in a different optimizer step: the
+  steps are drawn at random (seeded, weighted by the room left in each step) and the row within
+  the step uniformly, so ``n`` exposures are ``n`` separate updates, never one update with a
+  doubled gradient.
 
 ``doc_ids`` numbers the documents within each row, so Goldfish can keep positions whose
 ``h``-token context crosses a document boundary.  The manifest (JSON) is the ground truth
@@ -53,6 +55,7 @@ class MixtureConfig:
     min_target_tokens: int = 100  # prefix + suffix needed by extraction
     max_target_tokens: int | None = None  # default: seq_len - 1 (room for eos)
     skip_short_targets: bool = False
+    skip_overlapping_targets: bool = False  # user targets: skip one sharing a span with an earlier one
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -184,6 +187,78 @@ def _disjoint(candidates: list[int], docs: list[list[int]], count: int, n: int) 
     return picked
 
 
+def _copies_of_earlier(docs: list[list[int]], skip: set[int], max_tokens: int) -> dict[int, int]:
+    """``{j: i}`` for each document ``j`` (not in ``skip``) whose first ``max_tokens`` tokens share an
+    :data:`OVERLAP_NGRAM`-token span with an earlier kept document ``i``; such a ``j`` is not kept."""
+    holder: dict[int, int] = {}
+    copies: dict[int, int] = {}
+    for j, x in enumerate(docs):
+        if j in skip:
+            continue
+        spans = _ngram_hashes(np.asarray(x[:max_tokens]), OVERLAP_NGRAM).tolist()
+        first = next((holder[h] for h in spans if h in holder), None)
+        if first is not None:
+            copies[j] = first
+            continue
+        for h in spans:
+            holder.setdefault(h, j)
+    return copies
+
+
+def _place_exposures(exposures: list[int], n_steps: int, batch: int, rng: random.Random) -> list[int]:
+    """Row slots in stream order (``-1``: background, ``j``: target ``j``); target ``j`` fills
+    ``exposures[j]`` rows, all in different steps (a step is ``batch`` consecutive rows).
+
+    Targets are placed most-exposed first; each draws its steps without replacement with
+    probability proportional to the rows still free in each step.  Should that draw leave a target
+    too few steps, the placement is redrawn always taking the emptiest steps (random tie-break),
+    which succeeds whenever any placement exists (a Gale-Ryser greedy).
+    """
+    if max(exposures) > n_steps:
+        raise ValueError(
+            f"a target seen {max(exposures)} times needs {max(exposures)} different optimizer steps, but the "
+            f"stream has {n_steps}: raise --steps or lower --exposures"
+        )
+    gen = np.random.default_rng(rng.getrandbits(64))
+    order = sorted(gen.permutation(len(exposures)).tolist(), key=lambda j: -exposures[j])
+
+    def draw(emptiest_first: bool) -> list[np.ndarray] | None:
+        free = np.full(n_steps, batch)
+        steps_of: list[np.ndarray] = [np.zeros(0, np.int64)] * len(exposures)
+        for j in order:
+            n = exposures[j]
+            open_ = np.flatnonzero(free)
+            if n == 0:
+                continue
+            if len(open_) < n:
+                return None
+            if emptiest_first:
+                pick = open_[np.lexsort((gen.random(len(open_)), -free[open_]))[:n]]
+            else:
+                pick = gen.choice(open_, n, replace=False, p=free[open_] / free[open_].sum())
+            free[pick] -= 1
+            steps_of[j] = pick
+        return steps_of
+
+    steps_of = draw(False)
+    if steps_of is None:
+        steps_of = draw(True)
+    if steps_of is None:
+        raise ValueError(
+            f"cannot put every target's exposures {sorted(set(exposures))} in different steps of {batch} rows "
+            f"({n_steps} steps): raise --steps or --batch-size, or lower --exposures or the number of targets"
+        )
+    in_step: list[list[int]] = [[] for _ in range(n_steps)]
+    for j, steps in enumerate(steps_of):
+        for st in steps.tolist():
+            in_step[st].append(j)
+    slots: list[int] = []
+    for js in in_step:
+        row = js + [-1] * (batch - len(js))
+        slots += [row[i] for i in gen.permutation(batch).tolist()]
+    return slots
+
+
 def _pack(stream: np.ndarray, seg: np.ndarray, L: int) -> tuple[np.ndarray, np.ndarray]:
     n = len(stream) // L
     return stream[: n * L].reshape(n, L), seg[: n * L].reshape(n, L)
@@ -203,8 +278,9 @@ def build_mixture(
     held out of the background, so with ``target_texts`` they do not share the targets'
     distribution: a ``UserWarning`` says so when no target has exposure 0 (exposure-0 targets are
     the same-distribution non-members then).  Raises ``ValueError`` when a target is too short
-    (unless ``skip_short_targets``), when the target set is empty, or when the corpus cannot
-    fill the stream.
+    (unless ``skip_short_targets``), when a user target shares an :data:`OVERLAP_NGRAM`-token span
+    with an earlier one (unless ``skip_overlapping_targets``), when the target set is empty, or
+    when the corpus cannot fill the stream.
     """
     rng = random.Random(cfg.seed)
     eos = tokenizer.eos_token_id
@@ -227,7 +303,17 @@ def build_mixture(
                 "or pass --skip-short-targets to skip and count them"
             )
         skipped = [f"user-{j:05d}" for j in short]
-        targets = [(f"user-{j:05d}", target_texts[j], x) for j, x in enumerate(t_ids) if j not in set(short)]
+        copies = _copies_of_earlier(t_ids, set(short), cfg.max_target_tokens)
+        if copies and not cfg.skip_overlapping_targets:
+            j, first = next(iter(copies.items()))
+            raise ValueError(
+                f"{len(copies)} target(s) share a {OVERLAP_NGRAM}-token span with an earlier target (e.g. target "
+                f"#{j} with #{first}): training on one would add exposures of the other. Remove the duplicates "
+                "from --targets, or pass --skip-overlapping-targets to skip (and count) the later ones"
+            )
+        skipped_copies = [f"user-{j:05d}" for j in copies]
+        targets = [(f"user-{j:05d}", target_texts[j], x) for j, x in enumerate(t_ids)
+                   if j not in set(short) and j not in copies]
         if not targets:
             raise ValueError("every target was too short; nothing to measure")
         targets_source = "user"
@@ -265,6 +351,7 @@ def build_mixture(
         targets = [(f"doc-{order[i]:06d}", docs[order[i]], doc_ids[i]) for i in t_idx]
         held = set(t_idx)
         targets_source = "corpus"
+        skipped_copies = []
     held |= set(nonmember_idx)
     rest = [i for i in range(len(docs)) if i not in held]
     # near-duplicates: a document sharing any OVERLAP_NGRAM-token span with a target or non-member
@@ -322,8 +409,7 @@ def build_mixture(
             f"rows x {L}), but the background has only {len(bg)}; use a larger --corpus, fewer "
             "targets/exposures, or fewer --steps"
         )
-    slots = [-1] * n_bg_rows + [j for j, n in enumerate(exposures) for _ in range(n)]
-    rng.shuffle(slots)
+    slots = _place_exposures(exposures, n_rows // B, B, rng)
     rows = np.empty((n_rows, L), np.int64)
     segs = np.empty((n_rows, L), np.int32)
     C = CONTEXT_TOKENS
@@ -370,6 +456,7 @@ def build_mixture(
     ]
     meta = dict(meta or {})
     meta.update(background_tokens_used=int(pos), skipped_short_targets=skipped,
+                skipped_overlapping_targets=skipped_copies,
                 documents_dropped_as_near_duplicates=n_near_duplicates, targets_source=targets_source)
     return Mixture(
         input_ids=torch.from_numpy(rows),

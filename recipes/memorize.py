@@ -61,6 +61,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "(e.g. 1,4,16) splits the targets into groups; 0 = never seen (a control)")
     g.add_argument("--skip-short-targets", action="store_true", help="skip (and count) targets shorter than "
                    "prefix + suffix instead of refusing")
+    g.add_argument("--skip-overlapping-targets", action="store_true", help="skip (and count) a --targets document "
+                   "that shares a 32-token span with an earlier one (a copy would add to the other's exposures) "
+                   "instead of refusing")
     g.add_argument("--seq-len", type=int, default=None, help="tokens per training row (default 128; 2048 with --plan)")
     g = p.add_argument_group("goldfish")
     g.add_argument("--goldfish-k", type=int, default=4, help="drop 1/k of the labels in the Goldfish arm "
@@ -390,7 +393,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     need = args.suffix + (1 if args.prefix_mode == "all-but-suffix" else args.prefix)
     mcfg = MixtureConfig(seq_len=args.seq_len, batch_size=args.batch_size, exposures=_parse_exposures(args.exposures),
                          num_targets=args.num_targets, num_nonmembers=args.num_nonmembers, num_steps=args.steps or None,
-                         min_target_tokens=need, skip_short_targets=args.skip_short_targets, seed=args.seed)
+                         min_target_tokens=need, skip_short_targets=args.skip_short_targets,
+                         skip_overlapping_targets=args.skip_overlapping_targets, seed=args.seed)
     try:
         mixture = build_mixture(docs, tokenizer, mcfg, target_texts=targets,
                                 meta={"corpus": args.corpus, "tokenizer": args.tokenizer})
@@ -404,6 +408,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     arms = [a for a in ARMS if args.arms in ("both", a) and not (a == "goldfish" and args.goldfish_k == 0)]
     results = {"settings": settings_of(args), "num_steps": mixture.num_steps,
                "num_targets": len(mixture.targets), "skipped_targets": mixture.meta["skipped_short_targets"],
+               "skipped_overlapping_targets": mixture.meta["skipped_overlapping_targets"],
                "arms": {}}
     from memorization.train import EXIT_INTERRUPTED, TrainingInterrupted
 

@@ -4,7 +4,7 @@ import json
 import pytest
 import torch
 
-from memorization.mixture import MixtureConfig, build_mixture, load_manifest
+from memorization.mixture import MixtureConfig, _place_exposures, build_mixture, load_manifest
 
 
 def _contains_row_start(rows: torch.Tensor, tok: list[int]) -> torch.Tensor:
@@ -25,6 +25,7 @@ def test_every_target_appears_exactly_n_times(tokenizer, corpus, exposures):
         hits = _contains_row_start(rows, tok).nonzero().flatten().tolist()
         assert hits == t["rows"] and len(hits) == t["exposures"]  # whole, never split, exactly n rows
         assert t["steps"] == sorted(r // 8 for r in hits)
+        assert len(set(t["steps"])) == len(t["steps"])  # each exposure its own optimizer step
         # the target never occurs anywhere else in the stream (e.g. split across a row boundary)
         flat = rows.flatten()
         window = torch.tensor(t["token_ids"][1:40])
@@ -189,7 +190,7 @@ def test_user_targets_from_the_corpus_are_never_nonmembers(tokenizer, corpus):
     docs = list(corpus[:600])
     targets = docs[:120:2]  # the user's documents are corpus documents
     cfg = MixtureConfig(seq_len=512, batch_size=8, exposures=(2,), num_nonmembers=40, min_target_tokens=100,
-                        skip_short_targets=True, seed=0)
+                        skip_short_targets=True, skip_overlapping_targets=True, seed=0)  # the corpus has copies
     with pytest.warns(UserWarning):
         mix = build_mixture(docs, tokenizer, cfg, target_texts=targets)
     assert len(mix.nonmembers) == 40
@@ -199,7 +200,7 @@ def test_user_targets_from_the_corpus_are_never_nonmembers(tokenizer, corpus):
     with pytest.raises(ValueError, match="non-members"):  # too few left: a clear error, not fewer non-members
         build_mixture(docs[:80], tokenizer, MixtureConfig(seq_len=512, batch_size=8, exposures=(0, 2),
                                                           num_nonmembers=70, min_target_tokens=100,
-                                                          skip_short_targets=True),
+                                                          skip_short_targets=True, skip_overlapping_targets=True),
                       target_texts=targets)
 
 
@@ -214,3 +215,67 @@ def test_more_target_rows_than_steps_is_a_clear_error(tokenizer, corpus):
 def test_bad_mixture_settings_refused(kw):
     with pytest.raises(ValueError):
         MixtureConfig(**kw)
+
+
+def _check_placement(slots: list[int], exposures: list[int], n_steps: int, batch: int) -> None:
+    assert len(slots) == n_steps * batch
+    for j, n in enumerate(exposures):
+        steps = [r // batch for r, x in enumerate(slots) if x == j]
+        assert len(steps) == n and len(set(steps)) == n, (j, steps)
+    assert slots.count(-1) == n_steps * batch - sum(exposures)
+
+
+def test_exposures_fall_in_different_steps_even_when_the_steps_are_nearly_full():
+    import random
+
+    # 3 targets x 2 exposures in 3 steps of 2 rows: only {0,1},{1,2},{0,2} works; a random draw
+    # that gives two targets the same pair of steps must be repaired, for every seed
+    for seed in range(50):
+        _check_placement(_place_exposures([2, 2, 2], 3, 2, random.Random(seed)), [2, 2, 2], 3, 2)
+    # random feasible problems, built from a random placement: every step full or nearly so
+    g = random.Random(1)
+    for _ in range(200):
+        n_steps, batch, n_targets = g.randint(1, 12), g.randint(1, 6), g.randint(1, 20)
+        exposures = [0] * n_targets
+        for st in range(n_steps):
+            for j in g.sample(range(n_targets), min(batch, n_targets)):
+                exposures[j] += g.random() < 0.95
+        if max(exposures) == 0:
+            continue
+        _check_placement(_place_exposures(exposures, n_steps, batch, g), exposures, n_steps, batch)
+
+
+def test_exposure_placement_is_spread_over_steps_and_rows():
+    import random
+
+    slots = _place_exposures([8] * 50, 100, 8, random.Random(0))
+    rows = [r for r, x in enumerate(slots) if x >= 0]
+    assert len({r % 8 for r in rows}) == 8  # any row of a step, not always the first
+    per_step = [sum(x >= 0 for x in slots[i * 8:(i + 1) * 8]) for i in range(100)]
+    assert max(per_step) >= 6 and min(per_step) <= 2  # drawn, not dealt round-robin
+
+
+def test_more_exposures_than_steps_is_a_clear_error(tokenizer, corpus):
+    import random
+
+    with pytest.raises(ValueError, match=r"seen 5 times needs 5 different optimizer steps.*has 4.*--steps"):
+        _place_exposures([5, 1], 4, 8, random.Random(0))
+    cfg = MixtureConfig(seq_len=128, batch_size=8, exposures=(6,), num_targets=2, num_nonmembers=2, num_steps=4)
+    with pytest.raises(ValueError, match=r"6 different optimizer steps, but the stream has 4"):
+        build_mixture(corpus[:600], tokenizer, cfg)
+
+
+def test_user_targets_sharing_a_span_are_refused_or_skipped(tokenizer, corpus):
+    words = [f"word{i}" for i in range(400)]
+    a, b = " ".join(words[:150]), " ".join(words[200:350])
+    copy_of_a = "a new opening line. " + " ".join(words[40:190])  # shares ~110 words with a
+    cfg = MixtureConfig(seq_len=512, batch_size=8, exposures=(1,), num_nonmembers=2, min_target_tokens=100)
+    with pytest.raises(ValueError, match=r"1 target\(s\) share a 32-token span.*target #2 with #0.*--skip-overlapping"):
+        build_mixture(corpus[:600], tokenizer, cfg, target_texts=[a, b, copy_of_a])
+    cfg.skip_overlapping_targets = True
+    mix = build_mixture(corpus[:600], tokenizer, cfg, target_texts=[a, b, copy_of_a])
+    assert [t["id"] for t in mix.targets] == ["user-00000", "user-00001"]
+    assert mix.meta["skipped_overlapping_targets"] == ["user-00002"]
+    rows = mix.input_ids.flatten()
+    window = torch.tensor(mix.targets[0]["token_ids"][60:100])
+    assert (rows.unfold(0, len(window), 1) == window).all(1).sum().item() == 1  # a seen once, its copy never
