@@ -201,7 +201,13 @@ class EvalOptions:
     hpc_max_new_tokens: int = 64
     hpc_samples: int = 1
     batch_size: int = 8
-    device: str = "cpu"
+    device: str | None = None  # None: cuda if available, else cpu
+    dtype: str = "auto"  # bfloat16 on CUDA, float32 otherwise
+
+    def __post_init__(self) -> None:
+        from memorization.mia import default_device
+
+        self.device = self.device or default_device()
 
 
 def _mia_summary(report: dict) -> dict:
@@ -250,7 +256,7 @@ def evaluate_arm(arm_dir: Path, manifest: Path, opts: EvalOptions) -> dict:
         rep = run_downstream(model, perplexity_source=manifest,
                              tasks=list(opts.downstream_tasks) if opts.downstream else None,
                              limit=opts.downstream_limit, batch_size=opts.batch_size, device=opts.device,
-                             dtype="float32")
+                             dtype=opts.dtype)
         if "perplexity" in rep:
             p = rep["perplexity"]
             out["perplexity"] = {"perplexity": p["perplexity"], "nll": p["nll"], "n_tokens": p["n_tokens"]}
@@ -270,7 +276,7 @@ def evaluate_arm(arm_dir: Path, manifest: Path, opts: EvalOptions) -> dict:
         t0 = time.perf_counter()
         try:
             rep = run_mia(model, manifest, out_dir=arm_dir / "mia", batch_size=opts.batch_size,
-                          device=opts.device, dtype="float32")
+                          device=opts.device, dtype=opts.dtype)
             out["mia"] = _mia_summary(rep)
             out["mia"]["roc"] = roc_points(arm_dir / "mia" / "mia_scores.jsonl")
         except Exception as e:  # noqa: BLE001
@@ -286,11 +292,18 @@ def evaluate_arm(arm_dir: Path, manifest: Path, opts: EvalOptions) -> dict:
     return out
 
 
+def _hpc_dtype(opts: EvalOptions) -> str:
+    if opts.dtype != "auto":
+        return opts.dtype
+    return "bfloat16" if str(opts.device).startswith("cuda") else "float32"
+
+
 def run_hpc_code(model: Path, output: Path, opts: EvalOptions) -> dict:
     """``eval/hpc_code.py --model`` (greedy, ``--quick``) in a subprocess; returns its pass/build@1."""
     cmd = [sys.executable, str(HPC_CODE_PY), "--model", str(model), "--quick", "--temperature", "0",
            "--samples", str(opts.hpc_samples), "--max-new-tokens", str(opts.hpc_max_new_tokens),
-           "--workers", "1", "--no-progress", "--output", str(output), "--device", opts.device]
+           "--workers", "1", "--no-progress", "--output", str(output), "--device", opts.device,
+           "--dtype", _hpc_dtype(opts)]
     if opts.hpc_problems:
         cmd += ["--problems", *opts.hpc_problems]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)

@@ -68,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--hpc-max-new-tokens", type=int, default=64, help="generation cap for --hpc-code "
                    "(default: 64)")
     g.add_argument("--eval-batch-size", type=int, default=8, help="documents per forward in the evaluations")
+    g.add_argument("--eval-device", default=None, help="device of the post-training evaluations (default: cuda "
+                   "if available, else cpu); on CUDA they run in bfloat16, on CPU in float32")
     g = p.add_argument_group("output")
     g.add_argument("--out", default="runs/sweep", help="sweep directory (default: runs/sweep); rerunning with "
                    "the same --out resumes the sweep")
@@ -129,13 +131,14 @@ def main(argv: list[str] | None = None) -> dict:
                        downstream_tasks=tuple(t for t in args.downstream_tasks.split(",") if t),
                        downstream_limit=args.downstream_limit, hpc_code=args.hpc_code,
                        hpc_problems=tuple(t for t in args.hpc_problems.split(",") if t),
-                       hpc_max_new_tokens=args.hpc_max_new_tokens, batch_size=args.eval_batch_size)
+                       hpc_max_new_tokens=args.hpc_max_new_tokens, batch_size=args.eval_batch_size,
+                       device=args.eval_device)
     meta = {"command": command,
             "grid": {"sizes": list(dict.fromkeys(c.size for c in cells)),
                      "exposures": list(dict.fromkeys(c.exposures for c in cells)),
                      "goldfish_k": args.goldfish_k, "goldfish_h": args.goldfish_h},
             "memorize_options": extra, "evaluations": {"mia": args.mia, "downstream": args.downstream,
-                                                       "hpc_code": args.hpc_code}}
+                                                       "hpc_code": args.hpc_code, "device": opts.device}}
     out.mkdir(parents=True, exist_ok=True)
     (out / "command.txt").write_text(command + "\n")
     if args.report_only:

@@ -273,3 +273,15 @@ def test_trailing_comma_in_the_grid(tmp_path):
     res = sweep_cli.main(["--sizes", "tiny,", "--exposures", "2,4,", "--goldfish-k", "0", "--report-only",
                           "--out", str(tmp_path / "s")])
     assert res["results"]["grid"]["exposures"] == [2, 4] and res["results"]["grid"]["sizes"] == ["tiny"]
+
+
+def test_evaluations_run_on_the_gpu_when_there_is_one(monkeypatch):
+    import torch
+
+    assert sw.EvalOptions().device == ("cuda" if torch.cuda.is_available() else "cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    on_gpu = sw.EvalOptions()
+    assert on_gpu.device == "cuda" and sw._hpc_dtype(on_gpu) == "bfloat16"
+    assert sw._hpc_dtype(sw.EvalOptions(device="cpu")) == "float32"
+    assert sw._hpc_dtype(sw.EvalOptions(device="cuda", dtype="float32")) == "float32"
+    assert sweep_cli.parse_args(["--eval-device", "cpu"])[0].eval_device == "cpu"
