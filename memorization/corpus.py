@@ -90,39 +90,113 @@ def load_documents(spec: str, text_field: str = "text", split: str = "train") ->
     """Load documents from ``spec``.
 
     ``spec`` is ``builtin:pydocs`` (offline default), a local ``.json``/``.jsonl``/``.txt``/
-    ``.parquet`` file or a directory of them (loaded through ``datasets``), or a dataset name
-    on the Hugging Face hub (needs network).  Text files hold one document per blank-line-
-    separated block.
+    ``.parquet``/``.csv`` file or a directory of them (loaded through ``datasets``; hidden files are
+    ignored), a directory written by ``datasets``' ``save_to_disk``, or a dataset name on the Hugging
+    Face hub (needs network).  Text files hold one document per blank-line-separated block.
+    Records whose ``text_field`` is missing or blank are dropped.
     """
+    return [t for t in load_texts(spec, text_field, split) if isinstance(t, str) and t.strip()]
+
+
+def load_texts(spec: str, text_field: str = "text", split: str = "train") -> list:
+    """The ``text_field`` of every record of ``spec`` (see :func:`load_documents`) as stored: a
+    record without the field gives ``None``, and nothing is dropped."""
     if spec == DEFAULT_CORPUS:
         spec = str(build_default_corpus())
-    from datasets import load_dataset
-
-    path = Path(spec)
+    path = Path(spec).expanduser()
     if path.exists():
-        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-        exts = {p.suffix.lower() for p in files}
-        if not files:
-            raise FileNotFoundError(f"corpus directory {spec} holds no files")
-        if exts <= {".txt", ".md"}:
-            docs = []
-            for f in files:
-                docs += [d.strip() for d in re.split(r"\n\s*\n", f.read_text(encoding="utf-8")) if d.strip()]
-            return docs
-        kinds = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
-        builders = {kinds.get(e) for e in exts}
-        if len(builders) != 1 or None in builders:
-            raise ValueError(
-                f"corpus {spec}: cannot mix or read file types {sorted(exts)}; use .txt, .json(l), .parquet or .csv"
-            )
-        ds = load_dataset(builders.pop(), data_files=[str(f) for f in files], split="train")
-    elif spec.startswith(("/", ".", "~")) or spec.endswith((".json", ".jsonl", ".txt", ".md", ".parquet", ".csv")):
+        ds = _load_local(path, spec, split)
+        if isinstance(ds, list):
+            return ds
+    elif looks_local(spec):
         raise FileNotFoundError(f"corpus file {spec} does not exist")
     else:
-        ds = load_dataset(spec, split=split)
+        ds = _load_hub(spec, split)
     if text_field not in ds.column_names:
         raise ValueError(f"corpus {spec} has no field {text_field!r} (fields: {ds.column_names}); pass --text-field")
-    return [t for t in ds[text_field] if isinstance(t, str) and t.strip()]
+    return list(ds[text_field])
+
+
+def looks_local(spec: str) -> bool:
+    """Whether ``spec`` names a local path (never a hub dataset): ``/``, ``.`` or ``~`` first, a data
+    file's extension, or a parent directory that exists here (``data/mine`` beside a ``data/``)."""
+    if spec.startswith(("/", ".", "~")) or spec.endswith((".json", ".jsonl", ".txt", ".md", ".parquet", ".csv")):
+        return True
+    parent = Path(spec).parent
+    return parent != Path(".") and parent.is_dir()
+
+
+def read_text_file(path: Path) -> str:
+    """A UTF-8 text file (a leading byte-order mark dropped); ``ValueError`` naming it if it is not UTF-8."""
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not UTF-8 text ({e}): re-encode it, e.g. `iconv -f latin1 -t utf-8`") from None
+
+
+def _is_saved_dataset(path: Path) -> bool:
+    return path.is_dir() and ((path / "dataset_dict.json").exists()
+                              or ((path / "state.json").exists() and (path / "dataset_info.json").exists()))
+
+
+def _load_saved(path: Path, spec: str, split: str):
+    """A directory written by ``Dataset.save_to_disk`` or ``DatasetDict.save_to_disk`` (``split``, or its only one)."""
+    from datasets import DatasetDict, load_from_disk
+
+    ds = load_from_disk(str(path))
+    if not isinstance(ds, DatasetDict):
+        return ds
+    if split in ds:
+        return ds[split]
+    if len(ds) == 1:
+        return next(iter(ds.values()))
+    raise ValueError(f"corpus {spec} holds the splits {sorted(ds)}, none named {split!r}: save the one to use "
+                     "on its own (`dataset_dict[name].save_to_disk(dir)`)")
+
+
+def _load_local(path: Path, spec: str, split: str):
+    """The documents of a local ``.txt``/``.md`` corpus (a list), else its ``datasets.Dataset``."""
+    if _is_saved_dataset(path):
+        return _load_saved(path, spec, split)
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*")
+                       if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts))
+    else:
+        files = [path]
+    exts = {p.suffix.lower() for p in files}
+    if not files:
+        raise FileNotFoundError(f"corpus directory {spec} holds no files")
+    if exts <= {".txt", ".md"}:
+        docs = []
+        for f in files:
+            docs += [d.strip() for d in re.split(r"\n\s*\n", read_text_file(f)) if d.strip()]
+        return docs
+    kinds = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
+    builders = {kinds.get(e) for e in exts}
+    if len(builders) != 1 or None in builders:
+        raise ValueError(
+            f"corpus {spec}: cannot mix or read file types {sorted(exts)}; use .txt, .json(l), .parquet or .csv"
+        )
+    from datasets import load_dataset
+    from datasets.exceptions import DatasetGenerationError
+
+    builder = builders.pop()
+    try:
+        return load_dataset(builder, data_files=[str(f) for f in files], split="train")
+    except DatasetGenerationError as e:
+        raise ValueError(f"corpus {spec}: cannot read it as {builder}: {e.__cause__ or e}") from None
+
+
+def _load_hub(spec: str, split: str):
+    """A dataset of the Hugging Face hub; a clear error when it is neither there nor a local path."""
+    from datasets import load_dataset
+
+    try:
+        return load_dataset(spec, split=split)
+    except (ConnectionError, FileNotFoundError) as e:
+        raise FileNotFoundError(f"corpus {spec} is no local file or directory, and the Hugging Face hub could not "
+                                f"provide a dataset of that name ({e}): check the path, or the name and the "
+                                "network") from None
 
 
 def corpus_fingerprint(docs: list[str]) -> str:

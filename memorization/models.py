@@ -229,6 +229,22 @@ def model_config(size: str | None, vocab_size: int, init: str | None = None, max
     return config
 
 
+def check_tokenizer_fits(tokenizer, init: str) -> None:
+    """Refuse a tokenizer whose own vocabulary is larger than the ``init`` checkpoint's embedding.
+
+    Its token ids would index embedding rows that mean other tokens (or none): it is not the
+    checkpoint's tokenizer.  Tokens *added* to the checkpoint's tokenizer (e.g. a pad token) may lie
+    beyond the embedding: their rows get the random init (:class:`CheckpointInit`).
+    """
+    vocab = model_config(None, 0, init=init).vocab_size
+    if tokenizer.vocab_size > vocab:
+        raise ValueError(
+            f"the tokenizer {tokenizer.name_or_path or ''} has {tokenizer.vocab_size} tokens but the --init checkpoint "
+            f"{init} embeds only {vocab}: it is not the tokenizer the checkpoint was trained with. Use the "
+            "checkpoint's own (leave --tokenizer unset: it is read from the --init directory) or pass the one it "
+            "was trained with")
+
+
 def build_model(
     size: str | None,
     vocab_size: int,

@@ -154,18 +154,33 @@ def _parse_grid(s: str) -> tuple[int, int, int, int]:
 
 
 def read_targets(path: str, text_field: str) -> list[str]:
-    """Documents from a directory of .txt files, a .json/.jsonl file, or a blank-line-separated .txt."""
-    from memorization.corpus import load_documents
+    """Documents from a directory of .txt files, a .json/.jsonl file, or a blank-line-separated .txt.
 
-    p = Path(path)
+    Nothing is dropped: an empty document stays (a target too short to measure, refused or counted
+    by the mixture), so target ``user-{j}`` is record (or sorted file) ``j``; a record without a text
+    in ``text_field`` is refused, naming the record.
+    """
+    from memorization.corpus import load_texts, read_text_file
+
+    p = Path(path).expanduser()
     if not p.exists():
         raise SystemExit(f"--targets {path} does not exist")
-    if p.is_dir():
-        files = sorted(f for f in p.rglob("*.txt"))
-        if not files:
-            raise SystemExit(f"--targets {path}: the directory holds no .txt files")
-        return [t for t in (f.read_text(encoding="utf-8").strip() for f in files) if t]
-    return load_documents(str(p), text_field=text_field)
+    try:
+        if p.is_dir():
+            files = sorted(f for f in p.rglob("*.txt") if not any(x.startswith(".") for x in f.relative_to(p).parts))
+            if not files:
+                raise SystemExit(f"--targets {path}: the directory holds no .txt files (a .json/.jsonl file of "
+                                 "targets is passed as the file itself)")
+            return [read_text_file(f).strip() for f in files]
+        texts = load_texts(str(p), text_field=text_field)
+    except (ValueError, FileNotFoundError) as e:
+        raise SystemExit(f"error: --targets {path}: {e}") from None
+    bad = [j for j, t in enumerate(texts) if not isinstance(t, str)]
+    if bad:
+        raise SystemExit(f"error: --targets {path}: {len(bad)} record(s) have no text in field {text_field!r} "
+                         f"(e.g. record #{bad[0]}: {texts[bad[0]]!r}); give every record one, or pass --text-field "
+                         "to name the field that holds it")
+    return texts
 
 
 # How a run executes, not what it computes: a --resume may change them (e.g. a requeued job on another
@@ -205,14 +220,17 @@ def validate(args: argparse.Namespace) -> None:
         try:
             model_config(None, 0, init=args.init)  # a Llama config.json is there
             SafetensorsCheckpoint(args.init).close()  # and safetensors weights beside it
-        except (FileNotFoundError, ValueError) as e:
+        except (OSError, ValueError) as e:
             raise SystemExit(f"error: {e}") from None
-    if args.targets and not Path(args.targets).exists():
+    if args.targets and not Path(args.targets).expanduser().exists():
         raise SystemExit(f"error: --targets {args.targets} does not exist")
-    if args.corpus != "builtin:pydocs" and args.corpus.startswith(("/", ".", "~")) and not Path(args.corpus).exists():
+    from memorization.corpus import DEFAULT_CORPUS, looks_local
+
+    if args.corpus != DEFAULT_CORPUS and looks_local(args.corpus) and not Path(args.corpus).expanduser().exists():
         raise SystemExit(f"error: --corpus {args.corpus} does not exist")
     if args.prefix < 1 or args.suffix < 1:
         raise SystemExit("error: --prefix and --suffix must be >= 1")
+    _check_training_numbers(args)
     if args.resume and args.overwrite:
         raise SystemExit("error: --resume and --overwrite contradict each other")
     out = Path(args.out)
@@ -239,6 +257,44 @@ def validate(args: argparse.Namespace) -> None:
                 print(f"note: --resume with other execution settings (was, now): {changed}", file=sys.stderr)
     elif args.resume:
         print(f"note: --resume: no run in {out} yet, starting a new one", file=sys.stderr)
+
+
+def mixture_config(args: argparse.Namespace):
+    """The run's :class:`MixtureConfig`; its checks (e.g. prefix + suffix vs --seq-len) as a SystemExit."""
+    from memorization.mixture import MixtureConfig
+
+    need = args.suffix + (1 if args.prefix_mode == "all-but-suffix" else args.prefix)
+    try:
+        return MixtureConfig(seq_len=args.seq_len, batch_size=args.batch_size,
+                             exposures=_parse_exposures(args.exposures), num_targets=args.num_targets,
+                             num_nonmembers=args.num_nonmembers, num_steps=args.steps or None,
+                             min_target_tokens=need, skip_short_targets=args.skip_short_targets,
+                             skip_overlapping_targets=args.skip_overlapping_targets, seed=args.seed)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
+
+
+def _check_training_numbers(args: argparse.Namespace) -> None:
+    """Batch, micro-batch, steps and learning rate that the trainer would refuse only after the data is built."""
+    bad = [f"{flag} {value} (must be {need})" for flag, value, ok, need in (
+        ("--batch-size", args.batch_size, args.batch_size >= 1, ">= 1"),
+        ("--steps", args.steps, args.steps >= 0, ">= 0; 0 = as many as the corpus fills"),
+        ("--lr", args.lr, args.lr > 0, "> 0"),
+        ("--warmup-steps", args.warmup_steps, args.warmup_steps >= 0, ">= 0")) if not ok]
+    if bad:
+        raise SystemExit(f"error: {'; '.join(bad)}")
+    if args.plan:  # the planner picks the micro-batch and grid itself
+        return
+    mixture_config(args)
+    d, _, _, z = _parse_grid(args.grid)
+    if args.batch_size % (d * z):
+        raise SystemExit(f"error: --batch-size {args.batch_size} is not divisible by data x depth = {d * z} of "
+                         f"--grid {args.grid}: give a multiple of {d * z}")
+    local = args.batch_size // (d * z)
+    if args.micro_batch is not None and (args.micro_batch < 1 or local % args.micro_batch):
+        raise SystemExit(f"error: --micro-batch {args.micro_batch} does not divide the {local} rows per step of "
+                         f"each rank (--batch-size {args.batch_size} over data x depth = {d * z}): give a divisor "
+                         f"of {local}")
 
 
 def run_shape(args: argparse.Namespace):
@@ -286,6 +342,68 @@ def run_command(args: argparse.Namespace, best) -> str:
             "--activation-checkpointing" if args.activation_checkpointing else "--no-activation-checkpointing",
             f"--grad-reduce-dtype {args.grad_reduce_dtype}"]
     return " ".join(cmd)
+
+
+def load_run_tokenizer(args: argparse.Namespace):
+    """The run's tokenizer (with ``--init`` and no ``--tokenizer``, the checkpoint's own), checked against
+    the ``--init`` checkpoint's vocabulary; every failure a SystemExit saying what to do."""
+    from memorization.corpus import DEFAULT_TOKENIZER, load_tokenizer
+    from memorization.models import check_tokenizer_fits
+
+    spec = args.init if args.init and args.tokenizer == DEFAULT_TOKENIZER else args.tokenizer
+    try:
+        tokenizer = load_tokenizer(spec)
+    except (OSError, ValueError) as e:
+        fix = (" (the checkpoint's own: save its tokenizer into that directory, or pass --tokenizer)"
+               if spec == args.init else "")
+        raise SystemExit(f"error: cannot load the tokenizer {spec}{fix}: {e}") from None
+    if args.init:
+        try:
+            check_tokenizer_fits(tokenizer, args.init)
+        except ValueError as e:
+            raise SystemExit(f"error: {e}") from None
+    return tokenizer
+
+
+# What memorize writes into --out: all that --overwrite deletes (anything else there is left alone).
+RUN_ENTRIES = ("run_config.json", "manifest.json", "results.json", "results.md", "results.png", ".results.md.tmp",
+               *ARMS)
+
+
+def remove_run(out: Path) -> None:
+    """Delete the run in ``out`` (its :data:`RUN_ENTRIES`), never other files the directory holds."""
+    for name in RUN_ENTRIES:
+        entry = out / name
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        elif entry.exists() or entry.is_symlink():
+            entry.unlink()
+
+
+def data_identity(manifest: dict) -> dict:
+    """What a manifest says about the data a run trains and scores on: each target's and non-member's
+    id, text and tokens, and the corpus fingerprint (absent from manifests written before it was recorded)."""
+    def docs(key: str) -> list:
+        return [[d.get("id"), d.get("text"), d.get("token_ids")] for d in manifest.get(key, [])]
+
+    return {"targets": docs("targets"), "nonmembers": docs("nonmembers"),
+            "corpus_fingerprint": manifest.get("corpus_fingerprint")}
+
+
+def check_same_data(out: Path, mixture) -> None:
+    """Refuse to continue the run in ``out`` if its saved manifest holds other targets, non-members or
+    corpus than ``mixture``: its finished arms were trained and scored on that other data."""
+    saved = out / "manifest.json"
+    if not saved.exists():
+        return
+    old, new = data_identity(json.loads(saved.read_text())), data_identity(json.loads(json.dumps(mixture.manifest())))
+    if old["corpus_fingerprint"] is None:
+        new["corpus_fingerprint"] = None
+    changed = [k for k in old if old[k] != new[k]]
+    if changed:
+        raise SystemExit(f"error: --resume: the {' and '.join(changed)} of the run in {out} changed since it "
+                         "started (the --corpus, --targets or --tokenizer files were edited): restore them, or "
+                         "start afresh with --overwrite or another --out")
 
 
 def make_runtime(args: argparse.Namespace):
@@ -372,34 +490,36 @@ def main(argv: list[str] | None = None) -> dict | None:
     if args.plan:
         plan(args)
         return None
-    from memorization.corpus import load_documents, load_tokenizer
-    from memorization.mixture import MixtureConfig, build_mixture
+    from memorization.corpus import corpus_fingerprint, load_documents
+    from memorization.mixture import build_mixture
     from memorization.models import check_size_runs_here
 
+    tokenizer = load_run_tokenizer(args)
     rt = make_runtime(args)
     local_rows = rt.local_batch_rows(args.batch_size)
     micro = args.micro_batch or local_rows
     check_size_runs_here(run_shape(args), rt.device, _parse_grid(args.grid), seq=args.seq_len,
                          micro_batch=micro, activation_checkpointing=args.activation_checkpointing,
                          micro_steps=max(1, local_rows // micro), grad_reduce_dtype=args.grad_reduce_dtype)
-    out = Path(args.out)
-    if args.overwrite and out.exists() and rt.is_main:
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer = load_tokenizer(args.tokenizer if not (args.init and args.tokenizer == "builtin:bpe4096")
-                               else args.init)
-    docs = load_documents(args.corpus, text_field=args.text_field)
-    targets = read_targets(args.targets, args.text_field) if args.targets else None
-    need = args.suffix + (1 if args.prefix_mode == "all-but-suffix" else args.prefix)
-    mcfg = MixtureConfig(seq_len=args.seq_len, batch_size=args.batch_size, exposures=_parse_exposures(args.exposures),
-                         num_targets=args.num_targets, num_nonmembers=args.num_nonmembers, num_steps=args.steps or None,
-                         min_target_tokens=need, skip_short_targets=args.skip_short_targets,
-                         skip_overlapping_targets=args.skip_overlapping_targets, seed=args.seed)
     try:
-        mixture = build_mixture(docs, tokenizer, mcfg, target_texts=targets,
-                                meta={"corpus": args.corpus, "tokenizer": args.tokenizer})
+        docs = load_documents(args.corpus, text_field=args.text_field)
+    except (ValueError, FileNotFoundError) as e:
+        raise SystemExit(f"error: --corpus: {e}") from None
+    targets = read_targets(args.targets, args.text_field) if args.targets else None
+    try:
+        mixture = build_mixture(docs, tokenizer, mixture_config(args), target_texts=targets,
+                                meta={"corpus": args.corpus, "tokenizer": args.tokenizer,
+                                      "corpus_fingerprint": corpus_fingerprint(docs)})
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
+    out = Path(args.out)
+    if args.overwrite:  # only now: a run refused above leaves the old one in place
+        if rt.is_main and out.exists():
+            remove_run(out)
+        rt.barrier()  # no rank writes into an arm directory that rank 0 is still deleting
+    else:
+        check_same_data(out, mixture)
+    out.mkdir(parents=True, exist_ok=True)
     if rt.is_main:
         from memorization.mixture import atomic_write_json
 

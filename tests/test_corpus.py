@@ -1,4 +1,6 @@
 """memorization.corpus: local corpora are read offline; a missing local file is a clear error."""
+import json
+
 import pytest
 
 from memorization.corpus import load_documents
@@ -14,3 +16,66 @@ def test_missing_local_corpus_file_is_a_clear_error(name):
 def test_text_files_hold_one_document_per_block(tmp_path):
     (tmp_path / "a.txt").write_text("first doc\nline two\n\n\nsecond doc\n")
     assert load_documents(str(tmp_path / "a.txt")) == ["first doc\nline two", "second doc"]
+
+
+def _docs(n: int = 6) -> list[str]:
+    return [f"document {i} " + "text " * 20 for i in range(n)]
+
+
+def test_a_directory_written_by_save_to_disk_is_a_corpus(tmp_path):
+    from datasets import Dataset, DatasetDict
+
+    ds = Dataset.from_dict({"text": _docs(), "n": list(range(6))})
+    ds.save_to_disk(str(tmp_path / "one"))
+    assert load_documents(str(tmp_path / "one")) == _docs()
+    DatasetDict({"train": ds, "test": ds.select(range(2))}).save_to_disk(str(tmp_path / "splits"))
+    assert load_documents(str(tmp_path / "splits")) == _docs()
+    assert load_documents(str(tmp_path / "splits"), split="test") == _docs(2)
+    with pytest.raises(ValueError, match=r"splits \['train', 'test'\]|splits \['test', 'train'\]"):
+        load_documents(str(tmp_path / "splits"), split="validation")
+
+
+def test_hidden_files_in_a_corpus_directory_are_ignored(tmp_path):
+    (tmp_path / "a.jsonl").write_text("\n".join(json.dumps({"text": d}) for d in _docs()) + "\n")
+    (tmp_path / ".DS_Store").write_bytes(b"\0\1")
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    assert load_documents(str(tmp_path)) == _docs()
+
+
+def test_a_missing_local_path_never_goes_to_the_hub(tmp_path, monkeypatch):
+    import datasets
+
+    def no_hub(*a, **k):
+        raise AssertionError("went to the hub")
+
+    monkeypatch.setattr(datasets, "load_dataset", no_hub)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    with pytest.raises(FileNotFoundError, match="does not exist"):  # data/ is here: a local path, misspelt
+        load_documents("data/my-corpus")
+
+
+def test_a_name_the_hub_cannot_provide_says_so(monkeypatch):
+    import datasets
+
+    def offline(*a, **k):
+        raise ConnectionError("Couldn't reach 'my-corpus' on the Hub (OfflineModeIsEnabled)")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(FileNotFoundError, match="no local file or directory.*check the path"):
+        load_documents("my-corpus")
+
+
+def test_unreadable_files_are_named_and_a_bom_is_not_text(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "fine"}\n{"text": \n')
+    with pytest.raises(ValueError, match=r"bad.jsonl: cannot read it as json: .*row 1"):
+        load_documents(str(bad))
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes("café au lait".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin.txt is not UTF-8 text.*re-encode"):
+        load_documents(str(latin))
+    bom = tmp_path / "bom.txt"
+    bom.write_bytes("\ufefffirst doc\r\n\r\nsecond doc\r\n".encode("utf-8"))  # as Windows Notepad saves it
+    assert load_documents(str(bom)) == ["first doc", "second doc"]

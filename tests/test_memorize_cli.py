@@ -168,3 +168,144 @@ def test_init_checkpoint_shape_drives_plan_and_preflight(capsys, tmp_path):
     (ckpt / "model.safetensors").unlink()
     (ckpt / "pytorch_model.bin").write_bytes(b"")
     _refused(tmp_path, ["--init", str(ckpt)], "no model.safetensors")
+
+
+def _small_corpus(tmp_path: Path, n: int = 120) -> Path:
+    """The first ``n`` documents of the offline corpus: enough for a few steps of 4 x 64 tokens."""
+    from memorization.corpus import build_default_corpus
+
+    path = tmp_path / "small.jsonl"
+    path.write_text("".join(build_default_corpus().read_text().splitlines(keepends=True)[:n]))
+    return path
+
+
+def _tiny_llama(path: Path, corpus: Path, tok_vocab: int, model_vocab: int | None = None) -> Path:
+    """A HF Llama checkpoint of random weights with its own byte-level BPE trained here."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer, tok.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+    tok.train_from_iterator((json.loads(line)["text"] for line in corpus.read_text().splitlines()),
+                            trainer=trainers.BpeTrainer(vocab_size=tok_vocab, special_tokens=["<s>", "</s>"],
+                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                                        show_progress=False))
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>")
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                 num_key_value_heads=2, vocab_size=model_vocab or len(fast), bos_token_id=0,
+                                 eos_token_id=1, max_position_embeddings=256)).save_pretrained(path)
+    fast.save_pretrained(path)
+    return path
+
+
+TINY = ["--num-targets", "2", "--num-nonmembers", "2", "--exposures", "1", "--steps", "2", "--arms", "standard",
+        "--prefix", "10", "--suffix", "10", "--seq-len", "64", "--no-progress", "--extract-batch", "4"]
+
+
+def test_init_fine_tunes_the_checkpoint_with_its_own_tokenizer(tmp_path):
+    """Step 0's loss is the checkpoint's own loss on the first batch, tokenized by the checkpoint's tokenizer."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from memorization.corpus import load_documents, load_tokenizer
+    from memorization.mixture import build_mixture
+
+    corpus = _small_corpus(tmp_path)
+    ckpt = _tiny_llama(tmp_path / "ckpt", corpus, 300)
+    argv = TINY + ["--init", str(ckpt), "--corpus", str(corpus), "--out", str(tmp_path / "run")]
+    res = memorize.main(argv)
+    mixture = build_mixture(load_documents(str(corpus)), load_tokenizer(str(ckpt)),
+                            memorize.mixture_config(memorize.parse_args(argv)))
+    rows = mixture.input_ids[:4]
+    with torch.no_grad():
+        expected = AutoModelForCausalLM.from_pretrained(ckpt).float()(input_ids=rows, labels=rows).loss.item()
+    assert res["arms"]["standard"]["loss_curve"][0] == pytest.approx(expected, rel=1e-4)
+    assert json.loads((tmp_path / "run" / "standard" / "model" / "config.json").read_text())["vocab_size"] == 300
+
+
+def test_init_problems_refused_before_any_work(tmp_path):
+    from transformers import AutoTokenizer
+
+    from memorization.models import check_tokenizer_fits
+
+    corpus = _small_corpus(tmp_path)
+    big = _tiny_llama(tmp_path / "big", corpus, 400, model_vocab=256)  # a tokenizer the checkpoint never saw
+    bad = tmp_path / "bad"
+    with pytest.raises(SystemExit, match="has 400 tokens but the --init checkpoint .* embeds only 256"):
+        memorize.main(TINY + ["--init", str(big), "--out", str(bad)])
+    assert not bad.exists()  # refused before the output directory, the corpus or the model
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        (big / f).unlink()
+    with pytest.raises(SystemExit, match="cannot load the tokenizer .*save its tokenizer into that directory"):
+        memorize.main(TINY + ["--init", str(big), "--out", str(bad)])
+    assert not bad.exists()
+    # a token added to the checkpoint's tokenizer (beyond its embedding) is fine: its row gets the random init
+    ok = _tiny_llama(tmp_path / "ok", corpus, 300)
+    tok = AutoTokenizer.from_pretrained(ok)
+    tok.add_special_tokens({"pad_token": "<pad>"})
+    assert len(tok) == 301
+    check_tokenizer_fits(tok, str(ok))
+    (ok / "config.json").write_text('{"model_type": "llama", ')  # a truncated copy
+    with pytest.raises(SystemExit, match="config.json' is not a valid JSON file"):
+        memorize.main(TINY + ["--init", str(ok), "--out", str(bad)])
+
+
+@pytest.mark.parametrize("args,match", [
+    (["--prefix", "50", "--suffix", "50"], r"need 100 tokens \(prefix \+ suffix\) but rows hold only 63: raise"),
+    (["--micro-batch", "3"], "--micro-batch 3 does not divide the 4 rows per step .* give a divisor of 4"),
+    (["--batch-size", "0"], r"--batch-size 0 \(must be >= 1\)"),
+    (["--steps", "-1"], r"--steps -1 \(must be >= 0"),
+    (["--lr", "-1"], r"--lr -1.0 \(must be > 0\)"),
+    (["--num-targets", "0"], "num_targets must be >= 1"),
+])
+def test_numbers_the_trainer_refuses_are_refused_by_validate(tmp_path, args, match):
+    """Caught in validate: before the runtime, the corpus or the mixture (which take minutes at scale)."""
+    with pytest.raises(SystemExit, match=match):
+        memorize.validate(memorize.parse_args(SMALL + ["--out", str(tmp_path / "bad")] + args))
+
+
+def test_targets_keep_every_record_and_refuse_one_without_text(tmp_path):
+    long = " ".join(f"w{j}" for j in range(40))
+    t = tmp_path / "t.jsonl"
+    t.write_text("".join(json.dumps(r) + "\n" for r in [{"text": long}, {"text": ""}, {"text": "ü漢字 " + long}]))
+    assert memorize.read_targets(str(t), "text") == [long, "", "ü漢字 " + long]  # user-00002 is record 2
+    t.write_text("".join(json.dumps(r) + "\n" for r in [{"text": long}, {"body": long}]))
+    with pytest.raises(SystemExit, match=r"t.jsonl: 1 record\(s\) have no text in field 'text' \(e.g. record #1"):
+        memorize.read_targets(str(t), "text")
+    d = tmp_path / "dir"
+    d.mkdir()
+    for name, text in [("a.txt", long), ("b.txt", "\n"), ("._a.txt", "\0\1")]:  # an empty one; a macOS resource fork
+        (d / name).write_text(text)
+    assert memorize.read_targets(str(d), "text") == [long, ""]
+
+
+def test_overwrite_deletes_the_run_and_nothing_else(tmp_path):
+    out = tmp_path / "out"
+    (out / "standard").mkdir(parents=True)
+    (out / "run_config.json").write_text("{}")
+    (out / "notes.txt").write_text("mine")
+    corpus = str(_small_corpus(tmp_path))
+    _refused(tmp_path, ["--corpus", corpus, "--steps", "100000", "--out", str(out), "--overwrite"], "corpus too small")
+    assert (out / "run_config.json").exists() and (out / "standard").is_dir()  # refused: the old run stays
+    memorize.main(TINY + ["--corpus", corpus, "--out", str(out), "--overwrite"])
+    assert (out / "notes.txt").read_text() == "mine"
+    assert json.loads((out / "run_config.json").read_text())["steps"] == 2  # the new run's
+
+
+def test_resume_refuses_targets_that_changed_since_the_run(tmp_path):
+    """A finished arm is not re-run on --resume: with other targets its results would describe other data."""
+    def texts(tag: str) -> str:
+        return "".join(json.dumps({"text": " ".join(f"{tag}{i}w{j}" for j in range(40))}) + "\n" for i in range(2))
+
+    targets = tmp_path / "t.jsonl"
+    targets.write_text(texts("a"))
+    argv = TINY + ["--corpus", str(_small_corpus(tmp_path)), "--targets", str(targets), "--exposures", "0,1",
+                   "--out", str(tmp_path / "run")]
+    memorize.main(argv)
+    assert memorize.main(argv + ["--resume"])["arms"]["standard"]  # the same data: resumes (finished, instantly)
+    targets.write_text(texts("b"))
+    with pytest.raises(SystemExit, match="the targets of the run in .* changed since it started"):
+        memorize.main(argv + ["--resume"])
