@@ -68,6 +68,15 @@ def _last_logits_only(model: torch.nn.Module) -> dict:
     return next(({k: 1} for k in ("logits_to_keep", "num_logits_to_keep") if k in params), {})
 
 
+def _cache_key(model: torch.nn.Module) -> str:
+    """The name of the KV cache, as ``forward``'s keyword and its output's field: ``cache`` in
+    transformers >= 5.2x, ``past_key_values`` before (still accepted there, with a deprecation warning)."""
+    try:
+        return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    except (TypeError, ValueError):
+        return "past_key_values"
+
+
 @torch.no_grad()
 def greedy_continue(model: torch.nn.Module, prefixes: list[list[int]], n_new: int, batch_size: int = 32,
                     pad_id: int = 0, progress: bool = False) -> list[list[int]]:
@@ -76,7 +85,7 @@ def greedy_continue(model: torch.nn.Module, prefixes: list[list[int]], n_new: in
     The prefill forward keeps only the last position's logits: all of them would be
     batch x prefix x vocab (32 x 2,048 x 128,256 in bf16 = 16.8 GB)."""
     device = next(model.parameters()).device
-    keep_last = _last_logits_only(model)
+    keep_last, cache = _last_logits_only(model), _cache_key(model)
     order = sorted(range(len(prefixes)), key=lambda i: len(prefixes[i]))
     out: list[list[int]] = [[] for _ in prefixes]
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
@@ -96,15 +105,15 @@ def greedy_continue(model: torch.nn.Module, prefixes: list[list[int]], n_new: in
         ids, mask = ids.to(device), mask.to(device)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         res = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **keep_last)
-        past, gen = res.past_key_values, []
+        past, gen = getattr(res, cache), []
         nxt = res.logits[:, -1].argmax(-1, keepdim=True)
         last = pos[:, -1:]
         for _ in range(n_new - 1):  # one decoding step per new token, whole batch at once
             gen.append(nxt)
             mask = torch.cat([mask, torch.ones_like(nxt)], dim=1)
             last = last + 1
-            res = model(input_ids=nxt, attention_mask=mask, position_ids=last, past_key_values=past, use_cache=True)
-            past = res.past_key_values
+            res = model(input_ids=nxt, attention_mask=mask, position_ids=last, use_cache=True, **{cache: past})
+            past = getattr(res, cache)
             nxt = res.logits[:, -1].argmax(-1, keepdim=True)
         gen.append(nxt)
         g = torch.cat(gen, dim=1).cpu().tolist()

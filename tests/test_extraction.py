@@ -72,7 +72,12 @@ def test_batched_kv_cache_decoding_equals_per_document_generate():
     model = _tiny_llama(seed=1)
     docs = _docs(n=6, lengths=(60, 90))
     prefixes = [d["token_ids"][: 20 + 7 * i] for i, d in enumerate(docs)]  # different lengths: left padding
-    batched = greedy_continue(model, prefixes, 12, batch_size=6, pad_id=0)
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        batched = greedy_continue(model, prefixes, 12, batch_size=6, pad_id=0)
+    assert not [w for w in caught if "deprecated" in str(w.message)], "the KV cache goes by the name forward takes"
     model.generation_config.eos_token_id = None  # extraction never stops early (and never bans EOS)
     for p, b in zip(prefixes, batched):
         ref = model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
