@@ -343,14 +343,14 @@ def read_index(path: str | os.PathLike) -> dict[str, dict[str, ShardSpec]]:
     """A checkpoint's ``{file: {name: spec}}`` (equal specs are one object)."""
     path = Path(path)
     if (path / "index.json").exists():
-        raw = json.loads((path / "index.json").read_text())
+        raw = _read_json(path / "index.json")
         specs = [ShardSpec.from_dict(d) for d in raw["specs"]]
         return {f: {n: specs[i] for n, i in part.items()} for f, part in raw["files"].items()}
     # format v1, before index.json (one file per rank): read each file's own table instead
     seen: dict[ShardSpec, ShardSpec] = {}
 
     def table(f: Path) -> dict[str, ShardSpec]:
-        part = torch.load(f, map_location="cpu", weights_only=True, mmap=True)["params"]
+        part = _load_shard_file(f)["params"]
         return {n: seen.setdefault(s := ShardSpec.from_dict(d), s) for n, (_, d) in part.items()}
 
     return {f.name: table(f) for f in sorted(path.glob("rank*.pt"))}
@@ -433,12 +433,15 @@ def load(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | 
     """Load a checkpoint written by :func:`save` (on any grid) into ``model``/``optimizer``.
 
     Returns the saved ``extra_state``.  Raises ``FileNotFoundError`` for an
-    incomplete checkpoint and ``ValueError`` for one from a different model.
+    incomplete checkpoint and ``ValueError`` for one from a different model or optimizer, before
+    anything is loaded.
     """
     grid = _grid(model, grid)
     path = Path(path)
     meta = read_meta(path)
     _check_compatible(meta, model)
+    if optimizer is not None:
+        _check_optimizer(model, optimizer, meta)
     params = dict(model.named_parameters())
     index = read_index(path)
     pieces, opieces = _open_pieces(path, index, pieces_to_read(pieces_by_name(index),
@@ -481,10 +484,23 @@ def read_meta(path: str | os.PathLike) -> dict:
     path = Path(path)
     if not (path / "COMPLETE").exists():
         raise FileNotFoundError(f"{path} is not a complete axonn checkpoint (no COMPLETE marker)")
-    meta = json.loads((path / "meta.json").read_text())
-    if meta.get("format") not in READABLE:
-        raise ValueError(f"{path}: unknown checkpoint format {meta.get('format')!r}")
+    meta = _read_json(path / "meta.json")
+    if not isinstance(meta, dict) or meta.get("format") not in READABLE:
+        raise ValueError(f"{path}: unknown checkpoint format "
+                         f"{meta.get('format') if isinstance(meta, dict) else meta!r}; this version reads {READABLE}")
     return meta
+
+
+def _read_json(f: Path):
+    """The JSON in ``f``, a file of a checkpoint marked complete; a damaged one is a clear error."""
+    try:
+        return json.loads(f.read_text())
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"{f} is missing from a checkpoint marked complete: the checkpoint is damaged; "
+                                f"load an earlier one (point the root's LATEST at another step_* directory)") from e
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{f} is not valid JSON ({e}): the checkpoint is damaged; load an earlier one (point "
+                         f"the root's LATEST at another step_* directory)") from e
 
 
 def pieces_by_name(index: dict[str, dict[str, ShardSpec]]) -> dict[str, list[tuple[str, ShardSpec]]]:
@@ -531,13 +547,24 @@ def _open_pieces(path: Path, index: dict[str, dict[str, ShardSpec]], wanted: dic
     pieces: dict[str, list] = {}
     opieces: dict[str, dict[str, list]] = {}
     for f, names in wanted.items():
-        d = torch.load(path / f, map_location="cpu", weights_only=True, mmap=True)
+        d = _load_shard_file(path / f)
         for n in names:
             spec = index[f][n]
             pieces.setdefault(n, []).append((d["params"][n][0], spec))
             for k, (v, s) in d["optim"].get(n, {}).items():
                 opieces.setdefault(n, {}).setdefault(k, []).append((v, spec if s else None))
     return pieces, opieces
+
+
+def _load_shard_file(f: Path) -> dict:
+    """A rank file of a checkpoint, memory-mapped; a truncated or damaged one is an error naming it."""
+    try:
+        return torch.load(f, map_location="cpu", weights_only=True, mmap=True)
+    except FileNotFoundError:
+        raise
+    except (RuntimeError, EOFError, ValueError) as e:  # torch's zip reader / unpickler on a damaged file
+        raise RuntimeError(f"{f} cannot be read ({str(e)[:200]}): the checkpoint is damaged; load an earlier "
+                           f"one (point the root's LATEST at another step_* directory)") from e
 
 
 def _local_from_pieces(pieces: list[tuple[torch.Tensor, ShardSpec]], spec: ShardSpec) -> torch.Tensor:
@@ -549,15 +576,26 @@ def _local_from_pieces(pieces: list[tuple[torch.Tensor, ShardSpec]], spec: Shard
     return shard_from_rows(spec, lambda r0, r1: rows_from_pieces(pieces, r0, r1))
 
 
-def _load_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, meta: dict, opieces: dict) -> None:
+def _check_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, meta: dict) -> list[list[str]]:
+    """The optimizer's groups of parameter names, after checking that the checkpoint's optimizer state
+    fits ``optimizer`` (called before anything is loaded: a refused load leaves the model as it was)."""
     if "optimizer" not in meta:
-        raise ValueError("checkpoint has no optimizer state")
+        raise ValueError("checkpoint has no optimizer state (saved with optimizer=None): load it with "
+                         "optimizer=None and start the optimizer afresh")
     om = meta["optimizer"]
     if om["class"] != type(optimizer).__name__:
-        raise ValueError(f"checkpoint optimizer is {om['class']}, got {type(optimizer).__name__}")
+        raise ValueError(f"checkpoint optimizer is {om['class']}, got {type(optimizer).__name__}: build the "
+                         f"same optimizer, or load with optimizer=None")
     groups = _names_of_optimizer(model, optimizer)
     if len(groups) != len(om["param_groups"]):
-        raise ValueError(f"optimizer has {len(groups)} param groups, checkpoint {len(om['param_groups'])}")
+        raise ValueError(f"optimizer has {len(groups)} param groups, checkpoint {len(om['param_groups'])}: "
+                         "build the optimizer with the same groups, or load with optimizer=None")
+    return groups
+
+
+def _load_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, meta: dict, opieces: dict) -> None:
+    om = meta["optimizer"]
+    groups = _check_optimizer(model, optimizer, meta)
     params = dict(model.named_parameters())
     sd = optimizer.state_dict()
     state: dict[int, dict] = {}
@@ -604,6 +642,22 @@ def _check_export_target(d: Path) -> Path:
     return d
 
 
+def _config_with_dtype(config, written: set[torch.dtype]):
+    """A copy of ``config`` whose ``dtype`` is the widest floating-point dtype of the tensors ``written``.
+
+    ``from_pretrained`` (``dtype="auto"``) casts every weight to ``config.dtype``: a config that kept
+    the dtype of the model it was built from (``bfloat16`` for a Hub Llama used as ``--init``) while
+    the export holds fp32 master weights would load them rounded to bf16.  The widest written dtype
+    loses nothing.
+    """
+    config = type(config).from_dict(config.to_dict())  # the live model's config stays as it is
+    if written:
+        # transformers >= 4.56 calls it ``dtype`` (``torch_dtype`` became a deprecated property); before, ``torch_dtype``
+        name = "dtype" if isinstance(getattr(type(config), "torch_dtype", None), property) else "torch_dtype"
+        setattr(config, name, max(written, key=lambda t: torch.finfo(t).bits))
+    return config
+
+
 def _write_hf_dir(d: Path, rank: int, entries: list[tuple[str, int]], full_of: Callable[[str], torch.Tensor],
                   config, savers: list, dtype: torch.dtype | None, max_shard_bytes: int) -> None:
     """Write a HF model directory from ``full_of(name)`` (the full tensor; every rank calls it for every
@@ -613,6 +667,7 @@ def _write_hf_dir(d: Path, rank: int, entries: list[tuple[str, int]], full_of: C
     ``save_pretrained`` (generation config, tokenizer).  One file is ``model.safetensors``; more
     are ``model-0000i-of-0000n.safetensors`` with HF's ``model.safetensors.index.json``.  The
     directory appears atomically (the callers refuse a target that is not a model directory first).
+    ``config.json``'s ``dtype`` is that of the tensors written (:func:`_config_with_dtype`).
     """
     from safetensors.torch import save_file
 
@@ -621,7 +676,7 @@ def _write_hf_dir(d: Path, rank: int, entries: list[tuple[str, int]], full_of: C
     names = [f"model-{i + 1:05d}-of-{len(plan):05d}.safetensors" for i in range(len(plan))]
     if len(plan) == 1:
         names = ["model.safetensors"]
-    weight_map, total = {}, 0
+    weight_map, total, written = {}, 0, set()
     for fname, group in zip(names, plan):
         tensors = {}
         for name in group:
@@ -631,6 +686,8 @@ def _write_hf_dir(d: Path, rank: int, entries: list[tuple[str, int]], full_of: C
                 tensors[name] = full.contiguous()
                 weight_map[name] = fname
                 total += full.numel() * full.element_size()
+                if full.is_floating_point():
+                    written.add(full.dtype)
             del full
         if rank == 0:
             save_file(tensors, str(tmp / fname), metadata={"format": "pt"})
@@ -641,10 +698,7 @@ def _write_hf_dir(d: Path, rank: int, entries: list[tuple[str, int]], full_of: C
     if len(plan) > 1:
         index = {"metadata": {"total_size": total}, "weight_map": weight_map}
         (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
-    if dtype is not None:
-        config = type(config).from_dict(config.to_dict())
-        config.dtype = dtype
-    config.save_pretrained(tmp)
+    _config_with_dtype(config, written).save_pretrained(tmp)
     for obj in savers:
         if obj is not None:
             obj.save_pretrained(tmp)

@@ -91,6 +91,11 @@ class Runtime:
                         background: bool = False) -> Callable[[], None] | None:
         """Write ``root/step_XXXXXXX`` atomically, then point ``root/LATEST`` at it; keep the last two.
 
+        Once ``LATEST`` names the new checkpoint, the staging directories (``.step_*.tmp``) of saves
+        that a crash or a failed write left unpublished are removed too (one save is in flight at a
+        time, so at that point none is being written); a half-written one of a step that is never
+        saved again would otherwise hold its share of a checkpoint's disk space for good.
+
         ``background=True`` snapshots the state to host memory, writes it in a thread and returns
         the function that finishes the save (collective: every rank calls it at the same point);
         ``LATEST`` moves only then.
@@ -107,6 +112,8 @@ class Runtime:
                 atomic_write_text(root / "LATEST", name)
                 for old in sorted(p for p in root.glob("step_*") if p.name != name)[:-1]:
                     ack.discard(old)  # renamed now, deleted in the background: the barrier is not kept waiting
+                for stale in root.glob(".step_*.tmp"):  # a save that crashed before it was published
+                    ack.discard(stale)
             self.barrier()
 
         if pending is None:  # a blocking save (asked for, or chosen by ack.save: no host memory for a snapshot)

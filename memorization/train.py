@@ -203,6 +203,7 @@ class Trainer:
         self.wandb_id: str | None = None  # the wandb run this training logs to; kept in the checkpoint
         self.stop_requested = False  # set by request_stop (SIGUSR1 during fit); see train_step
         self._finish_save: Callable[[], None] | None = None  # a background checkpoint not yet published
+        self._checkpointed_step: int | None = None  # the step of the checkpoint saved or resumed from last
         self.autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if (
             cfg.bf16 and self.device.type == "cuda") else nullcontext
 
@@ -219,6 +220,7 @@ class Trainer:
                  "total_steps": self.total_steps, "run": self.run_identity(), "wandb_id": self.wandb_id}
         self._finish_save = self.rt.save_checkpoint(self.model, self.opt, self.ckpt_dir, extra,
                                                     background=self.cfg.async_checkpoint)
+        self._checkpointed_step = self.step
 
     def finish_checkpoint(self) -> None:
         """Wait for a background checkpoint and make it the one ``LATEST`` names (collective; a no-op
@@ -265,6 +267,7 @@ class Trainer:
         extra = self.rt.load_checkpoint(self.model, self.opt, self.ckpt_dir)
         self.step, self.history = extra["step"], extra["history"]
         self.wandb_id = extra.get("wandb_id")
+        self._checkpointed_step = self.step
         return True
 
     # ---- the loop ----------------------------------------------------------------------------
@@ -378,7 +381,8 @@ class Trainer:
         last = self.history[-1] if self.history else {}
         # the final step's scheduled validation (eval_every) already measured this model
         val_loss = last["val_loss"] if last.get("step") == self.step and "val_loss" in last else self.validate()
-        self.save_checkpoint()
+        if self._checkpointed_step != self.step:  # a finished run resumed: its checkpoint is this state
+            self.save_checkpoint()  # (saving it again would rewrite, in place, the checkpoint LATEST names)
         self.finish_checkpoint()
         if run is not None:
             run.summary["val_loss"] = val_loss

@@ -215,3 +215,151 @@ def test_discard_renames_at_once_and_deletes_in_the_background(tmp_path, monkeyp
     gate.set()
     t.join(10)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step_0000020"]
+
+
+def _tiny_llama(**kw):
+    """The workers' tiny Llama (``tests/axonn_workers/common.py``), in this process."""
+    spec = importlib.util.spec_from_file_location("axonn_common", WORKERS / "common.py")
+    common = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(common)
+    return common.tiny_llama(0, **kw)
+
+
+def test_export_config_dtype_is_the_dtype_written(tmp_path) -> None:
+    """A model whose config says bfloat16 (built from a bf16 Hub config) but trains fp32 weights:
+    the export, as stored or converted, must load in from_pretrained in the dtype it holds, with
+    the trained model's logits -- not rounded to the config's bf16."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    import axonn
+    import axonn.checkpoint as ckpt
+
+    axonn.init()
+    model = axonn.parallelize(_tiny_llama(dtype="bfloat16"))
+    assert model.config.dtype == torch.bfloat16 and next(model.parameters()).dtype == torch.float32
+    ckpt.save(model, None, tmp_path / "ck")
+    ckpt.export_hf(model, tmp_path / "live")
+    ckpt.to_hf(tmp_path / "ck", tmp_path / "offline")
+    ckpt.export_hf(model, tmp_path / "half", dtype=torch.float16)
+    assert model.config.dtype == torch.bfloat16  # the live model's config is not changed
+    x = torch.randint(0, 256, (2, 16))
+    with torch.no_grad():
+        want = model(input_ids=x).logits
+        for name, dtype in (("live", torch.float32), ("offline", torch.float32), ("half", torch.float16)):
+            hf = AutoModelForCausalLM.from_pretrained(tmp_path / name, attn_implementation="eager")
+            assert hf.dtype == dtype, (name, hf.dtype)
+            if dtype == torch.float32:
+                assert torch.equal(hf(input_ids=x).logits, want), name
+
+
+def test_trainer_save_removes_staging_dirs_of_crashed_saves(tmp_path) -> None:
+    """A save that crashed (or failed to write) leaves its ``.step_*.tmp`` staging directory; one of a
+    step that is never saved again (a stop request's off-schedule step) must not stay for good: the
+    next published save removes it, and keeps the checkpoint LATEST names and the one before."""
+    import torch
+
+    import axonn
+    from memorization.models import build_model
+    from memorization.runtime import Runtime
+
+    rt = Runtime(axonn.init())
+    model = build_model("tiny", 512, seed=3, runtime=rt)
+    opt = torch.optim.AdamW(model.parameters())
+    root = tmp_path / "ckpt"
+    rt.save_checkpoint(model, opt, root, {"step": 4})
+    stale = root / ".step_0000006.tmp"  # the stop request's save at step 6 died half-way
+    stale.mkdir()
+    (stale / "rank00000.pt").write_bytes(b"x" * 1000)
+    rt.save_checkpoint(model, opt, root, {"step": 8}, background=True)()
+    assert (root / "LATEST").read_text() == "step_0000008"
+    assert sorted(p.name for p in root.glob("step_*")) == ["step_0000004", "step_0000008"]
+    assert not list(root.glob(".step_*")), sorted(p.name for p in root.iterdir())
+
+
+@pytest.mark.parametrize("damage", ["meta.json", "index.json"])
+def test_damaged_checkpoint_json_is_a_clear_error(tmp_path, damage) -> None:
+    """A truncated meta.json or index.json in a checkpoint marked COMPLETE (a disk or copy gone wrong)
+    says which file is damaged and how to go on, for a resume and for the converter alike."""
+    import torch
+
+    import axonn
+    import axonn.checkpoint as ckpt
+    from axonn.convert import main as convert
+    from memorization.models import build_model
+    from memorization.runtime import Runtime
+
+    rt = Runtime(axonn.init())
+    model = build_model("tiny", 512, seed=3, runtime=rt)
+    opt = torch.optim.AdamW(model.parameters())
+    rt.save_checkpoint(model, opt, tmp_path / "ckpt", {"step": 1})
+    f = tmp_path / "ckpt" / "step_0000001" / damage
+    f.write_text(f.read_text()[:20])
+    with pytest.raises(ValueError, match=f"{damage} is not valid JSON.*damaged.*LATEST"):
+        rt.load_checkpoint(model, opt, tmp_path / "ckpt")
+    assert convert([str(tmp_path / "ckpt"), str(tmp_path / "hf")]) == 2
+    f.unlink()
+    if damage == "meta.json":
+        with pytest.raises(FileNotFoundError, match="meta.json is missing.*damaged"):
+            ckpt.read_meta(f.parent)
+    else:  # without index.json (format v1) the rank files are read: a truncated one is named
+        shard = f.parent / "rank00000.pt"
+        shard.write_bytes(shard.read_bytes()[:1000])
+        with pytest.raises(RuntimeError, match="rank00000.pt cannot be read.*damaged.*LATEST"):
+            ckpt.load(model, opt, f.parent)
+
+
+def test_refused_optimizer_leaves_the_model_untouched(tmp_path) -> None:
+    """A checkpoint whose optimizer state does not fit the optimizer given (another class, other
+    groups, none saved) is refused before anything is loaded: the model keeps its own weights."""
+    import torch
+
+    import axonn
+    import axonn.checkpoint as ckpt
+    from memorization.models import build_model
+
+    axonn.init()
+    saved = build_model("tiny", 512, seed=3)
+    ckpt.save(saved, torch.optim.AdamW(saved.parameters()), tmp_path / "adamw")
+    ckpt.save(saved, None, tmp_path / "bare")
+    model = build_model("tiny", 512, seed=4)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    two_groups = [{"params": list(model.parameters())[:1]}, {"params": list(model.parameters())[1:]}]
+    for opt, path, why in ((torch.optim.SGD(model.parameters(), lr=0.1), "adamw", "optimizer is AdamW, got SGD"),
+                           (torch.optim.AdamW(two_groups), "adamw", "2 param groups, checkpoint 1"),
+                           (torch.optim.AdamW(model.parameters()), "bare", "no optimizer state")):
+        with pytest.raises(ValueError, match=why):
+            ckpt.load(model, opt, tmp_path / path)
+        for n, p in model.named_parameters():
+            assert torch.equal(p, before[n]), f"a refused load changed {n}"
+    ckpt.load(model, None, tmp_path / "adamw")  # the weights alone still load
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), saved.parameters()))
+
+
+def test_resuming_a_finished_run_does_not_rewrite_its_checkpoint(tmp_path, monkeypatch) -> None:
+    """``fit(resume=True)`` of a run that already finished (a sweep re-running a cell, a requeue after
+    the last save) has the state of the checkpoint LATEST names: it must not write that whole
+    checkpoint again in place (at scale terabytes, and a crash between the two renames of a
+    replacement would leave LATEST naming no directory)."""
+    import torch
+
+    import memorization.runtime as runtime
+    from memorization.models import build_model
+    from memorization.train import TrainConfig, Trainer
+
+    g = torch.Generator().manual_seed(0)
+    rows = torch.randint(3, 512, (8, 16), generator=g).repeat(2, 1)
+    cfg = TrainConfig(batch_size=4, steps=3, warmup_steps=1, checkpoint_every=2, eval_rows=4, progress=False)
+
+    def trainer() -> Trainer:
+        return Trainer(build_model("tiny", 512, seed=0), rows, torch.zeros_like(rows), rows[:4], cfg, tmp_path)
+
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    done = trainer().fit()
+    assert (tmp_path / "checkpoint" / "LATEST").read_text() == "step_0000003"
+    saves = []
+    real_save = runtime.ack.save
+    monkeypatch.setattr(runtime.ack, "save", lambda *a, **k: (saves.append(a[2]), real_save(*a, **k))[1])
+    again = trainer().fit(resume=True)
+    assert saves == [] and again["val_loss"] == done["val_loss"] and again["steps"] == 3
+    assert (tmp_path / "checkpoint" / "step_0000003" / "COMPLETE").exists()
