@@ -9,10 +9,11 @@ from .extraction import exact_with_ci
 def results_markdown(results: dict) -> str:
     s = results["settings"]
     arms = results["arms"]
+    model = f"model `{s['init']}` (fine-tuned)" if s.get("init") else f"size `{s['size']}`"
     lines = [
         "# Memorization: standard vs Goldfish loss",
         "",
-        f"size `{s['size']}`{' from ' + s['init'] if s.get('init') else ''}, {results['num_targets']} targets seen "
+        f"{model}, {results['num_targets']} targets seen "
         f"{s['exposures']} time(s) each, {results['num_steps']} steps of {s['batch_size']} x {s['seq_len']} tokens, "
         f"seed {s['seed']}; extraction: prefix {s['prefix'] if s['prefix_mode'] == 'fixed' else 'all but suffix'}"
         f" -> greedy {s['suffix']} tokens.",

@@ -224,6 +224,7 @@ def test_init_fine_tunes_the_checkpoint_with_its_own_tokenizer(tmp_path):
         expected = AutoModelForCausalLM.from_pretrained(ckpt).float()(input_ids=rows, labels=rows).loss.item()
     assert res["arms"]["standard"]["loss_curve"][0] == pytest.approx(expected, rel=1e-4)
     assert json.loads((tmp_path / "run" / "standard" / "model" / "config.json").read_text())["vocab_size"] == 300
+    assert f"model `{ckpt}` (fine-tuned)" in (tmp_path / "run" / "results.md").read_text()  # not the unused --size
 
 
 def test_init_problems_refused_before_any_work(tmp_path):
