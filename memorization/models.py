@@ -245,6 +245,19 @@ def check_tokenizer_fits(tokenizer, init: str) -> None:
             "was trained with")
 
 
+def check_same_vocab(tokenizer, reference, init: str) -> None:
+    """Refuse a tokenizer that gives some token another id than ``reference`` (the ``init``
+    checkpoint's own tokenizer) does: the checkpoint's embedding rows would mean other tokens."""
+    ref = reference.get_vocab()
+    moved = [(t, i, ref[t]) for t, i in tokenizer.get_vocab().items() if t in ref and ref[t] != i]
+    if moved:
+        t, i, j = min(moved, key=lambda m: m[1])
+        raise ValueError(
+            f"the tokenizer {tokenizer.name_or_path or ''} numbers {len(moved)} tokens differently from the --init "
+            f"checkpoint's own tokenizer in {init} (e.g. {t!r} is id {i} here, {j} there): it is not the tokenizer "
+            "the checkpoint was trained with. Leave --tokenizer unset to use the checkpoint's own")
+
+
 def build_model(
     size: str | None,
     vocab_size: int,

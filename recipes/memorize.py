@@ -348,7 +348,7 @@ def load_run_tokenizer(args: argparse.Namespace):
     """The run's tokenizer (with ``--init`` and no ``--tokenizer``, the checkpoint's own), checked against
     the ``--init`` checkpoint's vocabulary; every failure a SystemExit saying what to do."""
     from memorization.corpus import DEFAULT_TOKENIZER, load_tokenizer
-    from memorization.models import check_tokenizer_fits
+    from memorization.models import check_same_vocab, check_tokenizer_fits
 
     spec = args.init if args.init and args.tokenizer == DEFAULT_TOKENIZER else args.tokenizer
     try:
@@ -360,6 +360,8 @@ def load_run_tokenizer(args: argparse.Namespace):
     if args.init:
         try:
             check_tokenizer_fits(tokenizer, args.init)
+            if spec != args.init and any((Path(args.init) / f).exists() for f in ("tokenizer.json", "tokenizer.model")):
+                check_same_vocab(tokenizer, load_tokenizer(args.init), args.init)
         except ValueError as e:
             raise SystemExit(f"error: {e}") from None
     return tokenizer

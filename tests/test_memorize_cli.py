@@ -230,7 +230,7 @@ def test_init_fine_tunes_the_checkpoint_with_its_own_tokenizer(tmp_path):
 def test_init_problems_refused_before_any_work(tmp_path):
     from transformers import AutoTokenizer
 
-    from memorization.models import check_tokenizer_fits
+    from memorization.models import check_same_vocab, check_tokenizer_fits
 
     corpus = _small_corpus(tmp_path)
     big = _tiny_llama(tmp_path / "big", corpus, 400, model_vocab=256)  # a tokenizer the checkpoint never saw
@@ -249,6 +249,11 @@ def test_init_problems_refused_before_any_work(tmp_path):
     tok.add_special_tokens({"pad_token": "<pad>"})
     assert len(tok) == 301
     check_tokenizer_fits(tok, str(ok))
+    check_same_vocab(tok, AutoTokenizer.from_pretrained(ok), str(ok))  # its own, plus a token: the same ids
+    other = _tiny_llama(tmp_path / "other", _small_corpus(tmp_path, 60), 300)  # same size, other merges
+    with pytest.raises(SystemExit, match=r"numbers \d+ tokens differently from the --init checkpoint's own"):
+        memorize.main(TINY + ["--init", str(ok), "--tokenizer", str(other), "--out", str(bad)])
+    assert not bad.exists()
     (ok / "config.json").write_text('{"model_type": "llama", ')  # a truncated copy
     with pytest.raises(SystemExit, match="config.json' is not a valid JSON file"):
         memorize.main(TINY + ["--init", str(ok), "--out", str(bad)])
