@@ -153,6 +153,8 @@ def extract(model: torch.nn.Module, docs: list[dict], cfg: ExtractionConfig = Ex
     """Run extraction on ``docs`` (dicts with ``id``, ``token_ids`` and optionally ``exposures``).
 
     Returns ``{"overall": {...}, "by_exposure": {n: {...}}, "documents": [...], "skipped": [...]}``.
+    ``overall`` summarizes the trained documents only (:func:`trained`): exposure-0 controls are
+    never counted as members; they appear in ``by_exposure["0"]``.
     Documents shorter than prefix + suffix raise ``ValueError`` unless ``cfg.skip_short``.
     Prefix + suffix must fit the model's context (:func:`memorization.models.model_context`:
     ``max_position_embeddings``, or the trained length of a model trained from scratch):
@@ -214,18 +216,27 @@ def extract(model: torch.nn.Module, docs: list[dict], cfg: ExtractionConfig = Ex
         groups[r["exposures"]].append(r)
     return {
         "config": {**cfg.__dict__, "model_context": ctx},
-        "overall": summarize(records),
+        "overall": summarize(trained(records)),
         "by_exposure": {str(k): summarize(v) for k, v in sorted(groups.items(), key=lambda kv: (kv[0] is None, kv[0]))},
         "documents": records,
         "skipped": skipped,
     }
 
 
+def trained(records: list[dict]) -> list[dict]:
+    """The records that count as members: all but the exposure-0 controls (never trained on).
+    A record whose ``exposures`` is unknown (None, e.g. ``eval/extract.py --documents``) counts."""
+    return [r for r in records if r.get("exposures") is None or int(r["exposures"]) != 0]
+
+
 def summarize(records: list[dict]) -> dict:
-    """Mean metrics of ``records``, with the 95% Wilson interval of the exact-match rate."""
+    """Per-document means of ``records``: exact match ``k/n`` with its 95% Wilson interval, token
+    match ``1/n sum_d m_d`` and Rouge-L ``1/n sum_d r_d``; every metric is None when ``n = 0``."""
     from .stats import rate_ci
 
     n = len(records)
+    if n == 0:
+        return {"n": 0, "exact_match": None, "exact_match_ci95": None, "token_match": None, "rouge_l": None}
     k = sum(bool(r["exact_match"]) for r in records)
     return {
         "n": n,
@@ -236,9 +247,16 @@ def summarize(records: list[dict]) -> dict:
     }
 
 
+def fmt_metric(x: float | None, digits: int = 3) -> str:
+    """``x`` to ``digits`` decimals; ``–`` for a metric that is not defined (None: no document)."""
+    return "–" if x is None else f"{x:.{digits}f}"
+
+
 def exact_with_ci(summary: dict) -> str:
     """``0.969 (0.84–0.99)``: the exact-match rate and its 95% Wilson interval (summaries written
-    before the interval was recorded show the rate alone)."""
+    before the interval was recorded show the rate alone; ``–`` when no document was summarized)."""
+    if summary["exact_match"] is None:
+        return "–"
     ci = summary.get("exact_match_ci95")
     rate = f"{summary['exact_match']:.3f}"
     return rate if ci is None else f"{rate} ({ci[0]:.2f}–{ci[1]:.2f})"
@@ -248,9 +266,12 @@ def markdown_table(result: dict, title: str = "Extraction") -> str:
     lines = [f"### {title}", "", "| exposures | n | exact match (95% CI) | token match | Rouge-L |",
              "|---|---|---|---|---|"]
     for k, v in result["by_exposure"].items():
-        lines.append(f"| {k} | {v['n']} | {exact_with_ci(v)} | {v['token_match']:.3f} | {v['rouge_l']:.3f} |")
+        lines.append(f"| {k} | {v['n']} | {exact_with_ci(v)} | {fmt_metric(v['token_match'])} | "
+                     f"{fmt_metric(v['rouge_l'])} |")
     o = result["overall"]
-    lines.append(f"| **all** | {o['n']} | {exact_with_ci(o)} | {o['token_match']:.3f} | {o['rouge_l']:.3f} |")
+    label = "**all but exposure 0**" if "0" in result["by_exposure"] else "**all**"
+    lines.append(f"| {label} | {o['n']} | {exact_with_ci(o)} | {fmt_metric(o['token_match'])} | "
+                 f"{fmt_metric(o['rouge_l'])} |")
     if result["skipped"]:
         lines.append(f"\n{len(result['skipped'])} document(s) skipped as shorter than prefix + suffix.")
     return "\n".join(lines) + "\n"

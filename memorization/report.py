@@ -1,9 +1,10 @@
 """Tables and plots of a memorize run (``results.json`` -> ``results.md``, ``results.png``)."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
-from .extraction import exact_with_ci
+from .extraction import exact_with_ci, fmt_metric
 
 
 def results_markdown(results: dict) -> str:
@@ -26,7 +27,8 @@ def results_markdown(results: dict) -> str:
         gf = a["goldfish"]
         label = name if gf["k"] == 0 else f"{name} (k={gf['k']}, h={gf['h']}, {gf['strategy']})"
         lines.append(
-            f"| {label} | {exact_with_ci(a)} | {a['token_match']:.3f} | {a['rouge_l']:.3f} | {a['val_loss']:.4f} "
+            f"| {label} | {exact_with_ci(a)} | {fmt_metric(a['token_match'])} | {fmt_metric(a['rouge_l'])} "
+            f"| {a['val_loss']:.4f} "
             f"| {a['final_train_loss']:.4f} | {a['goldfish_drop_frac']:.3f} | {a['train_seconds']:.0f} s |"
         )
     if "standard" in arms and "goldfish" in arms:
@@ -43,8 +45,8 @@ def results_markdown(results: dict) -> str:
               "|---|---|---|---|---|---|"]
     for name, a in arms.items():
         for n, v in a["by_exposure"].items():
-            lines.append(f"| {name} | {n} | {v['n']} | {exact_with_ci(v)} | {v['token_match']:.3f} | "
-                         f"{v['rouge_l']:.3f} |")
+            lines.append(f"| {name} | {n} | {v['n']} | {exact_with_ci(v)} | {fmt_metric(v['token_match'])} | "
+                         f"{fmt_metric(v['rouge_l'])} |")
     if results.get("skipped_targets"):
         lines.append(f"\n{len(results['skipped_targets'])} target(s) skipped as too short.")
     return "\n".join(lines) + "\n"
@@ -64,8 +66,10 @@ def plot_arms(results: dict, path: Path) -> None:
     for i, (name, a) in enumerate(arms.items()):
         xs = [m + i * width for m in range(len(metrics))]
         ci = a.get("exact_match_ci95")  # whiskers: the exact-match rate's 95% Wilson interval
-        err = None if ci is None else [[a["exact_match"] - ci[0], 0, 0], [ci[1] - a["exact_match"], 0, 0]]
-        bars = ax1.bar(xs, [a[m] for m in metrics], width, yerr=err, capsize=3, label=name)
+        em = a["exact_match"]
+        err = None if ci is None or em is None else [[em - ci[0], 0, 0], [ci[1] - em, 0, 0]]
+        heights = [math.nan if a[m] is None else a[m] for m in metrics]  # None: no trained target, no bar
+        bars = ax1.bar(xs, heights, width, yerr=err, capsize=3, label=name)
         ax1.bar_label(bars, fmt="%.2f", fontsize=8)
         ax2.plot(range(1, len(a["loss_curve"]) + 1), a["loss_curve"], label=f"{name} (held-out {a['val_loss']:.3f})")
     ax1.set_xticks([m + width * (len(arms) - 1) / 2 for m in range(len(metrics))], ["exact match", "token match",

@@ -25,6 +25,14 @@ def rate_ci(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
     return float(ci.low), float(ci.high)
 
 
+def _outcome(value: object, doc: str, arm: str) -> bool:
+    """A document's extracted/not-extracted outcome; a missing one (None, NaN) is refused, never read as
+    "not extracted" (which would make it a discordant pair)."""
+    if value is None or value != value:
+        raise ValueError(f"arm {arm} has no outcome for document {doc!r} ({value!r})")
+    return bool(value)
+
+
 def paired_exact_test(a: Mapping[str, bool], b: Mapping[str, bool]) -> dict:
     """Exact McNemar test of arm A against arm B on the documents both were scored on (by id).
 
@@ -36,7 +44,9 @@ def paired_exact_test(a: Mapping[str, bool], b: Mapping[str, bool]) -> dict:
     shared = sorted(set(a) & set(b))
     if not shared:
         raise ValueError("the two arms share no scored document: they cannot be compared pairwise")
-    only_a = sum(bool(a[d]) and not b[d] for d in shared)
-    only_b = sum(bool(b[d]) and not a[d] for d in shared)
+    x = {d: _outcome(a[d], d, "A") for d in shared}
+    y = {d: _outcome(b[d], d, "B") for d in shared}
+    only_a = sum(x[d] and not y[d] for d in shared)
+    only_b = sum(y[d] and not x[d] for d in shared)
     p = binomtest(only_a, only_a + only_b, 0.5).pvalue if only_a + only_b else 1.0
     return {"n": len(shared), "only_a": only_a, "only_b": only_b, "p_value": float(p)}

@@ -421,7 +421,7 @@ def run_arm(arm: str, args, rt, mixture, tokenizer, out: Path) -> dict:
     """Train one arm from the shared initial weights, export it, and run extraction on it."""
     import torch
 
-    from memorization.extraction import ExtractionConfig, extract
+    from memorization.extraction import ExtractionConfig, extract, trained
     from memorization.goldfish import GoldfishConfig
     from memorization.mixture import atomic_write_json
     from memorization.models import build_model
@@ -465,7 +465,8 @@ def run_arm(arm: str, args, rt, mixture, tokenizer, out: Path) -> dict:
         "goldfish": {"k": gf.k, "h": gf.h, "strategy": gf.strategy},
         "goldfish_drop_frac": sum(drop) / len(drop),
         "by_exposure": ext["by_exposure"],
-        "exact_by_target": {d["id"]: d["exact_match"] for d in ext["documents"]},  # for the paired test
+        # for the paired test: the trained targets, as in the overall rates (not the exposure-0 controls)
+        "exact_by_target": {d["id"]: d["exact_match"] for d in trained(ext["documents"])},
         "loss_curve": [h["loss"] for h in train["history"]],
     }
     if rt.is_main:

@@ -205,3 +205,24 @@ def test_extract_cli_device_map_gives_the_same_results(tmp_path):
     assert plain["overall"] == mapped["overall"] and plain["overall"]["n"] == 6
     assert plain["config"]["max_tokens"] == 2048
     assert [d["generated"] for d in plain["documents"]] == [d["generated"] for d in mapped["documents"]]
+
+
+def test_exposure0_controls_are_not_counted_in_the_overall_rates():
+    """A model that memorised every trained target extracts 100% of them: the never-trained controls
+    (exposure 0) are reported in their own group, not averaged into the overall rates."""
+    from memorization.extraction import markdown_table
+
+    docs = _docs(n=6)
+    for i, d in enumerate(docs):
+        d["exposures"] = [0, 4][i % 2]
+    known = [d["token_ids"] if d["exposures"] else d["token_ids"][:50] + [1] * 100 for d in docs]
+    res = extract(OracleLM(known, 300), docs, ExtractionConfig(batch_size=4))
+    assert res["by_exposure"]["0"]["n"] == 3 and res["by_exposure"]["0"]["exact_match"] == 0.0
+    o = res["overall"]
+    assert (o["n"], o["exact_match"], o["token_match"]) == (3, 1.0, 1.0)
+    assert "| **all but exposure 0** | 3 | 1.000" in markdown_table(res)
+    # only controls: no trained target, so no overall rate (not the controls' rate)
+    controls = [d for d in docs if d["exposures"] == 0]
+    only = extract(OracleLM(known, 300), controls, ExtractionConfig(batch_size=4))
+    assert only["overall"]["n"] == 0 and only["overall"]["exact_match"] is None
+    assert "| **all but exposure 0** | 0 | – | – | – |" in markdown_table(only)

@@ -315,3 +315,21 @@ def test_resume_refuses_targets_that_changed_since_the_run(tmp_path):
     targets.write_text(texts("b"))
     with pytest.raises(SystemExit, match="the targets of the run in .* changed since it started"):
         memorize.main(argv + ["--resume"])
+
+
+def test_controls_are_left_out_of_the_rates_and_the_paired_test(tmp_path):
+    """With --exposures 0,1 the arms' rates and the McNemar test cover the trained targets only; the
+    exposure-0 controls appear in the by-exposure table.  A run of controls alone has no rate, and says so."""
+    corpus = str(_small_corpus(tmp_path))
+    argv = [*TINY, "--num-targets", "4", "--arms", "both", "--exposures", "0,1", "--corpus", corpus]
+    res = memorize.main(argv + ["--out", str(tmp_path / "run")])
+    targets = json.loads((tmp_path / "run" / "manifest.json").read_text())["targets"]
+    members = {t["id"] for t in targets if t["exposures"] >= 1}
+    assert len(members) == 2 and len(targets) == 4
+    for arm in ("standard", "goldfish"):
+        a = res["arms"][arm]
+        assert a["n"] == 2 and a["by_exposure"]["0"]["n"] == 2 and set(a["exact_by_target"]) == members
+    assert res["paired_exact_match"]["n"] == 2
+    only = memorize.main([*TINY, "--exposures", "0", "--corpus", corpus, "--out", str(tmp_path / "controls")])
+    assert only["arms"]["standard"]["n"] == 0 and only["arms"]["standard"]["exact_match"] is None
+    assert "| standard | – | – | – |" in (tmp_path / "controls" / "results.md").read_text()

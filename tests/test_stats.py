@@ -59,3 +59,26 @@ def test_summaries_carry_the_interval():
     recs = [{"exact_match": i < 3, "token_match": 1.0, "rouge_l": 1.0} for i in range(10)]
     s = summarize(recs)
     assert s["exact_match"] == 0.3 and s["exact_match_ci95"] == pytest.approx(list(_wilson(3, 10)))
+
+
+@pytest.mark.parametrize("missing", [None, float("nan")])
+def test_paired_test_refuses_a_missing_outcome(missing):
+    """A document one arm has no outcome for is not read as 'not extracted' (a discordant pair)."""
+    with pytest.raises(ValueError, match="no outcome for document 'y'"):
+        paired_exact_test({"x": True, "y": True}, {"x": True, "y": missing})
+    with pytest.raises(ValueError, match="no outcome for document 'y'"):
+        paired_exact_test({"x": True, "y": missing}, {"x": True, "y": True})
+
+
+def test_paired_test_is_the_exact_binomial_by_brute_force():
+    """p = sum of the Binomial(b + c, 1/2) probabilities no larger than that of the observed split."""
+    for only_a in range(8):
+        for only_b in range(8):
+            n = only_a + only_b
+            a = {f"d{i}": i < only_a or i >= n for i in range(n + 2)}  # the last two: both arms extract
+            b = {f"d{i}": i >= only_a for i in range(n + 2)}
+            pk = [math.comb(n, i) / 2 ** n for i in range(n + 1)]
+            want = min(1.0, sum(q for q in pk if q <= pk[only_a] * (1 + 1e-9)))
+            t = paired_exact_test(a, b)
+            assert (t["n"], t["only_a"], t["only_b"]) == (n + 2, only_a, only_b)
+            assert t["p_value"] == pytest.approx(want, abs=1e-12)
