@@ -144,6 +144,8 @@ def plot_extraction_quality_vs_k(rows: list[dict], path: Path) -> bool:
 def figure_score(rows: list[dict], scores: Sequence[str] = ("loss", "min_k", "zlib")) -> str:
     """The MIA score the figure shows: the one whose AUC separates the arms most (mean standard-minus-Goldfish
     AUC over the (size, exposures) pairs that have both arms); ``loss`` on ties or without Goldfish arms.
+    With several Goldfish settings in a pair, its highest AUC counts (the least protection, as in
+    :func:`roc_exposure`), whatever the order of the rows.
 
     A strong attack saturates (AUC 1.0 for both arms when the targets were seen many times), and then
     only a weaker score still shows the difference; the report's table lists every score.
@@ -153,7 +155,8 @@ def figure_score(rows: list[dict], scores: Sequence[str] = ("loss", "min_k", "zl
         auc: dict[tuple, dict[str, float]] = defaultdict(dict)
         for r in rows:
             if r.get(f"mia_auc_{sc}") is not None:
-                auc[(r["size"], r["exposures"])][r["arm"]] = r[f"mia_auc_{sc}"]
+                pair = auc[(r["size"], r["exposures"])]
+                pair[r["arm"]] = max(pair.get(r["arm"], -1.0), r[f"mia_auc_{sc}"])
         gaps = [a["standard"] - a["goldfish"] for a in auc.values() if "standard" in a and "goldfish" in a]
         gap = sum(gaps) / len(gaps) if gaps else 0.0
         if gap > best_gap + 1e-9:

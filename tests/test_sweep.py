@@ -285,3 +285,15 @@ def test_evaluations_run_on_the_gpu_when_there_is_one(monkeypatch):
     assert sw._hpc_dtype(sw.EvalOptions(device="cpu")) == "float32"
     assert sw._hpc_dtype(sw.EvalOptions(device="cuda", dtype="float32")) == "float32"
     assert sweep_cli.parse_args(["--eval-device", "cpu"])[0].eval_device == "cpu"
+
+
+def test_figure_score_counts_the_least_protective_goldfish_setting_in_any_row_order():
+    from memorization.sweep_report import figure_score
+
+    def row(arm, k, loss, min_k):
+        return {"size": "tiny", "exposures": 8, "arm": arm, "k": k, "mia_auc_loss": loss, "mia_auc_min_k": min_k}
+
+    # loss: k=2 gives 0.5, k=8 gives 1.0 (no protection): the honest gap is 0; min_k: 0.2 with both k
+    rows = [row("standard", 0, 1.0, 1.0), row("goldfish", 2, 0.5, 0.8), row("goldfish", 8, 1.0, 0.8)]
+    assert figure_score(rows, ("loss", "min_k")) == "min_k"
+    assert figure_score([rows[0], rows[2], rows[1]], ("loss", "min_k")) == "min_k"
