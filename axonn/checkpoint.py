@@ -440,8 +440,7 @@ def load(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | 
     path = Path(path)
     meta = read_meta(path)
     _check_compatible(meta, model)
-    if optimizer is not None:
-        _check_optimizer(model, optimizer, meta)
+    groups = _check_optimizer(model, optimizer, meta) if optimizer is not None else None
     params = dict(model.named_parameters())
     index = read_index(path)
     pieces, opieces = _open_pieces(path, index, pieces_to_read(pieces_by_name(index),
@@ -450,7 +449,7 @@ def load(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | 
         for n, p in params.items():
             p.copy_(_local_from_pieces(pieces[n], spec_of(p)).view_as(p))
     if optimizer is not None:
-        _load_optimizer(model, optimizer, meta, opieces)
+        _load_optimizer(model, optimizer, meta, opieces, groups)
     _barrier()
     return _load_extra(path)
 
@@ -593,9 +592,11 @@ def _check_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, meta: d
     return groups
 
 
-def _load_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, meta: dict, opieces: dict) -> None:
+def _load_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, meta: dict, opieces: dict,
+                    groups: list[list[str]]) -> None:
+    """Load the optimizer state of ``opieces`` into ``optimizer``; ``groups`` its parameter names by group,
+    as :func:`_check_optimizer` returned them."""
     om = meta["optimizer"]
-    groups = _check_optimizer(model, optimizer, meta)
     params = dict(model.named_parameters())
     sd = optimizer.state_dict()
     state: dict[int, dict] = {}

@@ -134,6 +134,13 @@ def read_text_file(path: Path) -> str:
         raise ValueError(f"{path} is not UTF-8 text ({e}): re-encode it, e.g. `iconv -f latin1 -t utf-8`") from None
 
 
+def visible_files(root: Path, pattern: str = "*") -> list[Path]:
+    """The files under ``root`` matching ``pattern``, sorted, without hidden ones (a path part starting
+    with ``.``: ``.DS_Store``, ``.git/``, macOS ``._x`` resource forks)."""
+    return sorted(p for p in root.rglob(pattern)
+                  if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts))
+
+
 def _is_saved_dataset(path: Path) -> bool:
     return path.is_dir() and ((path / "dataset_dict.json").exists()
                               or ((path / "state.json").exists() and (path / "dataset_info.json").exists()))
@@ -158,11 +165,7 @@ def _load_local(path: Path, spec: str, split: str):
     """The documents of a local ``.txt``/``.md`` corpus (a list), else its ``datasets.Dataset``."""
     if _is_saved_dataset(path):
         return _load_saved(path, spec, split)
-    if path.is_dir():
-        files = sorted(p for p in path.rglob("*")
-                       if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts))
-    else:
-        files = [path]
+    files = visible_files(path) if path.is_dir() else [path]
     exts = {p.suffix.lower() for p in files}
     if not files:
         raise FileNotFoundError(f"corpus directory {spec} holds no files")

@@ -31,7 +31,7 @@ import random
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -173,36 +173,38 @@ def _without_copies(protected: list[list[int]], idxs: list[int], docs: list[list
     return [i for j, i in enumerate(idxs) if j not in copies]
 
 
+def _keep_disjoint(docs: Iterable[list[int]], n: int) -> Iterator[int | None]:
+    """Walk ``docs`` in order, keeping each document that shares no ``n``-token span with one kept
+    before it; yield, per document, ``None`` when it is kept, else the position (in ``docs``) of the
+    first kept document it shares a span with."""
+    holder: dict[int, int] = {}  # span hash -> the kept document that holds it first
+    for j, x in enumerate(docs):
+        spans = _ngram_hashes(np.asarray(x), n).tolist()
+        first = next((holder[h] for h in spans if h in holder), None)
+        if first is None:
+            for h in spans:
+                holder.setdefault(h, j)
+        yield first
+
+
 def _disjoint(candidates: list[int], docs: list[list[int]], count: int, n: int) -> list[int]:
     """The first ``count`` of ``candidates`` (indices into ``docs``), skipping any that shares an ``n``-token
     span with one picked before it."""
-    picked, seen = [], set()
-    for i in candidates:
-        if len(picked) == count:
-            break
-        spans = set(_ngram_hashes(np.asarray(docs[i]), n).tolist())
-        if not spans & seen:
+    picked: list[int] = []
+    for i, first in zip(candidates, _keep_disjoint((docs[i] for i in candidates), n)):
+        if first is None:
             picked.append(i)
-            seen |= spans
+            if len(picked) == count:
+                break
     return picked
 
 
 def _copies_of_earlier(docs: list[list[int]], skip: set[int], max_tokens: int) -> dict[int, int]:
     """``{j: i}`` for each document ``j`` (not in ``skip``) whose first ``max_tokens`` tokens share an
     :data:`OVERLAP_NGRAM`-token span with an earlier kept document ``i``; such a ``j`` is not kept."""
-    holder: dict[int, int] = {}
-    copies: dict[int, int] = {}
-    for j, x in enumerate(docs):
-        if j in skip:
-            continue
-        spans = _ngram_hashes(np.asarray(x[:max_tokens]), OVERLAP_NGRAM).tolist()
-        first = next((holder[h] for h in spans if h in holder), None)
-        if first is not None:
-            copies[j] = first
-            continue
-        for h in spans:
-            holder.setdefault(h, j)
-    return copies
+    pos = [j for j in range(len(docs)) if j not in skip]
+    firsts = _keep_disjoint((docs[j][:max_tokens] for j in pos), OVERLAP_NGRAM)
+    return {j: pos[f] for j, f in zip(pos, firsts) if f is not None}
 
 
 def _place_exposures(exposures: list[int], n_steps: int, batch: int, rng: random.Random) -> list[int]:
@@ -227,9 +229,9 @@ def _place_exposures(exposures: list[int], n_steps: int, batch: int, rng: random
         steps_of: list[np.ndarray] = [np.zeros(0, np.int64)] * len(exposures)
         for j in order:
             n = exposures[j]
-            open_ = np.flatnonzero(free)
             if n == 0:
                 continue
+            open_ = np.flatnonzero(free)
             if len(open_) < n:
                 return None
             if emptiest_first:
@@ -312,8 +314,8 @@ def build_mixture(
                 "from --targets, or pass --skip-overlapping-targets to skip (and count) the later ones"
             )
         skipped_copies = [f"user-{j:05d}" for j in copies]
-        targets = [(f"user-{j:05d}", target_texts[j], x) for j, x in enumerate(t_ids)
-                   if j not in set(short) and j not in copies]
+        dropped = set(short) | copies.keys()
+        targets = [(f"user-{j:05d}", target_texts[j], x) for j, x in enumerate(t_ids) if j not in dropped]
         if not targets:
             raise ValueError("every target was too short; nothing to measure")
         targets_source = "user"

@@ -20,6 +20,16 @@ from axonn.communication import any_rank
 from .atomic import atomic_write_text
 
 
+def rows_per_rank(batch: int, replicas: int) -> int:
+    """Rows of a global batch of ``batch`` rows that each of the ``replicas`` = data x depth ranks takes."""
+    if batch % replicas:
+        raise ValueError(
+            f"global batch {batch} rows is not divisible by data x depth = {replicas}: "
+            "change --batch-size or the grid"
+        )
+    return batch // replicas
+
+
 @dataclass
 class Runtime:
     grid: axonn.Grid
@@ -49,12 +59,7 @@ class Runtime:
         return self.grid.size(("row", "col", "depth"))
 
     def local_batch_rows(self, batch: int) -> int:
-        if batch % self.replicas:
-            raise ValueError(
-                f"global batch {batch} rows is not divisible by data x depth = {self.replicas}: "
-                "change --batch-size or the grid"
-            )
-        return batch // self.replicas
+        return rows_per_rank(batch, self.replicas)
 
     def batch_slice(self, t: torch.Tensor) -> torch.Tensor:
         return axonn.batch_slice(t, self.grid)

@@ -293,9 +293,10 @@ def evaluate_arm(arm_dir: Path, manifest: Path, opts: EvalOptions) -> dict:
 
 
 def _hpc_dtype(opts: EvalOptions) -> str:
-    if opts.dtype != "auto":
-        return opts.dtype
-    return "bfloat16" if str(opts.device).startswith("cuda") else "float32"
+    """``opts.dtype`` as eval/hpc_code.py's ``--dtype`` (``auto`` resolved as the other evaluations resolve it)."""
+    from memorization.mia import _resolve_dtype
+
+    return str(_resolve_dtype(opts.dtype, opts.device)).removeprefix("torch.")
 
 
 def run_hpc_code(model: Path, output: Path, opts: EvalOptions) -> dict:

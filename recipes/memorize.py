@@ -160,14 +160,14 @@ def read_targets(path: str, text_field: str) -> list[str]:
     by the mixture), so target ``user-{j}`` is record (or sorted file) ``j``; a record without a text
     in ``text_field`` is refused, naming the record.
     """
-    from memorization.corpus import load_texts, read_text_file
+    from memorization.corpus import load_texts, read_text_file, visible_files
 
     p = Path(path).expanduser()
     if not p.exists():
         raise SystemExit(f"--targets {path} does not exist")
     try:
         if p.is_dir():
-            files = sorted(f for f in p.rglob("*.txt") if not any(x.startswith(".") for x in f.relative_to(p).parts))
+            files = visible_files(p, "*.txt")
             if not files:
                 raise SystemExit(f"--targets {path}: the directory holds no .txt files (a .json/.jsonl file of "
                                  "targets is passed as the file itself)")
@@ -285,12 +285,14 @@ def _check_training_numbers(args: argparse.Namespace) -> None:
         raise SystemExit(f"error: {'; '.join(bad)}")
     if args.plan:  # the planner picks the micro-batch and grid itself
         return
+    from memorization.runtime import rows_per_rank
+
     mixture_config(args)
     d, _, _, z = _parse_grid(args.grid)
-    if args.batch_size % (d * z):
-        raise SystemExit(f"error: --batch-size {args.batch_size} is not divisible by data x depth = {d * z} of "
-                         f"--grid {args.grid}: give a multiple of {d * z}")
-    local = args.batch_size // (d * z)
+    try:
+        local = rows_per_rank(args.batch_size, d * z)
+    except ValueError as e:
+        raise SystemExit(f"error: {e} (--grid {args.grid})") from None
     if args.micro_batch is not None and (args.micro_batch < 1 or local % args.micro_batch):
         raise SystemExit(f"error: --micro-batch {args.micro_batch} does not divide the {local} rows per step of "
                          f"each rank (--batch-size {args.batch_size} over data x depth = {d * z}): give a divisor "

@@ -262,6 +262,7 @@ def test_init_problems_refused_before_any_work(tmp_path):
 @pytest.mark.parametrize("args,match", [
     (["--prefix", "50", "--suffix", "50"], r"need 100 tokens \(prefix \+ suffix\) but rows hold only 63: raise"),
     (["--micro-batch", "3"], "--micro-batch 3 does not divide the 4 rows per step .* give a divisor of 4"),
+    (["--grid", "3,1,1,1"], r"global batch 4 rows is not divisible by data x depth = 3: change --batch-size"),
     (["--batch-size", "0"], r"--batch-size 0 \(must be >= 1\)"),
     (["--steps", "-1"], r"--steps -1 \(must be >= 0"),
     (["--lr", "-1"], r"--lr -1.0 \(must be > 0\)"),
