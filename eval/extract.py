@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> dict:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recipes"))
         from memorize import read_targets
 
-        texts = read_targets(str(src), args.text_field)
+        texts = read_targets(str(src), args.text_field, flag="--documents", field_flag="--text-field")
         ids = tok(texts, add_special_tokens=True)["input_ids"]
         docs = [{"id": f"doc-{i:05d}", "token_ids": x, "exposures": None} for i, x in enumerate(ids)]
     cfg = ExtractionConfig(prefix_len=args.prefix, suffix_len=args.suffix,

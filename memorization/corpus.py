@@ -98,9 +98,10 @@ def load_documents(spec: str, text_field: str = "text", split: str = "train") ->
     return [t for t in load_texts(spec, text_field, split) if isinstance(t, str) and t.strip()]
 
 
-def load_texts(spec: str, text_field: str = "text", split: str = "train") -> list:
+def load_texts(spec: str, text_field: str = "text", split: str = "train", field_flag: str = "--text-field") -> list:
     """The ``text_field`` of every record of ``spec`` (see :func:`load_documents`) as stored: a
-    record without the field gives ``None``, and nothing is dropped."""
+    record without the field gives ``None``, and nothing is dropped.  A ``spec`` without the field
+    is an error that lists its fields and names the CLI flag (``field_flag``) that picks one."""
     if spec == DEFAULT_CORPUS:
         spec = str(build_default_corpus())
     path = Path(spec).expanduser()
@@ -109,11 +110,11 @@ def load_texts(spec: str, text_field: str = "text", split: str = "train") -> lis
         if isinstance(ds, list):
             return ds
     elif looks_local(spec):
-        raise FileNotFoundError(f"corpus file {spec} does not exist")
+        raise FileNotFoundError(f"file {spec} does not exist")
     else:
         ds = _load_hub(spec, split)
     if text_field not in ds.column_names:
-        raise ValueError(f"corpus {spec} has no field {text_field!r} (fields: {ds.column_names}); pass --text-field")
+        raise ValueError(f"{spec} has no field {text_field!r} (fields: {ds.column_names}); pass {field_flag}")
     return list(ds[text_field])
 
 
@@ -146,36 +147,53 @@ def _is_saved_dataset(path: Path) -> bool:
                               or ((path / "state.json").exists() and (path / "dataset_info.json").exists()))
 
 
-def _load_saved(path: Path, spec: str, split: str):
-    """A directory written by ``Dataset.save_to_disk`` or ``DatasetDict.save_to_disk`` (``split``, or its only one)."""
-    from datasets import DatasetDict, load_from_disk
+def _pick_split(ds, spec: str, split: str, how: str):
+    """``split`` of a ``DatasetDict`` (or its only split, whatever its name); a ``Dataset`` as is."""
+    from datasets import DatasetDict
 
-    ds = load_from_disk(str(path))
     if not isinstance(ds, DatasetDict):
         return ds
     if split in ds:
         return ds[split]
     if len(ds) == 1:
         return next(iter(ds.values()))
-    raise ValueError(f"corpus {spec} holds the splits {sorted(ds)}, none named {split!r}: save the one to use "
-                     "on its own (`dataset_dict[name].save_to_disk(dir)`)")
+    raise ValueError(f"corpus {spec} holds the splits {sorted(ds)}, none named {split!r}: {how}")
+
+
+def _load_saved(path: Path, spec: str, split: str):
+    """A directory written by ``Dataset.save_to_disk`` or ``DatasetDict.save_to_disk`` (``split``, or its only one)."""
+    from datasets import load_from_disk
+
+    return _pick_split(load_from_disk(str(path)), spec, split,
+                       "save the one to use on its own (`dataset_dict[name].save_to_disk(dir)`)")
+
+
+_DATA_KINDS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
+_DOC_SUFFIXES = {".md", ""}  # README.md, LICENSE, CITATION: a dataset's documentation, not its data
 
 
 def _load_local(path: Path, spec: str, split: str):
-    """The documents of a local ``.txt``/``.md`` corpus (a list), else its ``datasets.Dataset``."""
+    """The documents of a local ``.txt``/``.md`` corpus (a list), else its ``datasets.Dataset``.
+
+    A directory of data files (``.json(l)``/``.parquet``/``.csv``, one kind) is read the way
+    ``datasets.load_dataset(dir)`` reads a dataset repository: files named for a split
+    (``data/train-00000-of-00002.parquet``, ``test.jsonl``) form that split, and its documentation
+    (``README.md``, ``LICENSE``) is not data.  ``split`` is taken, or the only split there is.
+    """
     if _is_saved_dataset(path):
         return _load_saved(path, spec, split)
     files = visible_files(path) if path.is_dir() else [path]
-    exts = {p.suffix.lower() for p in files}
     if not files:
         raise FileNotFoundError(f"corpus directory {spec} holds no files")
+    exts = {p.suffix.lower() for p in files}
     if exts <= {".txt", ".md"}:
         docs = []
         for f in files:
             docs += [d.strip() for d in re.split(r"\n\s*\n", read_text_file(f)) if d.strip()]
         return docs
-    kinds = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
-    builders = {kinds.get(e) for e in exts}
+    if path.is_dir() and exts & set(_DATA_KINDS):
+        exts -= _DOC_SUFFIXES
+    builders = {_DATA_KINDS.get(e) for e in exts}
     if len(builders) != 1 or None in builders:
         raise ValueError(
             f"corpus {spec}: cannot mix or read file types {sorted(exts)}; use .txt, .json(l), .parquet or .csv"
@@ -185,7 +203,10 @@ def _load_local(path: Path, spec: str, split: str):
 
     builder = builders.pop()
     try:
-        return load_dataset(builder, data_files=[str(f) for f in files], split="train")
+        if path.is_dir():
+            return _pick_split(load_dataset(str(path)), spec, split,
+                               "the files of a split are named for it (train-*.parquet, test.jsonl, ...)")
+        return load_dataset(builder, data_files=[str(path)], split="train")
     except DatasetGenerationError as e:
         raise ValueError(f"corpus {spec}: cannot read it as {builder}: {e.__cause__ or e}") from None
 

@@ -47,14 +47,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "its shards need, so no process holds the full model")
     g = p.add_argument_group("data")
     g.add_argument("--corpus", default="builtin:pydocs", help="background corpus: builtin:pydocs (offline), a local "
-                   ".txt/.json/.jsonl/.parquet file or directory, or a Hugging Face dataset name (needs network)")
-    g.add_argument("--text-field", default="text", help="field holding the text in json/parquet corpora and targets")
+                   ".txt/.json/.jsonl/.parquet file or directory (a dataset repository's snapshot too: its train "
+                   "split), or a Hugging Face dataset name (needs network)")
+    g.add_argument("--text-field", default="text", help="field holding the text in a json/parquet --corpus (and in "
+                   "--targets, unless --targets-text-field names another)")
     g.add_argument("--tokenizer", default="builtin:bpe4096", help="Hugging Face tokenizer name or path (default: "
                    "builtin:bpe4096, a byte-level BPE trained locally on the offline corpus; with --init, the "
                    "checkpoint's own tokenizer)")
     g.add_argument("--targets", default=None, help="your own target documents: a directory of .txt files (one "
                    "document each), a .jsonl/.json file, or a .txt file with blank-line-separated documents "
                    "(default: --num-targets documents held out of the corpus)")
+    g.add_argument("--targets-text-field", default=None, help="field holding the text in a .json/.jsonl --targets "
+                   "file (default: --text-field)")
     g.add_argument("--num-targets", type=int, default=32, help="targets drawn from the corpus when --targets is unset")
     g.add_argument("--num-nonmembers", type=int, default=32, help="held-out documents recorded as non-members")
     g.add_argument("--exposures", default="64", help="times each target appears in the stream; a comma list "
@@ -153,34 +157,41 @@ def _parse_grid(s: str) -> tuple[int, int, int, int]:
         raise SystemExit(f"--grid: {e}") from None
 
 
-def read_targets(path: str, text_field: str) -> list[str]:
+def read_targets(path: str, text_field: str, flag: str = "--targets",
+                 field_flag: str = "--targets-text-field") -> list[str]:
     """Documents from a directory of .txt files, a .json/.jsonl file, or a blank-line-separated .txt.
 
     Nothing is dropped: an empty document stays (a target too short to measure, refused or counted
     by the mixture), so target ``user-{j}`` is record (or sorted file) ``j``; a record without a text
-    in ``text_field`` is refused, naming the record.
+    in ``text_field`` is refused, naming the record.  Errors name the CLI's ``flag`` (the path) and
+    ``field_flag`` (the field).
     """
     from memorization.corpus import load_texts, read_text_file, visible_files
 
     p = Path(path).expanduser()
     if not p.exists():
-        raise SystemExit(f"--targets {path} does not exist")
+        raise SystemExit(f"{flag} {path} does not exist")
     try:
         if p.is_dir():
             files = visible_files(p, "*.txt")
             if not files:
-                raise SystemExit(f"--targets {path}: the directory holds no .txt files (a .json/.jsonl file of "
-                                 "targets is passed as the file itself)")
+                raise SystemExit(f"{flag} {path}: the directory holds no .txt files (a .json/.jsonl file of "
+                                 "documents is passed as the file itself)")
             return [read_text_file(f).strip() for f in files]
-        texts = load_texts(str(p), text_field=text_field)
+        texts = load_texts(str(p), text_field=text_field, field_flag=field_flag)
     except (ValueError, FileNotFoundError) as e:
-        raise SystemExit(f"error: --targets {path}: {e}") from None
+        raise SystemExit(f"error: {flag} {path}: {e}") from None
     bad = [j for j, t in enumerate(texts) if not isinstance(t, str)]
     if bad:
-        raise SystemExit(f"error: --targets {path}: {len(bad)} record(s) have no text in field {text_field!r} "
-                         f"(e.g. record #{bad[0]}: {texts[bad[0]]!r}); give every record one, or pass --text-field "
-                         "to name the field that holds it")
+        raise SystemExit(f"error: {flag} {path}: {len(bad)} record(s) have no text in field {text_field!r} "
+                         f"(e.g. record #{bad[0]}: {texts[bad[0]]!r}); give every record one, or pass "
+                         f"{field_flag} to name the field that holds it")
     return texts
+
+
+def targets_text_field(args: argparse.Namespace) -> str:
+    """The field ``--targets`` records hold their text in: ``--targets-text-field``, else ``--text-field``."""
+    return args.targets_text_field or args.text_field
 
 
 # How a run executes, not what it computes: a --resume may change them (e.g. a requeued job on another
@@ -510,7 +521,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         docs = load_documents(args.corpus, text_field=args.text_field)
     except (ValueError, FileNotFoundError) as e:
         raise SystemExit(f"error: --corpus: {e}") from None
-    targets = read_targets(args.targets, args.text_field) if args.targets else None
+    targets = read_targets(args.targets, targets_text_field(args)) if args.targets else None
     try:
         mixture = build_mixture(docs, tokenizer, mixture_config(args), target_texts=targets,
                                 meta={"corpus": args.corpus, "tokenizer": args.tokenizer,

@@ -79,3 +79,31 @@ def test_unreadable_files_are_named_and_a_bom_is_not_text(tmp_path):
     bom = tmp_path / "bom.txt"
     bom.write_bytes("\ufefffirst doc\r\n\r\nsecond doc\r\n".encode("utf-8"))  # as Windows Notepad saves it
     assert load_documents(str(bom)) == ["first doc", "second doc"]
+
+
+def test_a_dataset_repository_snapshot_is_a_corpus(tmp_path):
+    """A dataset repository copied to a machine without network (`huggingface-cli download --repo-type
+    dataset`): its README.md and LICENSE are documentation, not data, and files named for a split
+    form that split, as ``datasets.load_dataset(dir)`` reads it."""
+    from datasets import Dataset
+
+    snap = tmp_path / "snapshot"
+    (snap / "data").mkdir(parents=True)
+    Dataset.from_dict({"text": _docs()}).to_parquet(str(snap / "data" / "train-00000-of-00001.parquet"))
+    Dataset.from_dict({"text": _docs(2)}).to_parquet(str(snap / "data" / "test-00000-of-00001.parquet"))
+    (snap / "README.md").write_text("---\nlicense: mit\n---\n# A corpus\n\nSome words about it.\n")
+    (snap / "LICENSE").write_text("MIT License\n")
+    (snap / ".gitattributes").write_text("*.parquet filter=lfs diff=lfs merge=lfs -text\n")
+    assert load_documents(str(snap)) == _docs()
+    assert load_documents(str(snap), split="test") == _docs(2)
+    with pytest.raises(ValueError, match=r"none named 'validation'.*named for it"):
+        load_documents(str(snap), split="validation")
+    plain = tmp_path / "plain"  # file names that name no split: one split, all of them
+    plain.mkdir()
+    for i, part in enumerate((_docs()[:3], _docs()[3:])):
+        (plain / f"part{i}.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in part))
+    (plain / "README.md").write_text("# notes\n")
+    assert load_documents(str(plain)) == _docs()
+    (plain / "extra.txt").write_text("a text file among json files\n")
+    with pytest.raises(ValueError, match=r"cannot mix or read file types \['.jsonl', '.txt'\]"):
+        load_documents(str(plain))

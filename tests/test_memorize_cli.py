@@ -280,8 +280,19 @@ def test_targets_keep_every_record_and_refuse_one_without_text(tmp_path):
     t.write_text("".join(json.dumps(r) + "\n" for r in [{"text": long}, {"text": ""}, {"text": "ü漢字 " + long}]))
     assert memorize.read_targets(str(t), "text") == [long, "", "ü漢字 " + long]  # user-00002 is record 2
     t.write_text("".join(json.dumps(r) + "\n" for r in [{"text": long}, {"body": long}]))
-    with pytest.raises(SystemExit, match=r"t.jsonl: 1 record\(s\) have no text in field 'text' \(e.g. record #1"):
+    with pytest.raises(SystemExit, match=r"--targets \S*t.jsonl: 1 record\(s\) have no text in field 'text' \(e.g. "
+                       r"record #1.*pass --targets-text-field"):
         memorize.read_targets(str(t), "text")
+    with pytest.raises(SystemExit, match=r"--documents \S*t.jsonl: .*pass --text-field"):  # eval/extract.py's flags
+        memorize.read_targets(str(t), "text", flag="--documents", field_flag="--text-field")
+    t.write_text("".join(json.dumps(r) + "\n" for r in [{"body": long}, {"body": "x"}]))
+    with pytest.raises(SystemExit, match=r"t.jsonl: \S*t.jsonl has no field 'text' \(fields: \['body'\]\); pass "
+                       r"--targets-text-field"):
+        memorize.read_targets(str(t), "text")
+    # the corpus and the targets may keep their text in different fields
+    args = memorize.parse_args(SMALL + ["--text-field", "content", "--targets", str(t), "--targets-text-field", "body"])
+    assert memorize.read_targets(args.targets, memorize.targets_text_field(args)) == [long, "x"]
+    assert memorize.targets_text_field(memorize.parse_args(SMALL + ["--text-field", "body"])) == "body"
     d = tmp_path / "dir"
     d.mkdir()
     for name, text in [("a.txt", long), ("b.txt", "\n"), ("._a.txt", "\0\1")]:  # an empty one; a macOS resource fork
