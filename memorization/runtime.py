@@ -30,6 +30,12 @@ def rows_per_rank(batch: int, replicas: int) -> int:
     return batch // replicas
 
 
+def _step_of(path: Path) -> int | None:
+    """The step number of a trainer checkpoint directory ``step_<digits>``, else None."""
+    digits = path.name.removeprefix("step_")
+    return int(digits) if digits.isdigit() and path.is_dir() else None
+
+
 @dataclass
 class Runtime:
     grid: axonn.Grid
@@ -115,7 +121,9 @@ class Runtime:
                 pending.finish()
             if self.is_main:
                 atomic_write_text(root / "LATEST", name)
-                for old in sorted(p for p in root.glob("step_*") if p.name != name)[:-1]:
+                others = sorted((p for p in root.glob("step_*") if p.name != name and _step_of(p) is not None),
+                                key=_step_of)  # by number: step_10000000 comes after step_9999999
+                for old in others[:-1]:
                     ack.discard(old)  # renamed now, deleted in the background: the barrier is not kept waiting
                 for stale in root.glob(".step_*.tmp"):  # a save that crashed before it was published
                     ack.discard(stale)

@@ -275,6 +275,11 @@ def test_trainer_save_removes_staging_dirs_of_crashed_saves(tmp_path) -> None:
     assert (root / "LATEST").read_text() == "step_0000008"
     assert sorted(p.name for p in root.glob("step_*")) == ["step_0000004", "step_0000008"]
     assert not list(root.glob(".step_*")), sorted(p.name for p in root.iterdir())
+    # past ten million steps the names grow a digit: the one kept is the newest by number, not by name
+    (root / "step_notes").mkdir()  # not a trainer's checkpoint: never touched
+    for step in (9_999_999, 10_000_000, 10_000_001):
+        rt.save_checkpoint(model, opt, root, {"step": step})
+    assert sorted(p.name for p in root.glob("step_*")) == ["step_10000000", "step_10000001", "step_notes"]
 
 
 @pytest.mark.parametrize("damage", ["meta.json", "index.json"])
