@@ -5,7 +5,7 @@ know about a Llama-family model: layers L, hidden h, heads, KV heads, FFN width,
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -25,6 +25,7 @@ class ModelShape:
     vocab: int
     max_seq: int = 2048
     rope_theta: float = 10000.0
+    rope_scaling: dict | None = field(default=None, hash=False)  # e.g. Llama 3.1's {"rope_type": "llama3", ...}
     cpu_ok: bool = False
 
     @property
@@ -57,6 +58,8 @@ class ModelShape:
             rope_theta=self.rope_theta,
             tie_word_embeddings=False,
         )
+        if self.rope_scaling:
+            kw["rope_scaling"] = dict(self.rope_scaling)
         kw.update(overrides)
         return LlamaConfig(**kw)
 
@@ -70,9 +73,20 @@ class ModelShape:
         shape = ModelShape(name=name, layers=config.num_hidden_layers, hidden=config.hidden_size,
                            heads=config.num_attention_heads, kv_heads=config.num_key_value_heads,
                            ffn=config.intermediate_size, vocab=config.vocab_size,
-                           max_seq=config.max_position_embeddings)
+                           max_seq=config.max_position_embeddings, **_rope_of(config))
         cpu_max = max(get_preset(n).num_params() for n in preset_names() if get_preset(n).cpu_ok)
         return ModelShape(**{**asdict(shape), "cpu_ok": shape.num_params() <= cpu_max})
+
+
+def _rope_of(config) -> dict:
+    """``rope_theta`` and ``rope_scaling`` (None for plain RoPE) of a LlamaConfig: transformers 5 keeps
+    both in ``rope_parameters``, 4.x in ``rope_theta`` and ``rope_scaling``."""
+    params = getattr(config, "rope_parameters", None)
+    if not params:
+        params = {**(getattr(config, "rope_scaling", None) or {}), "rope_theta": getattr(config, "rope_theta", 10000.0)}
+    scaling = {k: v for k, v in params.items() if k != "rope_theta"}
+    plain = scaling.get("rope_type", scaling.get("type", "default")) == "default"
+    return {"rope_theta": float(params.get("rope_theta", 10000.0)), "rope_scaling": None if plain else scaling}
 
 
 @lru_cache(maxsize=None)

@@ -256,3 +256,45 @@ def test_writers_balance_each_coordinates_shards_over_its_data_replicas() -> Non
         biggest = max(s.local_numel for s in owned.values())
         assert max(load) <= sum(load) / d + biggest, (trial, load)
         assert w == writers(dict(reversed(list(owned.items()))), d)  # the same on every rank
+
+
+@pytest.mark.parametrize("size,params", [("1b", 1_100_048_384), ("8b", 8_030_261_248), ("70b", 70_553_706_496),
+                                         ("405b", 405_853_388_800)])
+def test_presets_are_the_published_models(size, params) -> None:
+    """The 1b preset is TinyLlama-1.1B and 8b/70b/405b are Llama 3.1: the published parameter counts,
+    and for Llama 3.1 its RoPE (theta 500000, llama3 scaling from 8k to 128k), which a config built
+    from the preset carries and a shape read back from that config keeps."""
+    from dataclasses import replace
+
+    from axonn.presets import ModelShape, get_preset
+
+    shape = get_preset(size)
+    assert shape.num_params() == params
+    config = shape.llama_config()
+    back = ModelShape.from_llama_config(config, name=size)
+    assert replace(back, cpu_ok=shape.cpu_ok) == shape
+    if size == "1b":
+        assert shape.rope_theta == 10000.0 and shape.rope_scaling is None
+        return
+    assert config.max_position_embeddings == 131072
+    rope = getattr(config, "rope_parameters", None) or {**config.rope_scaling, "rope_theta": config.rope_theta}
+    assert rope == {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                    "original_max_position_embeddings": 8192, "rope_theta": 500000.0}
+
+
+def test_llama3_rope_scaling_reaches_the_model() -> None:
+    """A small model with a preset's llama3 RoPE scaling runs and differs from plain RoPE (the
+    scaling lowers the long-wavelength frequencies)."""
+    from dataclasses import replace
+
+    from transformers import LlamaForCausalLM
+
+    from axonn.presets import get_preset
+
+    small = replace(get_preset("tiny"), rope_theta=500000.0)
+    x = torch.arange(3, 67).unsqueeze(0)
+    logits = []
+    for shape in (small, replace(small, rope_scaling=get_preset("8b").rope_scaling)):
+        torch.manual_seed(0)
+        logits.append(LlamaForCausalLM(shape.llama_config(attn_implementation="eager")).eval()(x).logits)
+    assert not torch.allclose(logits[0], logits[1])
