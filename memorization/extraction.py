@@ -265,9 +265,12 @@ def exact_with_ci(summary: dict) -> str:
 def markdown_table(result: dict, title: str = "Extraction") -> str:
     lines = [f"### {title}", "", "| exposures | n | exact match (95% CI) | token match | Rouge-L |",
              "|---|---|---|---|---|"]
-    for k, v in result["by_exposure"].items():
-        lines.append(f"| {k} | {v['n']} | {exact_with_ci(v)} | {fmt_metric(v['token_match'])} | "
-                     f"{fmt_metric(v['rouge_l'])} |")
+    groups = result["by_exposure"]
+    for k, v in groups.items():
+        if list(groups) == ["None"]:  # documents of unknown exposure (eval/extract.py --documents): "all" says it
+            break
+        lines.append(f"| {'unknown' if k == 'None' else k} | {v['n']} | {exact_with_ci(v)} | "
+                     f"{fmt_metric(v['token_match'])} | {fmt_metric(v['rouge_l'])} |")
     o = result["overall"]
     label = "**all but exposure 0**" if "0" in result["by_exposure"] else "**all**"
     lines.append(f"| {label} | {o['n']} | {exact_with_ci(o)} | {fmt_metric(o['token_match'])} | "

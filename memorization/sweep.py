@@ -1,7 +1,8 @@
 """A resumable grid of memorize runs (sizes x exposures x Goldfish k x h) and its aggregation.
 
-One *cell* is one ``recipes/memorize.py`` run: a model size and one exposure count (every
-target of the run is seen that many times).  The standard arm is shared: for a (size,
+One *cell* is one ``recipes/memorize.py`` run: a model size, one exposure count (every target
+of the run is seen that many times) and one Goldfish setting (k, h), named
+``<size>-e<exposures>-k<k>-h<h>`` (``<size>-e<exposures>-standard`` without a k >= 2).  The standard arm is shared: for a (size,
 exposures) pair the first Goldfish setting runs with ``--arms both`` (standard + goldfish,
 same mixture and seed) and every further (k, h) runs ``--arms goldfish`` only, on the same
 mixture (the mixture depends only on the seed, the targets and the exposures, never on k).
@@ -162,7 +163,8 @@ def check_passthrough(extra: Sequence[str]) -> list[str]:
             memorize.parse_args(extra + ["--out", "unused"])
     except SystemExit:
         msg = err.getvalue().strip().splitlines()
-        raise SweepError(f"bad memorize option in {' '.join(extra)!r}: {msg[-1] if msg else 'invalid'}") from None
+        why = msg[-1].split(" error: ", 1)[-1] if msg else "invalid"  # argparse's "prog: error: ..." prefix dropped
+        raise SweepError(f"bad memorize option in {' '.join(extra)!r}: {why}") from None
     return extra
 
 

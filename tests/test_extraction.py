@@ -226,3 +226,19 @@ def test_exposure0_controls_are_not_counted_in_the_overall_rates():
     only = extract(OracleLM(known, 300), controls, ExtractionConfig(batch_size=4))
     assert only["overall"]["n"] == 0 and only["overall"]["exact_match"] is None
     assert "| **all but exposure 0** | 0 | – | – | – |" in markdown_table(only)
+
+
+def test_documents_of_unknown_exposure_get_one_row_not_a_none_row():
+    """eval/extract.py --documents has no exposure counts: the table shows the overall row only (no
+    "None" row repeating it); mixed with known counts, the unknown ones are labelled so."""
+    from memorization.extraction import markdown_table
+
+    docs = _docs(n=4)
+    for d in docs:
+        d["exposures"] = None
+    table = markdown_table(extract(OracleLM([d["token_ids"] for d in docs], 300), docs, ExtractionConfig(batch_size=4)))
+    rows = [ln for ln in table.splitlines() if ln.startswith("| ") and not ln.startswith("| exposures")]
+    assert rows == ["| **all** | 4 | 1.000 (0.51–1.00) | 1.000 | 1.000 |"], table
+    docs[0]["exposures"] = 8
+    table = markdown_table(extract(OracleLM([d["token_ids"] for d in docs], 300), docs, ExtractionConfig(batch_size=4)))
+    assert "| 8 | 1 |" in table and "| unknown | 3 |" in table and "None" not in table

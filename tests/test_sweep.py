@@ -60,8 +60,8 @@ def test_grid_refuses_bad_values(args, match):
 @pytest.mark.parametrize("extra,match", [
     (["--size", "mini"], "set by the sweep"),
     (["--out=x"], "set by the sweep"),
-    (["--stepz", "3"], "bad memorize option"),
-    (["--steps", "abc"], "bad memorize option"),
+    (["--stepz", "3"], r"bad memorize option in '--stepz 3': unrecognized arguments: --stepz 3$"),
+    (["--steps", "abc"], r"bad memorize option in '--steps abc': argument --steps: invalid int value: 'abc'$"),
 ])
 def test_passthrough_checked(extra, match):
     with pytest.raises(sw.SweepError, match=match):
