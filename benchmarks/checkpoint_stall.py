@@ -52,7 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     dev = device()
     rt = Runtime.create()
     model = build_model(a.size, vocab_size=32000, runtime=rt)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    # fused on a GPU, as the trainer's (memorization/train.py): the step time the overlapped steps are
+    # compared with, and the state the snapshot copies (fused keeps AdamW's step counts on the GPU), are the trainer's
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=dev.type == "cuda")
     vocab = model.config.vocab_size
     gen = torch.Generator().manual_seed(0)
     batch = torch.randint(0, vocab, (a.batch, a.seq), generator=gen).to(dev)

@@ -3,8 +3,8 @@
 #
 #   bash benchmarks/gpu_runbook.sh check        # CUDA tests, then train_throughput at 4 x 2048 (the README's row)
 #   bash benchmarks/gpu_runbook.sh attention    # ours with causal_sdpa vs ours with HF's compiled mask (flash or not)
-#   bash benchmarks/gpu_runbook.sh batch        # ours and HF eager at 8 and 16 x 2048: how far batching moves MFU
-#   bash benchmarks/gpu_runbook.sh profile      # where our step's time goes (top ops; Chrome trace in $OUT)
+#   bash benchmarks/gpu_runbook.sh batch        # ours and HF eager at 8 (and 16 on a >100 GiB GPU) x 2048: batching vs MFU
+#   bash benchmarks/gpu_runbook.sh profile      # where our step's time goes (top ops; gzipped Chrome trace in $OUT)
 #   bash benchmarks/gpu_runbook.sh autotune     # matmul layout autotuning on the 1b/8b Linear shapes, bf16
 #   bash benchmarks/gpu_runbook.sh memory       # CUDA allocator peak vs the fake-tensor trace vs the planner (1b)
 #   bash benchmarks/gpu_runbook.sh checkpoint   # the stall of a blocking save vs --async-checkpoint (1b, bf16 step)
@@ -12,7 +12,8 @@
 # Each stage fits one 10-minute call on an H100 (the 1.1B compile takes about a minute). Logs go to
 # $OUT (or runs/gpu_runbook/ when $OUT is unset) and the last lines printed are the figures.
 # Nothing here needs wandb, datasets or evaluate, so no wheels have to travel. The predictions these runs
-# test are in benchmarks/results/throughput_notes.md.
+# test are in benchmarks/results/throughput_notes.md. The exit status is non-zero if any command of the
+# stage failed (each failure is logged as a FAILED line and shows in the summary).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 stage="${1:?usage: bash benchmarks/gpu_runbook.sh check|attention|batch|profile|autotune|memory|checkpoint}"
@@ -20,7 +21,17 @@ out="${OUT:-runs/gpu_runbook}"
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 PY="${PY:-python3}"
-log() { "$@" 2>&1 | tee -a "$out/$stage.log"; }
+status=0
+# run a command, append its output to the stage's log; remember a failure (pipefail: the command's status, not
+# tee's) so the stage goes on with its other commands but the script still exits non-zero
+log() {
+    "$@" 2>&1 | tee -a "$out/$stage.log"
+    local rc=$?
+    if [ "$rc" -ne 0 ]; then
+        echo "FAILED (exit $rc): $*" | tee -a "$out/$stage.log"
+        status=$rc
+    fi
+}
 
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit --format=csv | tee "$out/$stage.log"
 case "$stage" in
@@ -32,10 +43,18 @@ attention)
     log "$PY" benchmarks/train_throughput.py --which attention --batch 4 --steps 15
     ;;
 batch)
-    for b in 8 16; do log "$PY" benchmarks/train_throughput.py --batch "$b" --steps 15; done
+    # 16 x 2048 without activation checkpointing needs ~89 GiB for ours (axonn.planner.memory_per_gpu, eager) and
+    # more for HF eager (full fp32 logits), which runs first: out of memory on an 80 GB H100 before ours is
+    # measured, so 16 runs only where the GPU has > 100 GiB (an H200)
+    mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -n1)
+    sizes="8"
+    if [ "${mib:-0}" -gt 100000 ] 2>/dev/null; then sizes="8 16"; fi
+    for b in $sizes; do log "$PY" benchmarks/train_throughput.py --batch "$b" --steps 15; done
     ;;
 profile)
-    log "$PY" benchmarks/train_throughput.py --which ours --batch 4 --steps 10 --profile 3 --trace "$out/ours_trace.json"
+    # gzipped (torch writes .gz itself; Perfetto opens it): the plain JSON of 3 steps can pass the 16 MiB a file
+    # brought back from $OUT may have
+    log "$PY" benchmarks/train_throughput.py --which ours --batch 4 --steps 10 --profile 3 --trace "$out/ours_trace.json.gz"
     ;;
 autotune)
     log "$PY" benchmarks/matmul_autotune.py --presets 1b,8b --m 2048,8192
@@ -44,7 +63,9 @@ memory)
     log "$PY" benchmarks/memory_validation.py --cuda
     ;;
 checkpoint)
-    log "$PY" benchmarks/checkpoint_stall.py --size 1b --seq 2048 --batch 2 --steps 4 --dir "$out/ckpt"
+    # the checkpoints (13 GB each: fp32 weights + AdamW state) go to the repository's disk, not to $OUT: a run
+    # stopped mid-save must not leave them among the files to bring back
+    log "$PY" benchmarks/checkpoint_stall.py --size 1b --seq 2048 --batch 2 --steps 4 --dir runs/gpu_runbook_ckpt
     ;;
 *)
     echo "unknown stage $stage: use check, attention, batch, profile, autotune, memory or checkpoint" >&2
@@ -52,4 +73,6 @@ checkpoint)
     ;;
 esac
 echo "== $stage: summary"
-grep -E "passed|failed|speedup|MFU|peak memory|geomean|pays|configurations|^1b|^tiny|waits|stall" "$out/$stage.log" | tail -20
+grep -E "FAILED|Error|passed|failed|speedup|MFU|peak memory|geomean|pays|configurations|^1b|^tiny|waits|stall" \
+    "$out/$stage.log" | tail -20
+exit "$status"

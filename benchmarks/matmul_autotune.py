@@ -9,7 +9,8 @@ For each preset, the Linear weight shapes ``n × k`` (out × in) of a Llama bloc
 tensor-parallel sizes ``--tp Gr,Gc`` (out over row, in over col), and each
 ``m`` (tokens on the rank), times every variant of ``fwd`` (X Wᵀ), ``dgrad``
 (dY W) and ``wgrad`` (dYᵀ X) with :meth:`MatmulTuner.time_variants`
-(warm-up, then ``--reps`` round-robin rounds over the variants, median, CUDA synchronised).  Columns: microseconds per
+(warm-up, then ``--reps`` round-robin rounds over the variants, median; on CUDA each sample is the
+device time of 10 back-to-back calls between CUDA events, not one synchronised call's launch + sync overhead).  Columns: microseconds per
 variant, the winner, ``ref/best`` (speed-up of tuning over the layer's default
 call: this is "when it pays") and ``worst/best`` (the spread between layouts).
 ``--write-cache`` merges the winners into the autotune cache (pre-tuning a run).

@@ -13,6 +13,7 @@ embedding), peak = 989 TFLOP/s (H100 SXM dense bf16) unless --peak-tflops says o
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import sys
 import tempfile
@@ -28,10 +29,23 @@ from memorization.goldfish import GoldfishConfig  # noqa: E402
 from memorization.models import build_model  # noqa: E402
 from memorization.train import TrainConfig, Trainer  # noqa: E402
 
+VOCAB = 32000  # both sides build their model with this vocabulary, whatever the preset's own
+
+
+def bench_shape(size: str):
+    """The preset's shape with the vocabulary the benchmark's models really have (:data:`VOCAB`).
+
+    The MFU's 6 N counts the output head (vocab x hidden): with the preset's vocabulary instead, the
+    tiny/mini presets (4096) would under-count and the Llama 3.1 ones (128256) over-count it (8b: +5%).
+    """
+    from memorization.models import padded_vocab
+
+    return dataclasses.replace(get_preset(size), vocab=padded_vocab(VOCAB))
+
 
 def hf_eager(size: str, rows: torch.Tensor, batch: int, steps: int, warmup: int, dev: torch.device) -> float:
     """Plain HF: fp32 weights, bf16 autocast, SDPA, fused AdamW, ``model(input_ids, labels).loss``."""
-    model = build_model(size, 32000, seed=0).to(dev)
+    model = build_model(size, VOCAB, seed=0).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=dev.type == "cuda")
     it = iter(range(10**9))
 
@@ -57,7 +71,7 @@ def ours(size: str, rows: torch.Tensor, batch: int, steps: int, warmup: int, dev
     cfg = TrainConfig(batch_size=batch, lr=1e-4, checkpoint_every=0, progress=False, compile=compile,
                       activation_checkpointing=ac, goldfish=GoldfishConfig(k=4, h=13))
     with tempfile.TemporaryDirectory() as tmp:
-        t = Trainer(build_model(size, 32000, seed=0), rows, docs, rows[:batch], cfg, tmp, run_name="ours",
+        t = Trainer(build_model(size, VOCAB, seed=0), rows, docs, rows[:batch], cfg, tmp, run_name="ours",
                     row_context=stream_context(rows))
         t.total_steps = len(rows) // batch
         if attention != t.model.config._attn_implementation:
@@ -109,8 +123,8 @@ def main() -> None:
     p.add_argument("--trace", default=None, metavar="FILE.json", help="with --profile: write a Chrome trace here")
     a = p.parse_args()
     dev = device()
-    shape = get_preset(a.size)
-    rows = torch.randint(3, 32000, (a.batch * 64, a.seq))
+    shape = bench_shape(a.size)
+    rows = torch.randint(3, VOCAB, (a.batch * 64, a.seq))
     tok = a.batch * a.seq
     fpt = flops_per_token(shape, a.seq)
     res = {}

@@ -12,7 +12,8 @@ Each can be issued in several layouts that compute the same mathematical result
 materialised (NN)); BLAS libraries have different kernels for each and the
 fastest one depends on the shape, dtype and device.  :class:`MatmulTuner` times
 the variants the first time a key ``(op, m, n, k, dtype, device)`` is seen
-(warm-up + median of a few repetitions, CUDA synchronised), keeps the winner in
+(warm-up + median of a few repetitions; on CUDA each repetition is CUDA-event timed over
+back-to-back calls), keeps the winner in
 memory and merges it into a JSON cache on disk (``$AXONN_AUTOTUNE_CACHE`` or
 ``~/.cache/axonn/matmul_autotune.json``; written to a temp file and
 ``os.replace``d, under an advisory lock when the filesystem has one, so several
@@ -129,6 +130,35 @@ def default_cache_path() -> Path:
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+CUDA_CALLS_PER_SAMPLE = 10  # back-to-back calls in one CUDA timing sample (see _seconds_per_call)
+
+
+def _seconds_per_call(f: Callable[[Tensor, Tensor], Tensor], a: Tensor, b: Tensor) -> float:
+    """One timing sample of ``f(a, b)``, in seconds per call.
+
+    CPU: the wall-clock time of one call.  CUDA: the device time between two CUDA events around
+    ``CUDA_CALLS_PER_SAMPLE`` back-to-back calls, divided by their number.  The wall-clock time of
+    one synchronised call would add the kernel launch and the synchronisation's round trip (some
+    10-20 us) to kernels of a few to ~100 us (the 1b k/v products at 2048 tokens take ~3 us on an
+    H100): the figures would be mostly overhead, ratios squeezed towards 1, and the variants that
+    launch a second kernel (a ``.contiguous()`` copy) charged for a launch that a training step
+    overlaps with the kernel before it.
+    """
+    if a.device.type != "cuda":
+        t0 = time.perf_counter()
+        f(a, b)
+        return time.perf_counter() - t0
+    with torch.cuda.device(a.device):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        f(a, b)  # untimed: keeps the GPU busy while the timed calls are launched, so no idle gap is timed
+        start.record()
+        for _ in range(CUDA_CALLS_PER_SAMPLE):
+            f(a, b)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3 / CUDA_CALLS_PER_SAMPLE  # elapsed_time is in ms
 
 
 # ---------------------------------------------------------------- cache file
@@ -267,10 +297,7 @@ class MatmulTuner:
             # hits every variant alike instead of penalising whichever ran during it
             for _ in range(reps):
                 for name, f in fns.items():
-                    t0 = time.perf_counter()
-                    f(a, b)
-                    _sync(a.device)
-                    ts[name].append(time.perf_counter() - t0)
+                    ts[name].append(_seconds_per_call(f, a, b))
         return {name: statistics.median(v) for name, v in ts.items()}
 
     def choose(self, op: str, a: Tensor, b: Tensor) -> str:

@@ -1,0 +1,73 @@
+"""Arithmetic of the benchmark scripts (benchmarks/): what their MFU counts, on the models they build."""
+import pytest
+import torch
+
+from benchmarks.common import flops_per_token
+
+
+def test_1b_flops_per_token_is_the_documented_7_31_gflop():
+    """6 N (N = 1.035 B matmul parameters: all but the input embedding) + 12 L h s at 2048 tokens
+    (benchmarks/results/throughput_notes.md)."""
+    from benchmarks.train_throughput import bench_shape
+
+    shape = bench_shape("1b")
+    n = shape.num_params() - shape.vocab * shape.hidden
+    assert n == pytest.approx(1.035e9, rel=1e-3)
+    assert flops_per_token(shape, 2048) == 6 * n + 12 * 22 * 2048 * 2048
+    assert flops_per_token(shape, 2048) / 1e9 == pytest.approx(7.31, abs=0.01)
+
+
+@pytest.mark.parametrize("size", ["tiny", "8b"])
+def test_train_throughput_counts_the_flops_of_the_model_it_builds(size):
+    """The 6 N of train_throughput's MFU is 6 x the Linear weights (the output head included, the input
+    embedding not) of the model both sides train, which has VOCAB tokens whatever the preset's vocabulary
+    (tiny: 4096, 8b: 128256)."""
+    from accelerate import init_empty_weights
+    from transformers import LlamaForCausalLM
+
+    from benchmarks.train_throughput import VOCAB, bench_shape
+    from memorization.models import model_config
+
+    with init_empty_weights():  # shapes only: the 8b model is never allocated
+        model = LlamaForCausalLM(model_config(size, VOCAB))
+    linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    shape, seq = bench_shape(size), 128
+    assert model.lm_head.weight.shape[0] == shape.vocab
+    attention = 12 * shape.layers * shape.hidden * seq
+    # flops_per_token's N also holds the RMSNorm weights (2 h per layer + h): < 0.1% of N
+    assert flops_per_token(shape, seq) == pytest.approx(6 * linear + attention, rel=1e-3)
+
+
+def test_matmul_timing_on_cuda_is_event_timed_per_call(monkeypatch):
+    """On CUDA a timing sample of the matmul autotuner (benchmarks/matmul_autotune.py) is the CUDA-event time of
+    CUDA_CALLS_PER_SAMPLE back-to-back calls (after one untimed call), in seconds per call: not the wall clock of
+    one synchronised call, which adds launch + sync latency to kernels of a few microseconds.  Faked CUDA here."""
+    from contextlib import nullcontext
+    from types import SimpleNamespace
+
+    from axonn.intra_layer import autotune as at
+
+    events = []
+
+    class FakeEvent:
+        def __init__(self, enable_timing=False):
+            assert enable_timing
+            events.append(self)
+
+        def record(self):
+            self.calls_before = len(calls)
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, end):  # milliseconds, as torch.cuda.Event's: 2 ms per call
+            return 2.0 * (end.calls_before - self.calls_before)
+
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "device", lambda d: nullcontext())
+    calls = []
+    a = SimpleNamespace(device=torch.device("cuda", 0))
+    s = at._seconds_per_call(lambda x, y: calls.append(1), a, None)
+    assert len(calls) == at.CUDA_CALLS_PER_SAMPLE + 1 and len(events) == 2
+    assert events[0].calls_before == 1  # the warm call is launched before the start event
+    assert s == pytest.approx(2e-3)
