@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every GPU measurement the project still owes, in as few calls as a 30-minute lease allows.
 #
-#   bash benchmarks/gpu_runbook.sh check        # CUDA tests, then train_throughput at 4 x 2048 (the README's row)
+#   bash benchmarks/gpu_runbook.sh throughput   # train_throughput at 4 x 2048: ours vs HF eager (the README's row)
+#   bash benchmarks/gpu_runbook.sh check        # the CUDA tests (tests/test_gpu.py)
 #   bash benchmarks/gpu_runbook.sh attention    # ours with causal_sdpa vs ours with HF's compiled mask (flash or not)
 #   bash benchmarks/gpu_runbook.sh batch        # ours and HF eager at 8 (and 16 on a >100 GiB GPU) x 2048: batching vs MFU
 #   bash benchmarks/gpu_runbook.sh profile      # where our step's time goes (top ops; gzipped Chrome trace in $OUT)
@@ -9,14 +10,15 @@
 #   bash benchmarks/gpu_runbook.sh memory       # CUDA allocator peak vs the fake-tensor trace vs the planner (1b)
 #   bash benchmarks/gpu_runbook.sh checkpoint   # the stall of a blocking save vs --async-checkpoint (1b, bf16 step)
 #
-# Each stage fits one 10-minute call on an H100 (the 1.1B compile takes about a minute). Logs go to
+# Each stage fits one 10-minute call on an H100 (the 1.1B compile takes about a minute); a 30-minute lease,
+# start-up included, holds four or five of them: run them in the order listed (the headline figure first). Logs go to
 # $OUT (or runs/gpu_runbook/ when $OUT is unset) and the last lines printed are the figures.
 # Nothing here needs wandb, datasets or evaluate, so no wheels have to travel. The predictions these runs
 # test are in benchmarks/results/throughput_notes.md. The exit status is non-zero if any command of the
 # stage failed (each failure is logged as a FAILED line and shows in the summary).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-stage="${1:?usage: bash benchmarks/gpu_runbook.sh check|attention|batch|profile|autotune|memory|checkpoint}"
+stage="${1:?usage: bash benchmarks/gpu_runbook.sh throughput|check|attention|batch|profile|autotune|memory|checkpoint}"
 out="${OUT:-runs/gpu_runbook}"
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -35,9 +37,11 @@ log() {
 
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit --format=csv | tee "$out/$stage.log"
 case "$stage" in
+throughput)
+    log "$PY" benchmarks/train_throughput.py --batch 4
+    ;;
 check)
     log "$PY" -m pytest -q -p no:cacheprovider tests/test_gpu.py
-    log "$PY" benchmarks/train_throughput.py --batch 4
     ;;
 attention)
     log "$PY" benchmarks/train_throughput.py --which attention --batch 4 --steps 15
@@ -68,7 +72,7 @@ checkpoint)
     log "$PY" benchmarks/checkpoint_stall.py --size 1b --seq 2048 --batch 2 --steps 4 --dir runs/gpu_runbook_ckpt
     ;;
 *)
-    echo "unknown stage $stage: use check, attention, batch, profile, autotune, memory or checkpoint" >&2
+    echo "unknown stage $stage: use throughput, check, attention, batch, profile, autotune, memory or checkpoint" >&2
     exit 2
     ;;
 esac
