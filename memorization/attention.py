@@ -29,12 +29,16 @@ CAUSAL_SDPA = "causal_sdpa"
 _registered = False
 
 
-def _causal_sdpa_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_offset=0,
+def _causal_sdpa_mask(batch_size: int, q_length: int | None = None, kv_length: int = 0, q_offset=0, kv_offset=0,
                       mask_function=None, attention_mask: torch.Tensor | None = None, **kwargs):
     """HF's ``sdpa_mask``, except that a plain causal mask is ``None`` also while tracing (see module doc)."""
     from transformers import masking_utils as mu
 
     mask_function = mask_function or mu.causal_mask_function
+    # transformers 4.53-4.57 pass cache_position, not q_length/q_offset (a plain mask's is 0..T-1: q_offset 0)
+    old_api = q_length is None
+    if old_api:
+        q_length = kwargs["cache_position"].shape[0]
     plain = (attention_mask is None and kwargs.get("local_size") is None
              and isinstance(q_offset, int) and isinstance(kv_offset, int) and q_offset == kv_offset == 0
              and q_length == kv_length)
@@ -42,8 +46,10 @@ def _causal_sdpa_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0
     # tracing: HF wrapped it in its packed-sequence adapter because it could not read them
     if plain and (mask_function is mu.causal_mask_function or torch.compiler.is_compiling()):
         return None
-    return mu.sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
-                        kv_offset=kv_offset, mask_function=mask_function, attention_mask=attention_mask, **kwargs)
+    if not old_api:
+        kwargs.update(q_length=q_length, q_offset=q_offset)
+    return mu.sdpa_mask(batch_size=batch_size, kv_length=kv_length, kv_offset=kv_offset, mask_function=mask_function,
+                        attention_mask=attention_mask, **kwargs)
 
 
 def register() -> bool:

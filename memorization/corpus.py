@@ -231,6 +231,10 @@ def corpus_fingerprint(docs: list[str]) -> str:
     return h.hexdigest()[:16]
 
 
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
+                    "spiece.model")
+
+
 def load_tokenizer(spec: str = DEFAULT_TOKENIZER):
     """A Hugging Face tokenizer by name or local path; ``builtin:bpe4096`` is trained offline.
 
@@ -243,6 +247,9 @@ def load_tokenizer(spec: str = DEFAULT_TOKENIZER):
     else:
         if spec.startswith(("/", ".", "~")) and not Path(spec).expanduser().exists():
             raise FileNotFoundError(f"tokenizer path {spec} does not exist")
+        d = Path(spec).expanduser()
+        if d.is_dir() and not any((d / f).exists() for f in _TOKENIZER_FILES):  # transformers 4.x: AttributeError
+            raise FileNotFoundError(f"{spec} holds no tokenizer (none of {', '.join(_TOKENIZER_FILES)})")
         tok = AutoTokenizer.from_pretrained(spec)
     if tok.eos_token is None:
         raise ValueError(f"tokenizer {spec} has no EOS token; documents cannot be separated")

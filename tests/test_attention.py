@@ -105,3 +105,21 @@ def test_trainer_switches_an_sdpa_model_and_leaves_eager_alone(tmp_path):
     eager.set_attn_implementation("eager")
     t = Trainer(eager, rows, docs, rows[:4], cfg, tmp_path / "b")
     assert t.model.config._attn_implementation == "eager"
+
+
+def test_mask_function_takes_both_calling_conventions(monkeypatch):
+    """transformers 5 calls a mask function with ``q_length``/``q_offset``; 4.53-4.57 with ``cache_position``
+    instead (no ``q_length``). A plain causal mask is None either way, and anything else goes to HF's
+    ``sdpa_mask`` with the arguments it was given (the 4.x convention's passed through unchanged)."""
+    from transformers import masking_utils as mu
+
+    from memorization.attention import _causal_sdpa_mask
+
+    assert _causal_sdpa_mask(batch_size=2, q_length=8, kv_length=8) is None
+    assert _causal_sdpa_mask(batch_size=2, cache_position=torch.arange(8), kv_length=8) is None  # 4.53-4.57
+    seen = []
+    monkeypatch.setattr(mu, "sdpa_mask", lambda **kw: seen.append(kw) or "mask")
+    assert _causal_sdpa_mask(batch_size=2, cache_position=torch.arange(7, 8), kv_length=8) == "mask"  # decoding
+    assert "q_length" not in seen[0] and seen[0]["cache_position"].tolist() == [7] and seen[0]["kv_length"] == 8
+    assert _causal_sdpa_mask(batch_size=2, q_length=1, kv_length=8, q_offset=7) == "mask"
+    assert (seen[1]["q_length"], seen[1]["q_offset"], seen[1]["kv_length"]) == (1, 7, 8)

@@ -107,3 +107,13 @@ def test_a_dataset_repository_snapshot_is_a_corpus(tmp_path):
     (plain / "extra.txt").write_text("a text file among json files\n")
     with pytest.raises(ValueError, match=r"cannot mix or read file types \['.jsonl', '.txt'\]"):
         load_documents(str(plain))
+
+
+def test_a_directory_without_tokenizer_files_is_a_clear_error(tmp_path):
+    """A model directory saved without its tokenizer: the error says so (transformers 4.x would raise an
+    AttributeError from deep inside its slow-tokenizer conversion)."""
+    from memorization.corpus import load_tokenizer
+
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    with pytest.raises(FileNotFoundError, match=r"holds no tokenizer \(none of tokenizer.json"):
+        load_tokenizer(str(tmp_path))

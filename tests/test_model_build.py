@@ -176,7 +176,7 @@ def test_export_in_bf16_and_in_several_files_loads_in_from_pretrained(tmp_path) 
     ckpt.export_hf(model, tmp_path / "bf16", dtype=torch.bfloat16, max_shard_bytes=2**20)
     files = sorted(p.name for p in (tmp_path / "bf16").glob("*.safetensors"))
     assert len(files) > 1 and (tmp_path / "bf16" / "model.safetensors.index.json").exists()
-    hf = AutoModelForCausalLM.from_pretrained(tmp_path / "bf16")
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path / "bf16", dtype="auto")  # 4.x defaults to float32
     assert hf.dtype == torch.bfloat16
     for n, p in model.named_parameters():
         assert torch.equal(hf.state_dict()[n], p.detach().to(torch.bfloat16)), n
