@@ -283,6 +283,11 @@ def build_default_tokenizer(vocab_size: int = 4096, force: bool = False) -> Path
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
     fast.save_pretrained(str(tmp))
+    # transformers 5 records its own class (TokenizersBackend), which 4.x cannot load; the generic fast class
+    # loads the same tokenizer.json on both, so a cache (and a run's copy of it) moves between versions
+    cfg = tmp / "tokenizer_config.json"
+    atomic_write_text(cfg, json.dumps({**json.loads(cfg.read_text()), "tokenizer_class": "PreTrainedTokenizerFast"},
+                                      indent=2) + "\n")
     try:
         os.replace(tmp, out)
     except OSError:  # another process finished first: identical content

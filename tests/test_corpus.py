@@ -117,3 +117,22 @@ def test_a_directory_without_tokenizer_files_is_a_clear_error(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "llama"}')
     with pytest.raises(FileNotFoundError, match=r"holds no tokenizer \(none of tokenizer.json"):
         load_tokenizer(str(tmp_path))
+
+
+def test_the_built_in_tokenizer_is_saved_in_a_form_every_supported_transformers_loads(tmp_path, monkeypatch):
+    """transformers 5 saves its own tokenizer class name, which 4.x cannot load; the built-in tokenizer's
+    directory names the generic fast class instead, and loads as the same tokenizer."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from memorization.corpus import build_default_corpus, build_default_tokenizer
+
+    shutil.copy(build_default_corpus(), tmp_path / "pydocs.jsonl")  # the corpus is not rebuilt
+    monkeypatch.setenv("GOLDFISH_CACHE", str(tmp_path))
+    out = build_default_tokenizer(vocab_size=512)
+    assert json.loads((out / "tokenizer_config.json").read_text())["tokenizer_class"] == "PreTrainedTokenizerFast"
+    tok, text = AutoTokenizer.from_pretrained(str(out)), "Return the value of x.\n\n  def f(x): return x"
+    ids = tok(text)["input_ids"]
+    assert ids[0] == tok.bos_token_id and tok.decode(ids[1:]) == text
+    assert (tok.bos_token, tok.eos_token, tok.pad_token) == ("<s>", "</s>", "<pad>")
