@@ -118,10 +118,14 @@ def load_texts(spec: str, text_field: str = "text", split: str = "train", field_
     return list(ds[text_field])
 
 
+_TEXT_SUFFIXES = (".txt", ".md")  # documents separated by blank lines
+_DATA_KINDS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}  # datasets' builders
+
+
 def looks_local(spec: str) -> bool:
     """Whether ``spec`` names a local path (never a hub dataset): ``/``, ``.`` or ``~`` first, a data
     file's extension, or a parent directory that exists here (``data/mine`` beside a ``data/``)."""
-    if spec.startswith(("/", ".", "~")) or spec.endswith((".json", ".jsonl", ".txt", ".md", ".parquet", ".csv")):
+    if spec.startswith(("/", ".", "~")) or spec.endswith((*_TEXT_SUFFIXES, *_DATA_KINDS)):
         return True
     parent = Path(spec).parent
     return parent != Path(".") and parent.is_dir()
@@ -168,7 +172,6 @@ def _load_saved(path: Path, spec: str, split: str):
                        "save the one to use on its own (`dataset_dict[name].save_to_disk(dir)`)")
 
 
-_DATA_KINDS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
 _DOC_SUFFIXES = {".md", ""}  # README.md, LICENSE, CITATION: a dataset's documentation, not its data
 
 
@@ -186,7 +189,7 @@ def _load_local(path: Path, spec: str, split: str):
     if not files:
         raise FileNotFoundError(f"corpus directory {spec} holds no files")
     exts = {p.suffix.lower() for p in files}
-    if exts <= {".txt", ".md"}:
+    if exts <= set(_TEXT_SUFFIXES):
         docs = []
         for f in files:
             docs += [d.strip() for d in re.split(r"\n\s*\n", read_text_file(f)) if d.strip()]
@@ -231,8 +234,13 @@ def corpus_fingerprint(docs: list[str]) -> str:
     return h.hexdigest()[:16]
 
 
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
-                    "spiece.model")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
+                   "spiece.model")
+
+
+def has_tokenizer_files(d: Path) -> bool:
+    """Whether the directory ``d`` holds any of the files a Hugging Face tokenizer is saved as."""
+    return any((d / f).exists() for f in TOKENIZER_FILES)
 
 
 def load_tokenizer(spec: str = DEFAULT_TOKENIZER):
@@ -248,8 +256,8 @@ def load_tokenizer(spec: str = DEFAULT_TOKENIZER):
         if spec.startswith(("/", ".", "~")) and not Path(spec).expanduser().exists():
             raise FileNotFoundError(f"tokenizer path {spec} does not exist")
         d = Path(spec).expanduser()
-        if d.is_dir() and not any((d / f).exists() for f in _TOKENIZER_FILES):  # transformers 4.x: AttributeError
-            raise FileNotFoundError(f"{spec} holds no tokenizer (none of {', '.join(_TOKENIZER_FILES)})")
+        if d.is_dir() and not has_tokenizer_files(d):  # transformers 4.x: AttributeError
+            raise FileNotFoundError(f"{spec} holds no tokenizer (none of {', '.join(TOKENIZER_FILES)})")
         tok = AutoTokenizer.from_pretrained(spec)
     if tok.eos_token is None:
         raise ValueError(f"tokenizer {spec} has no EOS token; documents cannot be separated")

@@ -134,9 +134,6 @@ class MissingTokenizerError(FileNotFoundError):
     """A checkpoint directory has no tokenizer files and no tokenizer was given."""
 
 
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
-
-
 def load_tokenizer(path: str | os.PathLike) -> Any:
     """Load the tokenizer saved next to a checkpoint, failing clearly if there is none.
 
@@ -145,10 +142,12 @@ def load_tokenizer(path: str | os.PathLike) -> Any:
     """
     from transformers import AutoTokenizer
 
+    from .corpus import TOKENIZER_FILES, has_tokenizer_files
+
     p = Path(path)
-    if p.is_dir() and not any((p / f).exists() for f in _TOKENIZER_FILES):
+    if p.is_dir() and not has_tokenizer_files(p):
         raise MissingTokenizerError(
-            f"checkpoint {str(p)!r} has no tokenizer (none of {', '.join(_TOKENIZER_FILES)} "
+            f"checkpoint {str(p)!r} has no tokenizer (none of {', '.join(TOKENIZER_FILES)} "
             "found). Save it next to the weights with tokenizer.save_pretrained(<checkpoint>), "
             "or pass --tokenizer PATH pointing to a directory that has one."
         )
