@@ -490,16 +490,17 @@ def read_meta(path: str | os.PathLike) -> dict:
     return meta
 
 
+DAMAGED = "the checkpoint is damaged; load an earlier one (point the root's LATEST at another step_* directory)"
+
+
 def _read_json(f: Path):
     """The JSON in ``f``, a file of a checkpoint marked complete; a damaged one is a clear error."""
     try:
         return json.loads(f.read_text())
     except FileNotFoundError as e:
-        raise FileNotFoundError(f"{f} is missing from a checkpoint marked complete: the checkpoint is damaged; "
-                                f"load an earlier one (point the root's LATEST at another step_* directory)") from e
+        raise FileNotFoundError(f"{f} is missing from a checkpoint marked complete: {DAMAGED}") from e
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{f} is not valid JSON ({e}): the checkpoint is damaged; load an earlier one (point "
-                         f"the root's LATEST at another step_* directory)") from e
+        raise ValueError(f"{f} is not valid JSON ({e}): {DAMAGED}") from e
 
 
 def pieces_by_name(index: dict[str, dict[str, ShardSpec]]) -> dict[str, list[tuple[str, ShardSpec]]]:
@@ -562,8 +563,7 @@ def _load_shard_file(f: Path) -> dict:
     except FileNotFoundError:
         raise
     except (RuntimeError, EOFError, ValueError) as e:  # torch's zip reader / unpickler on a damaged file
-        raise RuntimeError(f"{f} cannot be read ({str(e)[:200]}): the checkpoint is damaged; load an earlier "
-                           f"one (point the root's LATEST at another step_* directory)") from e
+        raise RuntimeError(f"{f} cannot be read ({str(e)[:200]}): {DAMAGED}") from e
 
 
 def _local_from_pieces(pieces: list[tuple[torch.Tensor, ShardSpec]], spec: ShardSpec) -> torch.Tensor:

@@ -121,9 +121,9 @@ class Runtime:
                 pending.finish()
             if self.is_main:
                 atomic_write_text(root / "LATEST", name)
-                others = sorted((p for p in root.glob("step_*") if p.name != name and _step_of(p) is not None),
-                                key=_step_of)  # by number: step_10000000 comes after step_9999999
-                for old in others[:-1]:
+                others = sorted((step, p) for p in root.glob("step_*")  # by number: step_10000000 after step_9999999
+                                if p.name != name and (step := _step_of(p)) is not None)
+                for _, old in others[:-1]:
                     ack.discard(old)  # renamed now, deleted in the background: the barrier is not kept waiting
                 for stale in root.glob(".step_*.tmp"):  # a save that crashed before it was published
                     ack.discard(stale)
