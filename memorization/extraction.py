@@ -18,6 +18,7 @@ token per step for the whole batch).
 from __future__ import annotations
 
 import inspect
+import math
 import re
 import warnings
 from collections import defaultdict
@@ -247,9 +248,12 @@ def summarize(records: list[dict]) -> dict:
     }
 
 
-def fmt_metric(x: float | None, digits: int = 3) -> str:
-    """``x`` to ``digits`` decimals; ``–`` for a metric that is not defined (None: no document)."""
-    return "–" if x is None else f"{x:.{digits}f}"
+def fmt_metric(x: object, digits: int = 3) -> str:
+    """A table cell: a float to ``digits`` decimals, ``–`` for a metric that is not defined (None: no
+    document; NaN), anything else as ``str``."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
 
 
 def exact_with_ci(summary: dict) -> str:
@@ -262,6 +266,11 @@ def exact_with_ci(summary: dict) -> str:
     return rate if ci is None else f"{rate} ({ci[0]:.2f}–{ci[1]:.2f})"
 
 
+def metric_cells(summary: dict) -> str:
+    """A summary's ``exact match (95% CI) | token match | Rouge-L`` table cells."""
+    return f"{exact_with_ci(summary)} | {fmt_metric(summary['token_match'])} | {fmt_metric(summary['rouge_l'])}"
+
+
 def markdown_table(result: dict, title: str = "Extraction") -> str:
     lines = [f"### {title}", "", "| exposures | n | exact match (95% CI) | token match | Rouge-L |",
              "|---|---|---|---|---|"]
@@ -269,12 +278,10 @@ def markdown_table(result: dict, title: str = "Extraction") -> str:
     for k, v in groups.items():
         if list(groups) == ["None"]:  # documents of unknown exposure (eval/extract.py --documents): "all" says it
             break
-        lines.append(f"| {'unknown' if k == 'None' else k} | {v['n']} | {exact_with_ci(v)} | "
-                     f"{fmt_metric(v['token_match'])} | {fmt_metric(v['rouge_l'])} |")
+        lines.append(f"| {'unknown' if k == 'None' else k} | {v['n']} | {metric_cells(v)} |")
     o = result["overall"]
     label = "**all but exposure 0**" if "0" in result["by_exposure"] else "**all**"
-    lines.append(f"| {label} | {o['n']} | {exact_with_ci(o)} | {fmt_metric(o['token_match'])} | "
-                 f"{fmt_metric(o['rouge_l'])} |")
+    lines.append(f"| {label} | {o['n']} | {metric_cells(o)} |")
     if result["skipped"]:
         lines.append(f"\n{len(result['skipped'])} document(s) skipped as shorter than prefix + suffix.")
     return "\n".join(lines) + "\n"

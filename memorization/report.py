@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from .extraction import exact_with_ci, fmt_metric
+from .extraction import metric_cells
 
 
 def results_markdown(results: dict) -> str:
@@ -27,8 +27,7 @@ def results_markdown(results: dict) -> str:
         gf = a["goldfish"]
         label = name if gf["k"] == 0 else f"{name} (k={gf['k']}, h={gf['h']}, {gf['strategy']})"
         lines.append(
-            f"| {label} | {exact_with_ci(a)} | {fmt_metric(a['token_match'])} | {fmt_metric(a['rouge_l'])} "
-            f"| {a['val_loss']:.4f} "
+            f"| {label} | {metric_cells(a)} | {a['val_loss']:.4f} "
             f"| {a['final_train_loss']:.4f} | {a['goldfish_drop_frac']:.3f} | {a['train_seconds']:.0f} s |"
         )
     if "standard" in arms and "goldfish" in arms:
@@ -45,8 +44,7 @@ def results_markdown(results: dict) -> str:
               "|---|---|---|---|---|---|"]
     for name, a in arms.items():
         for n, v in a["by_exposure"].items():
-            lines.append(f"| {name} | {n} | {v['n']} | {exact_with_ci(v)} | {fmt_metric(v['token_match'])} | "
-                         f"{fmt_metric(v['rouge_l'])} |")
+            lines.append(f"| {name} | {n} | {v['n']} | {metric_cells(v)} |")
     if results.get("skipped_targets"):
         lines.append(f"\n{len(results['skipped_targets'])} target(s) skipped as too short.")
     return "\n".join(lines) + "\n"

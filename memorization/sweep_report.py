@@ -18,9 +18,9 @@ import math
 import re
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
-from .extraction import exact_with_ci
+from .extraction import exact_with_ci, fmt_metric
 
 FIGURES = ("extraction_vs_exposures.png", "extraction_quality_vs_k.png", "mia.png")
 
@@ -39,14 +39,6 @@ def _row_label(row: dict) -> str:
 def _mark_multi_h(rows: list[dict]) -> list[dict]:
     multi = len({r["h"] for r in rows if r["arm"] == "goldfish"}) > 1
     return [{**r, "_multi_h": multi} for r in rows]
-
-
-def _fmt(v: Any, digits: int = 3) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    if isinstance(v, float):
-        return f"{v:.{digits}f}"
-    return str(v)
 
 
 # --------------------------------------------------------------------------- figures
@@ -301,8 +293,8 @@ def sweep_markdown(results: dict, figures: Sequence[str]) -> str:
     table = []
     for r in rows:
         table.append([r["size"], str(r["exposures"]), _row_label(r), str(r["steps"]), exact_with_ci(r),
-                      _fmt(r["token_match"]), _fmt(r["rouge_l"]), _fmt(r["val_loss"], 4), _fmt(r["perplexity"], 2),
-                      _fmt(r["goldfish_drop_frac"]), f"{r['train_seconds']:.0f}", *[_fmt(r.get(k)) for k in extra]])
+                      fmt_metric(r["token_match"]), fmt_metric(r["rouge_l"]), fmt_metric(r["val_loss"], 4), fmt_metric(r["perplexity"], 2),
+                      fmt_metric(r["goldfish_drop_frac"]), f"{r['train_seconds']:.0f}", *[fmt_metric(r.get(k)) for k in extra]])
     lines += _table(header, table)
     lines += ["", "exact match: fraction of targets whose greedy suffix equals the true one (95% Wilson "
               "interval); val loss: memorize's "
@@ -314,8 +306,8 @@ def sweep_markdown(results: dict, figures: Sequence[str]) -> str:
     if any(r.get("mia_auc_loss") is not None for r in rows):
         lines += ["", "## Membership inference (targets vs held-out nonmembers)", "",
                   "AUC 0.5 = chance; higher = the attack tells the trained targets from unseen documents.", ""]
-        mrows = [[r["size"], str(r["exposures"]), arm_label(r), *[_fmt(r.get(f"mia_auc_{s}")) for s in
-                  ("loss", "zlib", "min_k")], _fmt(r.get("mia_tpr_loss"))]
+        mrows = [[r["size"], str(r["exposures"]), arm_label(r), *[fmt_metric(r.get(f"mia_auc_{s}")) for s in
+                  ("loss", "zlib", "min_k")], fmt_metric(r.get("mia_tpr_loss"))]
                  for r in rows if r.get("mia_auc_loss") is not None]
         lines += _table(["size", "exposures", "arm", "AUC loss", "AUC zlib", "AUC min-k", "TPR@1%FPR loss"], mrows)
         sc = figure_score(rows)
