@@ -287,8 +287,12 @@ def test_bytes_per_axis_are_every_collective_the_trainer_issues(ckpt):
     want["column"] += 2 * ar(C, m * V / R) + 4 * ag(C, m * h)  # logits; the final norm's slice gradient
     want["row"] += 2 * ar(R, m * h / C)
     want["depth"] += 4 * ag(Z, w) + 4 * ag(Z, w)  # embedding chunk (fp32) and its gradient
-    want["column"] += 4 * ar(C, m * h)  # embedding output (fp32), charged as column then row
-    want["row"] += 4 * ar(R, m * h)
+    # the embedding output (fp32): one all-reduce over the R·C row × column group (the code's
+    # `reduce_forward(..., ("row", "col"))`), attributed to the two axes as each alone would take
+    joint = 4 * ar(R * C, m * h)
+    alone = {"column": ar(C, m * h), "row": ar(R, m * h)}
+    for ax, t in alone.items():
+        want[ax] += joint * t / sum(alone.values())
     got = predict_step(shape, grid, 32, D * Z, 1, _wire_profile(), ckpt).comm_s
     assert {ax: t * 1e9 for ax, t in got.items()} == pytest.approx(want, rel=1e-9)
 
@@ -302,6 +306,20 @@ def test_data_parallel_all_reduce_is_not_hidden():
     fast, slow = (predict_step(shape, grid, 256, 4, 1, replace(base, inter_node_gbps=bw), True) for bw in (10.0, 1.0))
     assert 0 < slow.comm_s["data"] < slow.compute_s / 10  # a backward long enough to hide it, if anything did
     assert slow.step_time_s - fast.step_time_s == pytest.approx(slow.comm_s["data"] - fast.comm_s["data"], rel=1e-9)
+
+
+def test_the_row_column_all_reduce_is_one_collective_over_the_group():
+    """The embedding all-reduces over row × column at once: on R·C consecutive ranks that is the same
+    collective as a column axis of that size, and cheaper than a column then a row all-reduce."""
+    from axonn.planner.model import _Comm
+
+    n = 1e6
+    for gpn in (4, 2):  # the 4-rank group inside one node, and across two
+        prof = _wire_profile(gpn)
+        square, flat = _Comm(Grid(1, 2, 2, 1), prof), _Comm(Grid(1, 1, 4, 1), prof)
+        assert square.allreduce_row_column(n, 4) == pytest.approx(flat.allreduce("column", n, 4), rel=1e-12)
+        assert square.allreduce_row_column(n, 4) < square.allreduce("row", n, 4) + square.allreduce("column", n, 4)
+    assert _Comm(Grid(1, 1, 1, 4), _wire_profile()).allreduce_row_column(n, 4) == 0.0
 
 
 def test_an_axis_is_in_node_only_when_its_groups_tile_the_node():

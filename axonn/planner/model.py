@@ -266,8 +266,15 @@ def gemm_time(m: float, n: float, k: float, prof: MachineProfile) -> float:
 
 def axis_bandwidth(grid: Grid, axis: str, prof: MachineProfile) -> tuple[float, float, bool]:
     """``(bytes/s per rank, latency s, intra_node)`` of collectives along ``axis``."""
-    p = getattr(grid, axis)
-    s = grid.stride(axis)
+    return group_bandwidth(grid, getattr(grid, axis), grid.stride(axis), prof)
+
+
+def group_bandwidth(grid: Grid, p: int, s: int, prof: MachineProfile) -> tuple[float, float, bool]:
+    """``(bytes/s per rank, latency s, intra_node)`` of a group of ``p`` ranks ``s`` apart.
+
+    One axis is such a group; so is row × column (``p = R·C``, ``s = 1``: column is the fastest
+    axis and row the next), which the embedding all-reduces over in one collective.
+    """
     g = prof.gpus_per_node
     intra_bw = prof.intra_node_gbps * 1e9
     if s * p <= g and (g % (s * p) == 0 or grid.size <= g):  # every group inside one node
@@ -280,14 +287,17 @@ class _Comm:
     """Collective timing on a fixed grid/profile (cached per-axis bandwidths)."""
 
     def __init__(self, grid: Grid, prof: MachineProfile):
-        self.grid = grid
+        self.grid, self.prof = grid, prof
         self.bw = {ax: axis_bandwidth(grid, ax, prof) for ax in AXES}
 
     def time(self, axis: str, volume_bytes: float, allreduce: bool) -> float:
-        p = getattr(self.grid, axis)
+        return self._time(getattr(self.grid, axis), self.bw[axis], volume_bytes, allreduce)
+
+    @staticmethod
+    def _time(p: int, bw_lat: tuple[float, float, bool], volume_bytes: float, allreduce: bool) -> float:
         if p == 1:
             return 0.0
-        bw, lat, _ = self.bw[axis]
+        bw, lat, _ = bw_lat
         steps = (2 if allreduce else 1) * math.ceil(math.log2(p))
         return lat * steps + volume_bytes / bw
 
@@ -300,6 +310,12 @@ class _Comm:
         """Ring all-reduce of ``n`` elements per rank: 2(p−1)/p·n."""
         p = getattr(self.grid, axis)
         return self.time(axis, 2 * (p - 1) / p * n_elems * nbytes, allreduce=True)
+
+    def allreduce_row_column(self, n_elems: float, nbytes: int) -> float:
+        """One ring all-reduce over the row × column group (``R·C`` consecutive ranks)."""
+        p = self.grid.row * self.grid.column
+        bw = group_bandwidth(self.grid, p, 1, self.prof)
+        return self._time(p, bw, 2 * (p - 1) / p * n_elems * nbytes, allreduce=True)
 
 
 def _ov(c: float, x: float, f: float) -> float:
@@ -383,8 +399,8 @@ def predict_step(shape: ModelShape, grid: Grid, seq: int, global_batch: int, mic
         lb += ag_c + ag_r
         axes_comm["column"] += shape.layers * ag_c
         axes_comm["row"] += shape.layers * ag_r
-    # --- lm_head (+ loss) and the embedding: fp32 output all-reduced over row x column (as a
-    # column then a row all-reduce), its chunk all-gathered over depth and its gradient
+    # --- lm_head (+ loss) and the embedding: fp32 output all-reduced over row x column (one
+    # collective over the R·C group), its chunk all-gathered over depth and its gradient
     # reduce-scattered there (fp32 chunk, gradient in the wire dtype; not overlapped)
     # the lm_head is not checkpointed (nothing recomputed); the final norm's column slice's gradient is
     # all-gathered (fp32) in its backward
@@ -392,7 +408,11 @@ def predict_step(shape: ModelShape, grid: Grid, seq: int, global_batch: int, mic
     head_relayout_b = comm.allgather("column", m * shape.hidden, 4)
     axes_comm["column"] += head_relayout_b
     hf, hb, hc = block(head, recompute=False, relayout_b=head_relayout_b)
-    emb_out = {ax: comm.allreduce(ax, m * shape.hidden, 4) for ax in ("column", "row")}
+    # attributed to row and column in proportion to what each axis alone would take
+    emb_split = {ax: comm.allreduce(ax, m * shape.hidden, 4) for ax in ("column", "row")}
+    emb_joint = comm.allreduce_row_column(m * shape.hidden, 4)
+    emb_sum = sum(emb_split.values())
+    emb_out = {ax: (emb_joint * t / emb_sum if emb_sum else 0.0) for ax, t in emb_split.items()}
     emb_chunk = shape.vocab * shape.hidden / (R * C)
     emb_depth = comm.allgather("depth", emb_chunk, 4) + comm.allgather("depth", emb_chunk, bg)
     for ax, t in emb_out.items():
