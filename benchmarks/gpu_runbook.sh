@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU measurement the project still owes, in as few calls as a 30-minute lease allows.
 #
-#   bash benchmarks/gpu_runbook.sh throughput   # train_throughput at 4 x 2048: ours vs HF eager (the README's row)
+#   bash benchmarks/gpu_runbook.sh throughput   # train_throughput at 4 x 2048: ours vs HF eager, fp32+autocast and bf16 (the README's row)
 #   bash benchmarks/gpu_runbook.sh check        # the CUDA tests (tests/test_gpu.py)
 #   bash benchmarks/gpu_runbook.sh attention    # ours with causal_sdpa vs ours with HF's compiled mask (flash or not)
 #   bash benchmarks/gpu_runbook.sh batch        # ours and HF eager at 8 (and 16 on a >100 GiB GPU) x 2048: batching vs MFU
@@ -49,7 +49,7 @@ attention)
 batch)
     # 16 x 2048 without activation checkpointing needs ~89 GiB for ours (axonn.planner.memory_per_gpu, eager) and
     # more for HF eager (full fp32 logits), which runs first: out of memory on an 80 GB H100 before ours is
-    # measured, so 16 runs only where the GPU has > 100 GiB (an H200)
+    # measured, so 16 runs only where the GPU has > 100 GiB (an H200). Both HF baselines run (fp32 + autocast, bf16).
     mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -n1)
     sizes="8"
     if [ "${mib:-0}" -gt 100000 ] 2>/dev/null; then sizes="8 16"; fi

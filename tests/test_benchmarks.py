@@ -71,3 +71,19 @@ def test_matmul_timing_on_cuda_is_event_timed_per_call(monkeypatch):
     assert len(calls) == at.CUDA_CALLS_PER_SAMPLE + 1 and len(events) == 2
     assert events[0].calls_before == 1  # the warm call is launched before the start event
     assert s == pytest.approx(2e-3)
+
+
+@pytest.mark.parametrize("weights, dtype", [("fp32", torch.float32), ("bf16", torch.bfloat16)])
+def test_hf_baselines_train_in_the_precision_they_are_named_for(weights, dtype):
+    """train_throughput's HF eager baselines: 'bf16' trains a model cast to bf16 (no fp32 master weights),
+    'fp32' an fp32 one; one step changes every weight matrix; any other precision is refused."""
+    from benchmarks.train_throughput import VOCAB, hf_trainer
+
+    rows = torch.randint(3, VOCAB, (4, 32))
+    step, model = hf_trainer("tiny", rows, 2, torch.device("cpu"), weights)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    step()
+    assert {p.dtype for p in model.parameters()} == {dtype}
+    assert all(not torch.equal(before[n], p) for n, p in model.named_parameters() if p.ndim == 2)
+    with pytest.raises(ValueError, match="fp32, bf16"):
+        hf_trainer("tiny", rows, 2, torch.device("cpu"), "fp16")
