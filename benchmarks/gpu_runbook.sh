@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every GPU measurement the project still owes, in as few calls as a 30-minute lease allows.
 #
-#   bash benchmarks/gpu_runbook.sh throughput   # train_throughput at 4 x 2048: ours vs HF eager, fp32+autocast and bf16 (the README's row)
+#   bash benchmarks/gpu_runbook.sh throughput   # train_throughput at 4 x 2048: ours vs HF eager, fp32+autocast and bf16 (the README's row);
+#                                               # the fused LM head + cross-entropy vs the checkpointed chunks at the 1b's shape
 #   bash benchmarks/gpu_runbook.sh check        # the CUDA tests (tests/test_gpu.py)
 #   bash benchmarks/gpu_runbook.sh attention    # ours with causal_sdpa vs ours with HF's compiled mask (flash or not)
 #   bash benchmarks/gpu_runbook.sh batch        # ours and HF eager at 8 (and 16 on a >100 GiB GPU) x 2048: batching vs MFU
@@ -39,6 +40,7 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit --format=csv 
 case "$stage" in
 throughput)
     log "$PY" benchmarks/train_throughput.py --batch 4
+    log "$PY" benchmarks/fused_loss.py --tokens 8188 --hidden 2048 --vocab 32000 --chunk 4096 --steps 10 --rounds 3
     ;;
 check)
     log "$PY" -m pytest -q -p no:cacheprovider tests/test_gpu.py

@@ -142,7 +142,8 @@ def _trainer(size: str, seq: int, micro_batch: int, activation_checkpointing: bo
     rows = torch.randint(3, shape.vocab, (2 * batch, seq))
     cfg = TrainConfig(batch_size=batch, micro_batch=micro_batch, checkpoint_every=0, progress=False,
                       activation_checkpointing=activation_checkpointing, chunk_tokens=chunk_tokens,
-                      grad_reduce_dtype=grad_reduce_dtype, goldfish=GoldfishConfig(k=4))
+                      grad_reduce_dtype=grad_reduce_dtype, goldfish=GoldfishConfig(k=4),
+                      eval_rows=batch)  # one held-out row per data x depth replica (the trace runs no validation)
     return Trainer(model_factory(config), rows, torch.zeros_like(rows, dtype=torch.int32), rows[:batch], cfg, tmp,
                    runtime=runtime)
 

@@ -48,13 +48,16 @@ norm, the loss's shifted input and its gradient), at the start of the loss's bac
 checkpointing each layer keeps only its fp32 input, ``L·4·m·h`` in HF's layout and
 ``L·4·m·h/(R·C)`` in axonn's (the slice :mod:`axonn.checkpointing` keeps), plus ``8·m·h``
 around the loss, and the peak is the largest of four moments: the end of the forward (HF's
-cached bf16 weights, the forward logits ``8·c·V/R``), the loss's backward (logits ``12·c·V/R``),
+cached bf16 weights, the loss's forward), the loss's backward,
 the backward of one recomputed layer (``A`` and an RMSNorm backward's two fp32 ``m × h`` temporaries, plus that layer's bf16 weights in HF's layout or
 its all-gathered ``4·m·h`` input and the depth buffers in axonn's), and the gradient all-reduce
 (one bucket).
 
-Logits (one chunk of ``c`` tokens at a time, ``V/R`` columns): the fp32 logits, log-softmax
-and its gradient, ``12·c·V/R``.
+Logits (one chunk of ``c`` tokens at a time, ``V/R`` columns): in axonn's layout the fp32 logits, log-softmax
+and its gradient, ``12·c·V/R`` in the loss's backward (``8·c·V/R`` in its forward).  In HF's layout the loss is
+fused (:mod:`memorization.loss`): its forward holds a chunk's bf16 logits and their fp32 copy, the chunk's bf16
+input and the fp32 ``dW``, ``6·c·V + 4·V·h + 2·c·h``; its backward the stored ``dW`` and ``dh`` and their scaled
+copies, ``8·V·h + 4·m·h`` beyond ``dh``.  Without checkpointing the loss's forward and backward are both moments.
 
 Total = states + buffers + activations + logits; it fits when it is at most
 ``memory·usable_fraction − reserved`` of the profile (the reserve covers the CUDA context,
@@ -162,7 +165,11 @@ def memory_per_gpu(shape: ModelShape, grid: Grid, seq: int, micro_batch: int,
     m = micro_batch * seq
     a_layer = activation_bytes_per_layer(shape, grid, seq, micro_batch, cfg)
     c = min(m, cfg.chunk_tokens)
-    logits_fwd, logits_bwd = 8 * c * V / R, 12 * c * V / R  # fp32 logits + log-softmax (+ its gradient)
+    if hf:  # the fused head + cross-entropy (memorization.loss): gradients made in the forward
+        logits_fwd = 6 * c * V + 4 * V * h + 2 * c * h  # a chunk's bf16 and fp32 logits, the fp32 dW, its bf16 input
+        logits_bwd = 8 * V * h + 4 * m * h  # the stored dW and dh scaled (dh itself is in around_loss)
+    else:  # checkpointed chunks: fp32 logits + log-softmax (+ its gradient, the logits recomputed)
+        logits_fwd, logits_bwd = 8 * c * V / R, 12 * c * V / R
     bf16_weights = 2 * p_lin if hf else 0.0  # HF layout: autocast's cached casts
     # depth buffers of the Linear being back-propagated: the LM head's alone (nothing is in flight yet
     # when it runs), or a decoder layer's largest with two reduce-scatters in flight and a prefetch
@@ -192,7 +199,8 @@ def memory_per_gpu(shape: ModelShape, grid: Grid, seq: int, micro_batch: int,
     embedding = [(in_forward, emb_chunk, 0.0, 0.0), (0.0, emb_chunk, 4 * m * h, 0.0)]
     if not activation_checkpointing:
         moments = [  # (missing gradients, buffers, activations, logits); the largest total counts
-            # the loss's backward starts: every layer's activations are still saved
+            # the loss's forward (the fused loss's peak) and its backward: every layer's activations are saved
+            (in_forward, bf16_weights, L * a_layer + around_loss, logits_fwd),
             (before_backward, bf16_weights + prefetched, L * a_layer + around_loss, logits_bwd),
             # the first layer's backward: the other layers' activations and bf16 weights are freed
             (bottom_layer, layer_buffers, a_layer + around_loss, 0.0),
