@@ -102,7 +102,11 @@ def _fusable(lm_head: torch.nn.Module) -> bool:
 def chunked_lm_loss_sum(
     hidden: torch.Tensor, lm_head: torch.nn.Module, labels: torch.Tensor, ce, chunk_tokens: int = 4096
 ) -> torch.Tensor:
-    """Sum of token losses; ``hidden`` (B, T, H) predicts ``labels[:, 1:]`` from positions ``:-1``."""
+    """Sum of token losses; ``hidden`` (B, T, H) predicts ``labels[:, 1:]`` from positions ``:-1``.
+
+    ``ce(logits, labels)`` is the summed cross-entropy of the chunked (vocabulary-parallel) path; a fusable
+    head computes the plain one itself, which is what :func:`_cross_entropy_for` gives for full logits.
+    """
     h = hidden[:, :-1].reshape(-1, hidden.shape[-1])
     y = labels[:, 1:].reshape(-1)
     if torch.is_grad_enabled() and _fusable(lm_head) and (h.requires_grad or lm_head.weight.requires_grad):
