@@ -287,8 +287,9 @@ class _Comm:
     """Collective timing on a fixed grid/profile (cached per-axis bandwidths)."""
 
     def __init__(self, grid: Grid, prof: MachineProfile):
-        self.grid, self.prof = grid, prof
+        self.grid = grid
         self.bw = {ax: axis_bandwidth(grid, ax, prof) for ax in AXES}
+        self.bw_row_column = group_bandwidth(grid, grid.row * grid.column, 1, prof)
 
     def time(self, axis: str, volume_bytes: float, allreduce: bool) -> float:
         return self._time(getattr(self.grid, axis), self.bw[axis], volume_bytes, allreduce)
@@ -308,14 +309,15 @@ class _Comm:
 
     def allreduce(self, axis: str, n_elems: float, nbytes: int) -> float:
         """Ring all-reduce of ``n`` elements per rank: 2(p−1)/p·n."""
-        p = getattr(self.grid, axis)
-        return self.time(axis, 2 * (p - 1) / p * n_elems * nbytes, allreduce=True)
+        return self._allreduce(getattr(self.grid, axis), self.bw[axis], n_elems, nbytes)
 
     def allreduce_row_column(self, n_elems: float, nbytes: int) -> float:
         """One ring all-reduce over the row × column group (``R·C`` consecutive ranks)."""
-        p = self.grid.row * self.grid.column
-        bw = group_bandwidth(self.grid, p, 1, self.prof)
-        return self._time(p, bw, 2 * (p - 1) / p * n_elems * nbytes, allreduce=True)
+        return self._allreduce(self.grid.row * self.grid.column, self.bw_row_column, n_elems, nbytes)
+
+    @classmethod
+    def _allreduce(cls, p: int, bw_lat: tuple[float, float, bool], n_elems: float, nbytes: int) -> float:
+        return cls._time(p, bw_lat, 2 * (p - 1) / p * n_elems * nbytes, allreduce=True)
 
 
 def _ov(c: float, x: float, f: float) -> float:
