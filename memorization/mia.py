@@ -633,12 +633,10 @@ def mia_report(
 # --------------------------------------------------------------------------- outputs
 
 
-def _fmt(x: float | None) -> str:
-    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
-
-
 def report_markdown(report: dict[str, Any], title: str = "Membership inference") -> str:
     """Markdown table: one row per score, overall AUC/TPR and AUC per exposure count."""
+    from .extraction import fmt_metric
+
     pct = f"{100 * report['fpr_target']:g}%"
     scores = report["scores"]
     exposures = sorted({e for s in scores.values() for e in s.get("by_exposure", {})}, key=int)
@@ -646,8 +644,8 @@ def report_markdown(report: dict[str, Any], title: str = "Membership inference")
     lines = [f"## {title}", "", "| " + " | ".join(head) + " |",
              "|" + "---|" * len(head)]
     for name, s in scores.items():
-        row = [f"`{name}`", _fmt(s["auc"]), _fmt(s["tpr_at_fpr"])]
-        row += [_fmt(s.get("by_exposure", {}).get(e, {}).get("auc")) for e in exposures]
+        row = [f"`{name}`", fmt_metric(s["auc"]), fmt_metric(s["tpr_at_fpr"])]
+        row += [fmt_metric(s.get("by_exposure", {}).get(e, {}).get("auc")) for e in exposures]
         lines.append("| " + " | ".join(row) + " |")
     any_s = next(iter(scores.values()), None)
     if any_s:
