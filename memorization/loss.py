@@ -110,9 +110,9 @@ def chunked_lm_loss_sum(
     h = hidden[:, :-1].reshape(-1, hidden.shape[-1])
     y = labels[:, 1:].reshape(-1)
     if torch.is_grad_enabled() and _fusable(lm_head) and (h.requires_grad or lm_head.weight.requires_grad):
-        dev = h.device.type
-        dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else h.dtype
-        return _FusedLinearCrossEntropy.apply(h, lm_head.weight, y, chunk_tokens, dtype)
+        from axonn.intra_layer.linear import autocast_dtype
+
+        return _FusedLinearCrossEntropy.apply(h, lm_head.weight, y, chunk_tokens, autocast_dtype(h, lm_head.weight))
 
     def chunk_loss(hc: torch.Tensor, yc: torch.Tensor) -> torch.Tensor:
         return ce(lm_head(hc).float(), yc)

@@ -36,7 +36,7 @@ from .overlap import CONFIG, STATS, reduce_weight_grad
 from .primitives import drop, gather
 
 
-def _autocast_dtype(x: torch.Tensor, w: torch.Tensor) -> torch.dtype:
+def autocast_dtype(x: torch.Tensor, w: torch.Tensor) -> torch.dtype:
     """The dtype the forward matmul will run in: autocast's, where it is on for ``x``'s device."""
     dev = x.device.type
     return torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else w.dtype
@@ -46,7 +46,7 @@ class _LinearFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w_shard, layer):
         with comm_tag(layer.axonn_name):
-            w = layer._local_weight(w_shard, backward=False, dtype=_autocast_dtype(x, w_shard))
+            w = layer._local_weight(w_shard, backward=False, dtype=autocast_dtype(x, w_shard))
             y = autotune.matmul("fwd", x, w)  # F.linear(x, w) unless autotuning is on
             all_reduce(y, layer.in_axis, grid=layer.grid)
         ctx.save_for_backward(x, w_shard)
