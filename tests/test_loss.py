@@ -72,14 +72,11 @@ def test_fused_path_runs_the_head_gemm_three_times_not_four():
     gemm = 2 * B * (T - 1) * H * V
 
     def flops(fusable: bool) -> int:
-        orig = loss_mod._fusable
-        loss_mod._fusable = (lambda m: False) if not fusable else orig
-        try:
-            with FlopCounterMode(display=False) as fc:
-                loss_mod.chunked_lm_loss_sum(hidden, head, labels, _ce, 40).backward()
-            return fc.get_total_flops()
-        finally:
-            loss_mod._fusable = orig
+        from benchmarks.fused_loss import fused
+
+        with fused(fusable), FlopCounterMode(display=False) as fc:
+            loss_mod.chunked_lm_loss_sum(hidden, head, labels, _ce, 40).backward()
+        return fc.get_total_flops()
 
     assert flops(True) == 3 * gemm
     assert flops(False) == 4 * gemm
