@@ -110,6 +110,25 @@ def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
+def _check_numbers(cfg: TrainConfig) -> None:
+    """Refuse optimizer and schedule settings that would train wrongly without failing: a clip of 0 zeroes
+    every gradient and a negative one flips them, a negative micro-batch runs no forward at all."""
+    bad = [f"{name}={value!r} (must be {need})" for name, value, ok, need in (
+        ("batch_size", cfg.batch_size, cfg.batch_size >= 1, ">= 1"),
+        ("micro_batch", cfg.micro_batch, cfg.micro_batch is None or cfg.micro_batch >= 1, "None or >= 1"),
+        ("lr", cfg.lr, cfg.lr > 0, "> 0"),
+        ("min_lr_ratio", cfg.min_lr_ratio, 0 <= cfg.min_lr_ratio <= 1, "in [0, 1]"),
+        ("warmup_steps", cfg.warmup_steps, cfg.warmup_steps >= 0, ">= 0"),
+        ("weight_decay", cfg.weight_decay, cfg.weight_decay >= 0, ">= 0"),
+        ("betas", cfg.betas, len(cfg.betas) == 2 and all(0 <= b < 1 for b in cfg.betas), "two numbers in [0, 1)"),
+        ("grad_clip", cfg.grad_clip, cfg.grad_clip > 0, "> 0; math.inf = no clipping"),
+        ("eval_every", cfg.eval_every, cfg.eval_every >= 0, ">= 0; 0 = at the end only"),
+        ("checkpoint_every", cfg.checkpoint_every, cfg.checkpoint_every >= 0, ">= 0; 0 = at the end only"),
+        ("chunk_tokens", cfg.chunk_tokens, cfg.chunk_tokens >= 1, ">= 1")) if not ok]
+    if bad:
+        raise ValueError("TrainConfig: " + "; ".join(bad))
+
+
 def _goldfish_labels(ids: torch.Tensor, docs: torch.Tensor, gf: GoldfishConfig,
                      context: RowContext | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     return apply_goldfish(ids.clone(), ids, gf, docs, context)
@@ -164,6 +183,7 @@ class Trainer:
         if cfg.grad_reduce_dtype not in GRAD_REDUCE_DTYPES:
             raise ValueError(f"grad_reduce_dtype must be one of {sorted(GRAD_REDUCE_DTYPES)}, "
                              f"got {cfg.grad_reduce_dtype!r}")
+        _check_numbers(cfg)
         B = cfg.batch_size
         available = len(rows) // B
         if available == 0:

@@ -87,9 +87,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (AdamW)")
     g.add_argument("--warmup-steps", type=int, default=10, help="linear warmup steps before cosine decay")
     g.add_argument("--weight-decay", type=float, default=0.0, help="AdamW weight decay on matrices")
-    g.add_argument("--grad-clip", type=float, default=1.0, help="global gradient-norm clip")
+    g.add_argument("--grad-clip", type=float, default=1.0, help="clip the global gradient norm to this (> 0; inf: no clipping)")
     g.add_argument("--eval-every", type=int, default=0, help="validation every N steps (0: at the end)")
-    g.add_argument("--checkpoint-every", type=int, default=50, help="checkpoint every N steps (and at the end)")
+    g.add_argument("--checkpoint-every", type=int, default=50, help="checkpoint every N steps and at the end (0: at the end only)")
     g.add_argument("--async-checkpoint", action="store_true",
                    help="snapshot each checkpoint to host memory and write it while the next step trains "
                         "(needs host memory for this rank's share of the weights and optimizer state)")
@@ -286,12 +286,17 @@ def mixture_config(args: argparse.Namespace):
 
 
 def _check_training_numbers(args: argparse.Namespace) -> None:
-    """Batch, micro-batch, steps and learning rate that the trainer would refuse only after the data is built."""
+    """Batch, micro-batch, steps and optimizer numbers that the trainer would refuse only after the data is built."""
     bad = [f"{flag} {value} (must be {need})" for flag, value, ok, need in (
         ("--batch-size", args.batch_size, args.batch_size >= 1, ">= 1"),
         ("--steps", args.steps, args.steps >= 0, ">= 0; 0 = as many as the corpus fills"),
         ("--lr", args.lr, args.lr > 0, "> 0"),
-        ("--warmup-steps", args.warmup_steps, args.warmup_steps >= 0, ">= 0")) if not ok]
+        ("--warmup-steps", args.warmup_steps, args.warmup_steps >= 0, ">= 0"),
+        ("--weight-decay", args.weight_decay, args.weight_decay >= 0, ">= 0"),
+        ("--grad-clip", args.grad_clip, args.grad_clip > 0, "> 0; inf = no clipping"),
+        ("--eval-every", args.eval_every, args.eval_every >= 0, ">= 0; 0 = at the end only"),
+        ("--checkpoint-every", args.checkpoint_every, args.checkpoint_every >= 0, ">= 0; 0 = at the end only"))
+        if not ok]
     if bad:
         raise SystemExit(f"error: {'; '.join(bad)}")
     if args.plan:  # the planner picks the micro-batch and grid itself

@@ -266,6 +266,9 @@ def test_init_problems_refused_before_any_work(tmp_path):
     (["--batch-size", "0"], r"--batch-size 0 \(must be >= 1\)"),
     (["--steps", "-1"], r"--steps -1 \(must be >= 0"),
     (["--lr", "-1"], r"--lr -1.0 \(must be > 0\)"),
+    (["--grad-clip", "0"], r"--grad-clip 0.0 \(must be > 0; inf = no clipping\)"),
+    (["--weight-decay", "-0.1"], r"--weight-decay -0.1 \(must be >= 0\)"),
+    (["--checkpoint-every", "-5"], r"--checkpoint-every -5 \(must be >= 0"),
     (["--num-targets", "0"], "num_targets must be >= 1"),
 ])
 def test_numbers_the_trainer_refuses_are_refused_by_validate(tmp_path, args, match):

@@ -120,6 +120,21 @@ def test_bad_warmup_and_validation_sizes_are_caught_up_front(tmp_path):
         _trainer(tmp_path, eval_rows=0)
 
 
+@pytest.mark.parametrize("setting,match", [
+    ({"grad_clip": 0.0}, r"grad_clip=0.0 \(must be > 0; math.inf = no clipping\)"),
+    ({"grad_clip": -1.0}, "grad_clip=-1.0"),
+    ({"micro_batch": -2}, r"micro_batch=-2 \(must be None or >= 1\)"),
+    ({"betas": (0.9, 1.0)}, r"betas=\(0.9, 1.0\) \(must be two numbers in \[0, 1\)\)"),
+    ({"min_lr_ratio": 1.5, "weight_decay": -1.0}, r"min_lr_ratio=1.5 .*; weight_decay=-1.0"),
+])
+def test_settings_that_would_train_wrongly_are_refused(tmp_path, setting, match):
+    """A clip of 0 would zero every gradient, a negative one flip them, a negative micro-batch skip every forward:
+    none of these fails by itself, so the trainer refuses them before any work."""
+    with pytest.raises(ValueError, match=match):
+        _trainer(tmp_path, **setting)
+    assert not any(tmp_path.iterdir())
+
+
 def test_goldfish_drops_about_one_in_k_and_changes_training(tmp_path):
     res_gf = _trainer(tmp_path / "g", gf=GoldfishConfig(k=4, h=3)).fit()
     res_st = _trainer(tmp_path / "s").fit()
