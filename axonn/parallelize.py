@@ -303,8 +303,8 @@ def sync_gradients(model_or_params, grid: Grid | None = None, bucket_elements: i
 
 
 @torch.no_grad()
-def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, grid: Grid | None = None) -> torch.Tensor:
-    """Clip gradients by their norm over the whole grid (call after :func:`sync_gradients`).
+def grad_norm(parameters, norm_type: float = 2.0, grid: Grid | None = None) -> torch.Tensor:
+    """The norm of all gradients over the whole grid (call after :func:`sync_gradients`).
 
     ``total = (Σ_shards Σ_p ‖g_p‖_q^q)^(1/q)`` with each distinct shard counted once: the
     per-parameter norms (``torch._foreach_norm``, one kernel per group of gradients that share a
@@ -314,30 +314,47 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, grid: G
     by ``|S| / world`` and **one** all-reduce over the world adds them up: one collective on the
     world's communicator per step, not one per subset of the axes (each subset's group would start
     a communicator of its own, with its buffers, for a scalar).  ``q = inf`` takes a MAX
-    all-reduce over the world instead.  Then every gradient
-    is scaled by ``min(1, max_norm / (total + 1e-6))`` with ``torch._foreach_mul_``; the scale
-    stays on the device (no host synchronisation; ``× 1.0`` leaves the gradients bit-identical).
-    Returns the total norm (fp32, the same value on every rank).
+    all-reduce over the world instead.  Returns the total norm as a 0-dim fp32 device tensor,
+    the same value on every rank (no host synchronisation).
     """
     grid = grid or get_grid()
-    params = [p for p in _params(parameters) if p.grad is not None]
-    norm_type = float(norm_type)
-    dev = params[0].grad.device if params else grid.device
+    return _grad_norm(_grad_groups(parameters, grid), float(norm_type), grid)
+
+
+def _grad_groups(parameters, grid: Grid) -> dict[tuple, list[torch.Tensor]]:
+    """The gradients by (axes they are sharded on, device, dtype)."""
     groups: dict[tuple, list[torch.Tensor]] = {}
-    for p in params:
-        axes = tuple(a for a in spec_of(p).shard_axes if grid.size(a) > 1)
-        groups.setdefault((axes, p.grad.device, p.grad.dtype), []).append(p.grad.detach())
+    for p in _params(parameters):
+        if p.grad is not None:
+            axes = tuple(a for a in spec_of(p).shard_axes if grid.size(a) > 1)
+            groups.setdefault((axes, p.grad.device, p.grad.dtype), []).append(p.grad.detach())
+    return groups
+
+
+def _grad_norm(groups: dict[tuple, list[torch.Tensor]], norm_type: float, grid: Grid) -> torch.Tensor:
+    dev = next(iter(groups))[1] if groups else grid.device
     zero = torch.zeros((), device=dev, dtype=torch.float32)
     if math.isinf(norm_type):
         local = torch.stack([torch.stack(torch._foreach_norm(gs, norm_type, dtype=torch.float32)).max().to(dev)
                              for gs in groups.values()]).max() if groups else zero
-        total = all_reduce(local.reshape(1).clone(), AXES, op=torch.distributed.ReduceOp.MAX, grid=grid)[0]
-    else:
-        local = zero
-        for (axes, _, _), gs in groups.items():
-            s = torch.stack(torch._foreach_norm(gs, norm_type, dtype=torch.float32)).pow(norm_type).sum().to(dev)
-            local = local + s * (grid.size(axes) / grid.world_size)
-        total = all_reduce(local.reshape(1).clone(), AXES, grid=grid)[0].pow(1.0 / norm_type)
+        return all_reduce(local.reshape(1).clone(), AXES, op=torch.distributed.ReduceOp.MAX, grid=grid)[0]
+    local = zero
+    for (axes, _, _), gs in groups.items():
+        s = torch.stack(torch._foreach_norm(gs, norm_type, dtype=torch.float32)).pow(norm_type).sum().to(dev)
+        local = local + s * (grid.size(axes) / grid.world_size)
+    return all_reduce(local.reshape(1).clone(), AXES, grid=grid)[0].pow(1.0 / norm_type)
+
+
+@torch.no_grad()
+def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, grid: Grid | None = None) -> torch.Tensor:
+    """Clip gradients by their norm over the whole grid (call after :func:`sync_gradients`): the
+    :func:`grad_norm` ``total``, then every gradient is scaled by ``min(1, max_norm / (total + 1e-6))``
+    with ``torch._foreach_mul_``; the scale stays on the device (no host synchronisation; ``× 1.0``
+    leaves the gradients bit-identical).  Returns the total norm (fp32, the same value on every rank).
+    """
+    grid = grid or get_grid()
+    groups = _grad_groups(parameters, grid)
+    total = _grad_norm(groups, float(norm_type), grid)
     coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
     for (_, device, dtype), gs in groups.items():
         torch._foreach_mul_(gs, coef.to(device=device, dtype=dtype))
