@@ -2,7 +2,8 @@
 # Every GPU measurement the project still owes, in as few calls as a 30-minute lease allows.
 #
 #   bash benchmarks/gpu_runbook.sh throughput   # train_throughput at 4 x 2048: ours vs HF eager, fp32+autocast and bf16 (the README's row);
-#                                               # the fused LM head + cross-entropy vs the checkpointed chunks at the 1b's shape
+#                                               # the fused LM head + cross-entropy vs the checkpointed chunks at the 1b's shape;
+#                                               # the gradient clip inside fused AdamW vs its own pass (the 1b's parameters)
 #   bash benchmarks/gpu_runbook.sh check        # the CUDA tests (tests/test_gpu.py)
 #   bash benchmarks/gpu_runbook.sh attention    # ours with causal_sdpa vs ours with HF's compiled mask (flash or not)
 #   bash benchmarks/gpu_runbook.sh batch        # ours and HF eager at 8 (and 16 on a >100 GiB GPU) x 2048: batching vs MFU
@@ -41,6 +42,7 @@ case "$stage" in
 throughput)
     log "$PY" benchmarks/train_throughput.py --batch 4
     log "$PY" benchmarks/fused_loss.py --tokens 8188 --hidden 2048 --vocab 32000 --chunk 4096 --steps 10 --rounds 3
+    log "$PY" benchmarks/clip_step.py --size 1b --layers 22 --steps 10 --rounds 3
     ;;
 check)
     log "$PY" -m pytest -q -p no:cacheprovider tests/test_gpu.py

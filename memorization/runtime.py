@@ -81,8 +81,28 @@ class Runtime:
     def sync_gradients(self, model: torch.nn.Module) -> None:
         axonn.sync_gradients(model, self.grid)
 
-    def clip_grad_norm_(self, params, max_norm: float) -> torch.Tensor:
-        return axonn.clip_grad_norm_(params, max_norm, grid=self.grid)
+    def clip_and_step(self, opt: torch.optim.Optimizer, params, max_norm: float) -> torch.Tensor:
+        """Clip the grid-wide gradient norm to ``max_norm``, then ``opt.step()``; returns the norm (0-dim, on
+        the device: no host synchronisation).
+
+        A fused optimizer (torch's ``fused=True`` AdamW, the trainer's on CUDA) takes the clip as its
+        ``grad_scale``, the divisor ``torch.amp.GradScaler`` hands it: its kernel divides each gradient by
+        ``max(1, (‖g‖ + 1e-6) / max_norm)`` as it reads it, so clipping makes no pass over the gradients of its
+        own (:func:`axonn.clip_grad_norm_`'s multiply reads and writes every one: 8 bytes a parameter).
+        Any other optimizer gets the gradients clipped by :func:`axonn.clip_grad_norm_` first.
+        """
+        params = list(params)
+        if not all(g.get("fused") for g in opt.param_groups):
+            norm = axonn.clip_grad_norm_(params, max_norm, grid=self.grid)
+            opt.step()
+            return norm
+        norm = axonn.grad_norm(params, grid=self.grid)
+        opt.grad_scale = ((norm + 1e-6) / max_norm).clamp(min=1.0)
+        try:
+            opt.step()
+        finally:
+            del opt.grad_scale
+        return norm
 
     def all_reduce_batch(self, t: torch.Tensor) -> None:
         """Sum ``t`` in place over the ranks that hold different batch slices (data x depth)."""

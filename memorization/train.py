@@ -326,8 +326,7 @@ class Trainer:
                 (ls * scale).backward()
                 loss_sum += ls.detach()
             self.rt.sync_gradients(self.model)
-        grad_norm = self.rt.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
-        self.opt.step()
+        grad_norm = self.rt.clip_and_step(self.opt, self.model.parameters(), cfg.grad_clip)
         self.opt.zero_grad(set_to_none=True)
         self.rt.all_reduce_batch(loss_sum)
         stop = self.rt.any_rank(self.stop_requested)  # read with the record: every rank sees the same value

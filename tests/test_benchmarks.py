@@ -1,4 +1,9 @@
 """Arithmetic of the benchmark scripts (benchmarks/): what their MFU counts, on the models they build."""
+import re
+import runpy
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -87,3 +92,13 @@ def test_hf_baselines_train_in_the_precision_they_are_named_for(weights, dtype):
     assert all(not torch.equal(before[n], p) for n, p in model.named_parameters() if p.ndim == 2)
     with pytest.raises(ValueError, match="fp32, bf16"):
         hf_trainer("tiny", rows, 2, torch.device("cpu"), "fp16")
+
+
+def test_clip_step_runs_both_arms_and_prints_the_ratio(monkeypatch, capsys):
+    """The benchmark the GPU runbook runs: both arms on the tiny preset's shapes, and its ratio line."""
+    monkeypatch.setattr(sys, "argv", ["clip_step.py", "--size", "tiny", "--layers", "1", "--steps", "1",
+                                      "--rounds", "1"])
+    runpy.run_path(str(Path(__file__).resolve().parents[1] / "benchmarks" / "clip_step.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "clip pass + fused AdamW" in out and "clip inside fused AdamW" in out
+    assert re.search(r"speedup clip inside / clip pass = \d+\.\d\dx", out)

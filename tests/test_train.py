@@ -247,3 +247,45 @@ def test_grad_reduce_dtype_reaches_the_collectives_and_bad_values_are_refused(tm
     assert seen == [torch.bfloat16] * 2 and CONFIG.grad_reduce_dtype is None  # two micro-steps
     with pytest.raises(ValueError, match="grad_reduce_dtype must be one of"):
         _trainer(tmp_path / "b", grad_reduce_dtype="fp8")
+
+
+@pytest.mark.parametrize("max_norm", [0.05, 1e6], ids=["clipping", "not-clipping"])
+def test_fused_adamw_takes_the_clip_as_its_grad_scale(max_norm):
+    """Runtime.clip_and_step with a fused AdamW (the trainer's on CUDA; torch has it on CPU too) divides the
+    gradients inside the optimizer's kernel: the same parameters and norms as clipping first, step by step, with
+    gradients whose norm changes 100x between steps (Adam is invariant to one constant scale, not to these)."""
+    import axonn
+    from memorization.runtime import Runtime
+
+    rt = Runtime(axonn.init())
+    torch.manual_seed(0)
+    ref = [torch.nn.Parameter(torch.randn(64, 32)), torch.nn.Parameter(torch.randn(32))]
+    ours = [torch.nn.Parameter(p.detach().clone()) for p in ref]
+    opt_ref = torch.optim.AdamW(ref, lr=1e-2, weight_decay=0.1, fused=True)
+    opt = torch.optim.AdamW(ours, lr=1e-2, weight_decay=0.1, fused=True)
+    for scale in (1.0, 100.0, 0.01, 10.0):
+        grads = [torch.randn_like(p) * scale for p in ref]
+        for p, q, g in zip(ref, ours, grads):
+            p.grad, q.grad = g.clone(), g.clone()
+        norm_ref = axonn.clip_grad_norm_(ref, max_norm, grid=rt.grid)
+        opt_ref.step()
+        norm = rt.clip_and_step(opt, ours, max_norm)
+        torch.testing.assert_close(norm, norm_ref, rtol=0, atol=0)
+        for p, q in zip(ref, ours):
+            torch.testing.assert_close(q, p, rtol=1e-6, atol=1e-7)
+    assert not hasattr(opt, "grad_scale")  # nothing left for the next step or a GradScaler
+
+
+def test_a_fused_optimizer_trains_the_same_curve(tmp_path):
+    """The trainer with a fused AdamW (its CUDA optimizer, clipped through grad_scale) follows the foreach AdamW's
+    loss curve, with the clip active at every step."""
+    from memorization.train import param_groups
+
+    curves = []
+    for fused in (False, True):
+        t = _trainer(tmp_path / str(fused), steps=8, grad_clip=0.05, checkpoint_every=0)
+        t.opt = torch.optim.AdamW(param_groups(t.model, 0.0), lr=t.cfg.lr, betas=t.cfg.betas, fused=fused)
+        hist = t.fit()["history"]
+        assert all(h["grad_norm"] > 0.05 for h in hist)  # clipped every step
+        curves.append([h["loss"] for h in hist])
+    assert curves[0] == pytest.approx(curves[1], rel=1e-4)
