@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             device=args.device, dtype=args.dtype, max_length=args.max_length,
             stride=args.stride, text_key=args.text_key, add_bos=not args.no_bos,
             tokenizer_path=args.tokenizer)
-    except (MissingTokenizerError, LMEvalNotInstalledError, FileNotFoundError) as err:
+    except (MissingTokenizerError, LMEvalNotInstalledError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(report["markdown"])

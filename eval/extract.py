@@ -63,6 +63,8 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit(f"error: {src} does not exist")
     if args.prefix < 1 or args.suffix < 1:
         raise SystemExit("error: --prefix and --suffix must be >= 1")
+    if args.batch_size < 1:
+        raise SystemExit(f"error: --batch-size must be >= 1, got {args.batch_size}")
     if args.prefix_mode == "all-but-suffix" and args.max_doc_tokens <= args.suffix:
         raise SystemExit(f"error: --max-doc-tokens {args.max_doc_tokens} must exceed --suffix {args.suffix}")
 
@@ -70,7 +72,7 @@ def main(argv: list[str] | None = None) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from memorization.extraction import ExtractionConfig, extract, markdown_table
-    from memorization.mixture import atomic_write_json, load_manifest
+    from memorization.mixture import atomic_write_json, load_manifest, tokenize_with_bos
 
     try:
         tok = AutoTokenizer.from_pretrained(args.tokenizer or str(model_dir))
@@ -86,7 +88,7 @@ def main(argv: list[str] | None = None) -> dict:
         from memorize import read_targets
 
         texts = read_targets(str(src), args.text_field, flag="--documents", field_flag="--text-field")
-        ids = tok(texts, add_special_tokens=True)["input_ids"]
+        ids = tokenize_with_bos(tok, texts)  # as memorize tokenized its targets: BOS first, even if tok adds none
         docs = [{"id": f"doc-{i:05d}", "token_ids": x, "exposures": None} for i, x in enumerate(ids)]
     cfg = ExtractionConfig(prefix_len=args.prefix, suffix_len=args.suffix,
                            all_but_suffix=args.prefix_mode == "all-but-suffix", batch_size=args.batch_size,

@@ -126,6 +126,26 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.k) < 1:
         print(f"error: --k values must be >= 1, got {args.k}", file=sys.stderr)
         return 2
+    bad = [f"{flag} {v}" for flag, v, ok in (
+        ("--samples", args.samples, args.samples >= 1),
+        ("--humaneval-limit", args.humaneval_limit, args.humaneval_limit is None or args.humaneval_limit >= 1),
+        ("--max-new-tokens", args.max_new_tokens, args.max_new_tokens >= 1),
+        ("--batch-size", args.batch_size, args.batch_size >= 1),
+        ("--top-p", args.top_p, 0 < args.top_p <= 1),
+        ("--repeats", args.repeats, args.repeats >= 1),
+        ("--timeout", args.timeout, args.timeout > 0),
+        ("--build-timeout", args.build_timeout, args.build_timeout > 0),
+        ("--output-limit-kb", args.output_limit_kb, args.output_limit_kb >= 1)) if not ok]
+    if bad:
+        print(f"error: out of range: {', '.join(bad)} (counts and limits must be positive, 0 < top-p <= 1)",
+              file=sys.stderr)
+        return 2
+    for flag, path in (("--output", args.output), ("--save-completions", args.save_completions)):
+        # written at the very end: a path that cannot be written must not cost the whole evaluation
+        if path is not None and (path.is_dir() or not path.parent.is_dir()):
+            print(f"error: {flag} {path}: {'is a directory' if path.is_dir() else 'its directory does not exist'}",
+                  file=sys.stderr)
+            return 2
     samples = 1 if args.use_references or args.temperature <= 0 else args.samples
     if args.use_references and args.samples != 1:
         print("note: --use-references scores one sample (the reference) per problem", file=sys.stderr)

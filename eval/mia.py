@@ -48,6 +48,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="do not prepend the tokenizer's BOS token to the documents")
     ap.add_argument("--json", action="store_true", help="print the JSON report, not markdown")
     args = ap.parse_args(argv)
+    bad = [f"{flag} {v} ({want})" for flag, v, ok, want in (
+        ("--batch-size", args.batch_size, args.batch_size >= 1, ">= 1"),
+        ("--k", args.k, 0 < args.k <= 1, "a fraction in (0, 1]: 0.2 is 20%"),
+        ("--fpr", args.fpr, 0 < args.fpr < 1, "in (0, 1): 0.01 is 1%"),
+        ("--max-length", args.max_length, args.max_length is None or args.max_length >= 2, ">= 2")) if not ok]
+    if bad:  # before any model loads
+        print(f"error: {'; '.join(bad)}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
     try:

@@ -57,6 +57,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from memorization.models import model_context
 from memorization.mia import (
     MissingTokenizerError,
     _as_id_lists,
@@ -159,11 +160,12 @@ def perplexity(
         ``{"perplexity": exp(nll), "nll": mean NLL per scored token (nats), "n_tokens",
         "n_docs", "n_windows", "max_length", "stride", "doc_nll": per-document mean NLL}``.
     """
-    for name, v in (("max_length", max_length), ("stride", stride)):
+    for name, v in (("max_length", max_length), ("stride", stride), ("batch_size", batch_size)):
         if v is not None and int(v) < 1:
             raise ValueError(f"{name} must be >= 1, got {v}")
     from tqdm.auto import tqdm
 
+    _check_context(max_length, model_context(model))
     dev = torch.device(device) if device is not None else _model_device(model)
     max_length = int(max_length if max_length is not None else _model_max_length(model))
     stride = int(stride if stride is not None else max(1, max_length // 2))
@@ -205,6 +207,13 @@ def perplexity(
         "stride": stride,
         "doc_nll": doc_nll,
     }
+
+
+def _check_context(max_length: int | None, ctx: int | None) -> None:
+    """A window longer than the model's context would score positions it was never trained on."""
+    if max_length is not None and ctx and int(max_length) > ctx:
+        raise ValueError(f"max_length {max_length} exceeds the model's context ({ctx} tokens: "
+                         "max_position_embeddings, or the trained length of a model trained from scratch)")
 
 
 def _existing_source(source: str | os.PathLike) -> Path:
@@ -573,6 +582,16 @@ def run_downstream(
         _existing_source(perplexity_source)
     if tasks:
         _include_dirs(include_path)
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if (Path(model_path) / "config.json").is_file():  # else load_checkpoint says what is missing
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(str(model_path))
+        _check_context(max_length, model_context(config))
+        if perplexity_source is not None:  # window and stride as perplexity() will take them
+            L = int(max_length or _model_max_length(config))
+            window_spans(0, L, int(stride if stride is not None else max(1, L // 2)))
     device = device or default_device()
     model, tok = load_checkpoint(model_path, device=device, dtype=dtype,
                                  tokenizer_path=tokenizer_path, require_tokenizer=True)

@@ -39,6 +39,8 @@ class ExtractionConfig:
     def __post_init__(self) -> None:
         if self.suffix_len < 1 or (not self.all_but_suffix and self.prefix_len < 1):
             raise ValueError("prefix and suffix lengths must be >= 1")
+        if self.batch_size < 1:
+            raise ValueError(f"batch size must be >= 1, got {self.batch_size}")
         if self.all_but_suffix and self.max_tokens <= self.suffix_len:
             raise ValueError(f"max_tokens ({self.max_tokens}) must exceed the suffix length ({self.suffix_len})")
 
@@ -141,12 +143,16 @@ def rouge_l(preds: list[str], refs: list[str]) -> list[float]:
     turns every character outside ``[a-z0-9]`` into a space: code differing only in ``+`` vs
     ``-`` would score 1.0 and non-Latin text (Japanese, accented words) 0.  Here case and
     punctuation count, and ``\w`` is Unicode-aware.  A space-less CJK run is a single token, so
-    partial matches of such text score coarsely.  No stemming.
+    partial matches of such text score coarsely.  No stemming.  Two texts without a single
+    token (empty, whitespace only: a suffix of newlines or of special tokens) are identical
+    under this tokenization and score 1.0 (``rouge-score`` gives 0 when either side is empty).
     """
     from rouge_score import rouge_scorer
 
-    scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False, tokenizer=RougeTokenizer())
-    return [scorer.score(r, p)["rougeL"].fmeasure for p, r in zip(preds, refs)]
+    tok = RougeTokenizer()
+    scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False, tokenizer=tok)
+    return [1.0 if not tok.tokenize(p) and not tok.tokenize(r) else float(scorer.score(r, p)["rougeL"].fmeasure)
+            for p, r in zip(preds, refs)]
 
 
 def extract(model: torch.nn.Module, docs: list[dict], cfg: ExtractionConfig = ExtractionConfig(), tokenizer=None,
@@ -194,6 +200,12 @@ def extract(model: torch.nn.Module, docs: list[dict], cfg: ExtractionConfig = Ex
         kept.append(d)
     if not kept:
         raise ValueError("every document is shorter than prefix + suffix; nothing to extract")
+    vocab = _vocab_size(model)
+    for d, (p, s) in zip(kept, splits) if vocab else ():
+        lo, hi = min(min(p), min(s)), max(max(p), max(s))
+        if lo < 0 or hi >= vocab:
+            raise ValueError(f"document {d.get('id')!r} has token id {hi if hi >= vocab else lo}, outside the "
+                             f"model's vocabulary (0..{vocab - 1}): were its token_ids made with another tokenizer?")
     pad = getattr(tokenizer, "pad_token_id", None) or 0
     gens = greedy_continue(model, [p for p, _ in splits], cfg.suffix_len, cfg.batch_size, pad, progress)
     sfx = torch.tensor([s for _, s in splits])
@@ -222,6 +234,15 @@ def extract(model: torch.nn.Module, docs: list[dict], cfg: ExtractionConfig = Ex
         "documents": records,
         "skipped": skipped,
     }
+
+
+def _vocab_size(model: torch.nn.Module) -> int | None:
+    """Rows of the model's input embedding (``config.vocab_size`` as a fallback), None if unknown."""
+    try:
+        return int(model.get_input_embeddings().num_embeddings)
+    except (AttributeError, NotImplementedError, TypeError):
+        n = getattr(getattr(model, "config", None), "vocab_size", None)
+        return int(n) if n else None
 
 
 def trained(records: list[dict]) -> list[dict]:

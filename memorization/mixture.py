@@ -127,7 +127,7 @@ def load_manifest(path: str | Path) -> dict:
     return manifest
 
 
-def _tokenize(tokenizer, texts: Sequence[str]) -> list[list[int]]:
+def tokenize_with_bos(tokenizer, texts: Sequence[str]) -> list[list[int]]:
     """Token ids of each text with a leading BOS (added here if the tokenizer does not)."""
     ids = tokenizer(list(texts), add_special_tokens=True)["input_ids"]
     bos = tokenizer.bos_token_id
@@ -288,14 +288,14 @@ def build_mixture(
     eos = tokenizer.eos_token_id
     order = list(range(len(docs)))
     rng.shuffle(order)
-    doc_ids = _tokenize(tokenizer, [docs[i] for i in order])
+    doc_ids = tokenize_with_bos(tokenizer, [docs[i] for i in order])
     long_enough = [i for i, ids in enumerate(doc_ids) if len(ids) >= cfg.min_target_tokens]
 
     skipped: list[str] = []
     if target_texts is not None:
         if len(target_texts) == 0:
             raise ValueError("the target set is empty: --targets must hold at least one document")
-        t_ids = _tokenize(tokenizer, target_texts)
+        t_ids = tokenize_with_bos(tokenizer, target_texts)
         short = [j for j, x in enumerate(t_ids) if len(x) < cfg.min_target_tokens]
         if short and not cfg.skip_short_targets:
             j = short[0]

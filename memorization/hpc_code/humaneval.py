@@ -95,7 +95,7 @@ def evaluate_python(problem: PyProblem, completion: str, limits: SandboxLimits, 
         if res.returncode == 0 and f"HUMANEVAL_OK {nonce}" in res.stdout:
             return SampleResult("passed")
         sig = res.signal_name
-        what = f"killed by {sig}" if sig and res.returncode and res.returncode < 0 else f"exit code {res.returncode}"
+        what = f"killed by {sig}" if sig else f"exit code {res.returncode}"  # -s, or 128 + s in a PID namespace
         return SampleResult("runtime_error", f"{what}: {err}")
     finally:
         if not keep_dirs:

@@ -7,6 +7,15 @@ no core files, a wall-clock timeout and a cap on captured output.  When
 fresh network namespace whose only interface is loopback (brought up for
 MPI launchers), i.e. no network.  Otherwise network access is *not* blocked (reported by
 :func:`network_isolation_available`).
+
+When ``unshare -p`` works too, the command runs in its own PID namespace (with its own
+``/proc``, which MPI's shared-memory transports read by pid) under a small init
+(:data:`_INIT`) that ends the run when the command exits: every process the command left
+behind -- a background child still holding the output pipes, a daemon that escaped the
+process group with ``setsid()`` -- is then killed by the kernel, so nothing outlives the run
+(without it such a child survives, and one that holds stdout turns a finished run into a
+timeout).  A command killed by signal ``s`` then reports exit status ``128 + s``
+(:attr:`SandboxResult.signal_name` reads both forms).
 """
 
 from __future__ import annotations
@@ -81,6 +90,52 @@ _LO_UP = (
 )
 
 
+# Init of a fresh PID namespace (see the module docstring): optionally brings up loopback,
+# runs the command as its child, reaps orphans, and exits with the command's status once the
+# command itself has exited (exit status 128 + s when a signal s killed it: the init of a PID
+# namespace cannot kill itself with a signal); the kernel then kills whatever is left in the
+# namespace.  It ignores SIGTERM (as a namespace init does by default), which still reaches the
+# command through the process group.
+_INIT = (
+    "import os, sys\n"
+    "if sys.argv[1] == '1':\n"
+    "    import fcntl, socket, struct\n"
+    "    try:\n"
+    "        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+    "        fcntl.ioctl(s, 0x8914, struct.pack('16sH14x', b'lo', 0x1 | 0x8 | 0x40))  # SIOCSIFFLAGS UP\n"
+    "        s.close()\n"
+    "    except OSError:\n"
+    "        pass\n"
+    "pid = os.fork()\n"
+    "if pid == 0:\n"
+    "    try:\n"
+    "        os.execvp(sys.argv[2], sys.argv[2:])\n"
+    "    except OSError as e:\n"
+    "        print(f'sandbox: cannot run {sys.argv[2]}: {e}', file=sys.stderr)\n"
+    "    os._exit(127)\n"
+    "while True:\n"
+    "    try:\n"
+    "        p, status = os.wait()\n"
+    "    except ChildProcessError:\n"
+    "        os._exit(127)\n"
+    "    except InterruptedError:\n"
+    "        continue\n"
+    "    if p == pid:\n"
+    "        rc = os.waitstatus_to_exitcode(status)\n"
+    "        os._exit(rc if rc >= 0 else 128 - rc)\n"
+)
+
+
+@lru_cache(maxsize=1)
+def pid_namespace_available() -> bool:
+    """Whether ``unshare -p -f --mount-proc`` can create a PID namespace (and its /proc) here."""
+    try:
+        return subprocess.run(["unshare", "-p", "-f", "--kill-child", "--mount-proc", "true"], capture_output=True,
+                              timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
 # Sets RLIMIT_AS, then execs the command: used per MPI rank so the limit binds the
 # candidate processes and not the launcher (Open MPI's runtime needs more).
 _LIMIT_EXEC = (
@@ -133,7 +188,12 @@ def run_sandboxed(
     env: dict[str, str] | None = None,
 ) -> SandboxResult:
     """Run ``cmd`` in ``cwd`` under ``limits``; never raises for the command's own failures."""
-    if limits.isolate_network and network_isolation_available():
+    isolate = limits.isolate_network and network_isolation_available()
+    if pid_namespace_available():
+        net = ["-n"] if isolate else []
+        cmd = ["unshare", "-p", "-f", "--kill-child", "--mount-proc", *net, "--", sys.executable, "-I", "-c", _INIT,
+               "1" if isolate else "0", *cmd]
+    elif isolate:
         cmd = ["unshare", "-n", "--", sys.executable, "-I", "-c", _LO_UP, *cmd]
     start = time.monotonic()
     deadline = start + limits.timeout_s
