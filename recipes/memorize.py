@@ -210,6 +210,11 @@ def settings_of(args: argparse.Namespace) -> dict:
     return {k: v for k, v in vars(args).items() if k not in skip}
 
 
+def arms_to_train(args: argparse.Namespace) -> list[str]:
+    """The arms a run trains, in order: ``--arms`` (both by default), without Goldfish when ``--goldfish-k 0``."""
+    return [a for a in ARMS if args.arms in ("both", a) and not (a == "goldfish" and args.goldfish_k == 0)]
+
+
 def validate(args: argparse.Namespace) -> None:
     """Every bad input is refused here, before any download, allocation or training."""
     from axonn.presets import get_preset
@@ -546,7 +551,7 @@ def main(argv: list[str] | None = None) -> dict | None:
 
         atomic_write_json(out / "run_config.json", settings_of(args))
         mixture.save_manifest(out / "manifest.json")
-    arms = [a for a in ARMS if args.arms in ("both", a) and not (a == "goldfish" and args.goldfish_k == 0)]
+    arms = arms_to_train(args)
     results = {"settings": settings_of(args), "num_steps": mixture.num_steps,
                "num_targets": len(mixture.targets), "skipped_targets": mixture.meta["skipped_short_targets"],
                "skipped_overlapping_targets": mixture.meta["skipped_overlapping_targets"],

@@ -186,12 +186,14 @@ def divisibility_problem(shape: ModelShape, grid: Grid) -> str | None:
     """Why ``grid`` cannot shard ``shape``, or ``None`` when every dimension divides.
 
     Rules: heads and KV heads are divided over the row group (the non-transposed q/k/v split
-    their output, whole heads per rank); for every Linear its out dimension over ``Gr``, its
-    in dimension over ``Gc``, and the local block's element count over depth; the vocabulary
-    (lm_head rows) over row, hidden over column, and the embedding's vocabulary over row × column
-    (``axonn.parallelize`` refuses a vocabulary that ``R·C`` does not divide).
+    their output, whole heads per rank); for every Linear its out dimension over ``Gr`` and its
+    in dimension over ``Gc``; the vocabulary (lm_head rows) over row, hidden over column, and the
+    embedding's vocabulary over row × column (``axonn.parallelize`` refuses a vocabulary that ``R·C``
+    does not divide).  Depth has no rule of its own: a local block whose element count it does not
+    divide is zero-padded to a multiple of it (``axonn.sharding.ShardSpec.depth_sharded``), which the
+    trainer accepts (e.g. depth 3 on 3 GPUs).
     """
-    r, z = grid.row, grid.depth
+    r = grid.row
     if shape.heads % r:
         return f"row={r} does not divide heads={shape.heads}"
     if shape.kv_heads % r:
@@ -205,9 +207,6 @@ def divisibility_problem(shape: ModelShape, grid: Grid) -> str | None:
             return f"{ax_out}={gr} does not divide {lin.out_dim}={lin.out} ({lin.name})"
         if lin.in_ % gc:
             return f"{ax_in}={gc} does not divide {lin.in_dim}={lin.in_} ({lin.name})"
-        local = lin.params // (gr * gc)
-        if local % z:
-            return f"depth={z} does not divide the {local}-element local block of {lin.name}"
     return None
 
 

@@ -289,19 +289,26 @@ def _explain_failure(res: PlanResult, mem_cfg: MemoryConfig) -> None:
         examples = "; ".join(sorted({r.reason for r in res.rejected})[:4])
         raise PlanError(f"no 4D grid of {res.gpus} GPUs divides {shape.name}: e.g. {examples}. "
                         f"GPU counts that do: {', '.join(map(str, sorted(near[:6])))}", kind="divide")
-    if "memory" not in kinds:
-        dz = sorted({g.data * g.depth for g in enumerate_grids(res.gpus)
-                     if divisibility_problem(shape, g) is None})
-        batch_ok = [b for b in range(res.global_batch, res.global_batch * 4 + 64)
-                    if any(b % x == 0 and (res.micro_batch is None or (b // x) % res.micro_batch == 0)
-                           for x in dz)][:1]
-        mb = f" and micro-batch {res.micro_batch}" if res.micro_batch else ""
-        raise PlanError(f"global batch {res.global_batch}{mb} is not divisible by data×depth of any valid "
-                        f"grid of {res.gpus} GPUs (valid data×depth products: {', '.join(map(str, dz))}); "
-                        f"use a global batch that is a multiple of one of them"
-                        + (f", e.g. {batch_ok[0]}" if batch_ok else ""), kind="batch")
-    need = min(r.memory_per_gpu_bytes for r in res.rejected if r.kind == "memory")
     cap = prof.usable_memory_bytes
+    if "memory" not in kinds:
+        # no grid was priced: the batch divides none. Offer only the data×depth of grids that fit in memory
+        # (at one micro-step, their smallest need), else the batch is not the problem: memory is
+        valid = [g for g in enumerate_grids(res.gpus) if divisibility_problem(shape, g) is None]
+        need_of = {g: memory_per_gpu(shape, g, res.seq, res.micro_batch or 1, ckpt, mem_cfg, micro_steps=1).total
+                   for g in valid}
+        dz = sorted({g.data * g.depth for g in valid if need_of[g] <= cap})
+        if dz:
+            batch_ok = [b for b in range(res.global_batch, res.global_batch * 4 + 64)
+                        if any(b % x == 0 and (res.micro_batch is None or (b // x) % res.micro_batch == 0)
+                               for x in dz)][:1]
+            mb = f" and micro-batch {res.micro_batch}" if res.micro_batch else ""
+            raise PlanError(f"global batch {res.global_batch}{mb} is not divisible by data×depth of any valid "
+                            f"grid of {res.gpus} GPUs that fits in memory (their data×depth products: "
+                            f"{', '.join(map(str, dz))}); use a global batch that is a multiple of one of them"
+                            + (f", e.g. {batch_ok[0]}" if batch_ok else ""), kind="batch")
+        need = min(need_of.values())
+    else:
+        need = min(r.memory_per_gpu_bytes for r in res.rejected if r.kind == "memory")
     n_min = smallest_fitting_gpus(shape, res.seq, prof, res.global_batch, res.micro_batch, ckpt, mem_cfg)
     batch_note = ""
     if n_min is None:

@@ -1,8 +1,10 @@
 #!/usr/bin/env python
 """Generate Slurm batch scripts for the memorization experiments on Frontier, Alps and Perlmutter.
 
-Each script trains one model size with Goldfish on (``--goldfish-k 4``) or off (``--goldfish-k 0``)
-via ``recipes/memorize.py``, on the 4D grid the planner (:mod:`axonn.planner`) ranks fastest for
+Each script trains one model size via ``recipes/memorize.py``: by default both arms, the standard loss and
+Goldfish (``--goldfish-k 4``), on the same mixture, seed and initial weights, so its report holds the paired
+comparison (McNemar); ``--goldfish-k 0`` trains the standard arm alone and ``--arms`` picks one arm. It runs on the
+4D grid the planner (:mod:`axonn.planner`) ranks fastest for
 that machine and GPU count (passed as ``--grid D,R,C,Z``, with the planner's micro-batch), with
 the environment the machine needs, one ``srun`` task per GPU, ``MASTER_ADDR`` from the first
 node of ``$SLURM_JOB_NODELIST``, and checkpoint/resume on requeue (``#SBATCH --requeue``,
@@ -35,8 +37,8 @@ if str(REPO) not in sys.path:  # runnable as a plain script from anywhere
 
 from axonn.cli import HelpFormatter  # noqa: E402
 from axonn.grid import parse_grid  # noqa: E402
-from axonn.planner import (GRAD_REDUCE_BYTES, Grid, PlanError, divisibility_problem, load_profile, plan,  # noqa: E402
-                           resolve_shape)
+from axonn.planner import (GRAD_REDUCE_BYTES, Grid, MachineProfile, MemoryConfig, PlanError,  # noqa: E402
+                           divisibility_problem, load_profile, memory_per_gpu, plan, resolve_shape)
 
 TEMPLATES = Path(__file__).with_name("templates")
 
@@ -78,8 +80,8 @@ MACHINES: dict[str, MachineJobConfig] = {
         default_gpus={"8b": 32, "70b": 256, "405b": 1024}),
 }
 
+ARMS = ("both", "standard", "goldfish")  # memorize.py --arms
 PAPER_SIZES = ("8b", "70b", "405b")
-PAPER_GOLDFISH = (4, 0)
 PAPER_MACHINES = ("frontier", "alps", "perlmutter")
 
 
@@ -92,6 +94,7 @@ class JobSpec:
     gpus: int | None = None
     nodes: int | None = None
     goldfish_k: int = 4
+    arms: str = "both"           # memorize.py --arms: both (its default), standard or goldfish
     exposures: int = 100
     time: str = "02:00:00"
     account: str = "ACCOUNT"     # placeholder: replace or pass --account
@@ -124,6 +127,7 @@ class JobSpec:
         if self.nodes is not None:
             return self.nodes * cfg.gpus_per_node
         if self.size not in cfg.default_gpus:
+            resolve_shape(self.size)  # an unknown size is named as such (PlanError lists the presets)
             raise ValueError(f"no default GPU count for {self.size} on {self.machine}: pass --gpus or --nodes")
         return cfg.default_gpus[self.size]
 
@@ -215,8 +219,10 @@ def make_job(spec: JobSpec) -> Job:
         raise ValueError(f"--time {spec.time!r}: use [D-]HH:MM:SS or minutes")
     if spec.checkpoint_minutes <= 0 or (spec.fs_gbps is not None and spec.fs_gbps <= 0):
         raise ValueError("checkpoint_minutes and fs_gbps must be positive")
-    if spec.goldfish_k < 0 or spec.exposures <= 0:
-        raise ValueError("goldfish_k must be >= 0 (0 = standard loss) and exposures > 0")
+    if spec.goldfish_k < 0 or spec.goldfish_k == 1 or spec.exposures <= 0:  # memorize.py refuses k = 1 at start
+        raise ValueError(f"goldfish_k must be 0 (standard loss) or >= 2, got {spec.goldfish_k}; exposures > 0")
+    if spec.arms not in ARMS or (spec.arms == "goldfish" and spec.goldfish_k == 0):
+        raise ValueError(f"arms {spec.arms!r}: choose one of {', '.join(ARMS)} ('goldfish' needs goldfish_k >= 2)")
     nodes = max(1, gpus // cfg.gpus_per_node)
     tpn = gpus // nodes
     def ranking(micro_batch: int | None):
@@ -235,6 +241,7 @@ def make_job(spec: JobSpec) -> Job:
                    f"{grid[0]}×{grid[3]}×{mb}")
         if why:  # the trainer refuses it at start: say so now, not after the queue
             raise ValueError(f"grid {','.join(map(str, grid))}: {why}")
+        check_hand_grid_memory(spec, Grid(*grid), mb, load_profile(cfg.profile))
         note = "grid given by hand"
         try:  # the planner's price of this grid, if it considers it at all
             predicted = next((e.step_time_s for e in ranking(mb).ranked if tuple(e.grid) == grid), None)
@@ -259,6 +266,8 @@ def make_job(spec: JobSpec) -> Job:
             "--exposures", str(spec.exposures), "--seq-len", str(spec.seq), "--batch-size", str(spec.global_batch),
             "--micro-batch", str(mb), "--out", run_dir, "--resume", "--export-dtype", "bfloat16",
             "--checkpoint-every", str(stop.checkpoint_every)]
+    if spec.arms != "both":  # memorize.py's default: the standard arm, and the Goldfish one when k >= 2
+        args += ["--arms", spec.arms]
     args.append("--activation-checkpointing" if spec.activation_checkpointing else "--no-activation-checkpointing")
     args += ["--grad-reduce-dtype", spec.grad_reduce_dtype]
     if spec.async_checkpoint:
@@ -293,6 +302,37 @@ def make_job(spec: JobSpec) -> Job:
         raise RuntimeError(f"template placeholders left unfilled: {left}")
     path = Path(spec.out_dir) / f"{spec.name}.sbatch"
     return Job(spec, text, nodes, tpn, gpus, grid, mb, predicted, path, log_dir, stop)
+
+
+#: memorize.py's start-up check (memorization.models.check_size_runs_here) refuses a rank whose predicted peak
+#: exceeds this fraction of the device's free memory
+PREFLIGHT_FRACTION = 0.95
+
+
+def check_hand_grid_memory(spec: JobSpec, grid: Grid, micro_batch: int, prof: MachineProfile) -> None:
+    """Refuse a hand grid whose predicted peak per GPU the trainer's start-up check refuses even on an empty
+    device (it would fail after the queue wait); warn when it is over the planner's usable memory only."""
+    shape = resolve_shape(spec.size)
+    steps = spec.global_batch // (grid.data * grid.depth * micro_batch)
+    mem = memory_per_gpu(shape, grid, spec.seq, micro_batch, spec.activation_checkpointing,
+                         MemoryConfig(grad_reduce_bytes=GRAD_REDUCE_BYTES[spec.grad_reduce_dtype]),
+                         micro_steps=steps).total
+    gib, text = 1024**3, ",".join(map(str, grid))
+    if mem > PREFLIGHT_FRACTION * prof.memory_bytes:
+        try:
+            best = plan(shape, seq=spec.seq, global_batch=spec.global_batch, gpus=grid.size, machine=prof,
+                        micro_batch=spec.micro_batch, activation_checkpointing=spec.activation_checkpointing,
+                        grad_reduce_dtype=spec.grad_reduce_dtype).best
+            hint = f"the planner's best grid here is {best.grid} with micro-batch {best.micro_batch} (leave out --grid)"
+        except PlanError as e:
+            hint = str(e)
+        raise ValueError(f"grid {text} at micro-batch {micro_batch}: {spec.size} needs ~{mem / gib:.1f} GiB per GPU, "
+                         f"more than memorize.py's start-up check allows on a {prof.memory_gib:g} GiB {prof.name} GPU "
+                         f"({PREFLIGHT_FRACTION:g} of it): {hint}")
+    if mem > prof.usable_memory_bytes:
+        print(f"warning: grid {text} needs ~{mem / gib:.1f} GiB per GPU, over the planner's "
+              f"{prof.usable_memory_bytes / gib:.1f} GiB usable on {prof.name}: it may run out of memory",
+              file=sys.stderr)
 
 
 def check_init(path: str, size: str) -> str:
@@ -330,12 +370,12 @@ def generate_job(machine: str, size: str, gpus: int | None = None, nodes: int | 
     return write_job(JobSpec(machine=machine, size=size, gpus=gpus, nodes=nodes, goldfish_k=goldfish_k, **kwargs))
 
 
-def paper_matrix(base: JobSpec | None = None, machines=PAPER_MACHINES, sizes=PAPER_SIZES,
-                 goldfish=PAPER_GOLDFISH) -> list[JobSpec]:
-    """The paper's memorization runs: every machine × size (8b/70b/405b) × Goldfish k ∈ {4, 0}."""
+def paper_matrix(base: JobSpec | None = None, machines=PAPER_MACHINES, sizes=PAPER_SIZES) -> list[JobSpec]:
+    """The paper's memorization runs: one job per machine × size (8b/70b/405b), each training Goldfish off and
+    on (``base``'s k, 4 by default) as the two arms of one run: each arm trained once, on the same mixture, seed
+    and initial weights, with the paired comparison in the run's report."""
     base = base or JobSpec(machine="frontier", size="8b")
-    return [replace(base, machine=m, size=s, goldfish_k=k, gpus=None, nodes=None)
-            for m in machines for s in sizes for k in goldfish]
+    return [replace(base, machine=m, size=s, gpus=None, nodes=None) for m in machines for s in sizes]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -349,6 +389,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpus", type=int, help="total GPUs (GCDs on Frontier); default: the paper's count")
     p.add_argument("--nodes", type=int, help="nodes instead of --gpus")
     p.add_argument("--goldfish-k", type=int, default=4, help="Goldfish k (0 = standard loss; default 4)")
+    p.add_argument("--arms", default="both", choices=ARMS,
+                   help="memorize.py --arms: both (default: the standard arm, and the Goldfish one when k >= 2, "
+                        "paired in one report), or one arm alone")
     p.add_argument("--exposures", type=int, default=100, help="times each target document is seen")
     p.add_argument("--time", default="02:00:00", help="wall time per allocation (requeues continue)")
     p.add_argument("--account", default="ACCOUNT", help="allocation/project to charge (placeholder by default)")
@@ -378,7 +421,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="checkpoint write bandwidth per node in GB/s, to size --signal-lead (default: an assumed "
                         "2 GB/s on every machine; measure yours)")
     p.add_argument("--all", action="store_true",
-                   help="emit the paper matrix: frontier/alps/perlmutter × 8b/70b/405b × goldfish k 4 and 0")
+                   help="emit the paper matrix: frontier/alps/perlmutter × 8b/70b/405b, each job Goldfish off "
+                        "and on (both arms, --goldfish-k)")
     p.add_argument("--print", action="store_true", help="print the script instead of writing it (single job)")
     a = p.parse_args(argv)
     try:
@@ -386,7 +430,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         p.error(f"--grid: {e}")
     spec = JobSpec(machine=a.machine, size=a.size, gpus=a.gpus, nodes=a.nodes, goldfish_k=a.goldfish_k,
-                   exposures=a.exposures, time=a.time, account=a.account, out_dir=a.out_dir, run_root=a.run_root,
+                   arms=a.arms, exposures=a.exposures, time=a.time, account=a.account, out_dir=a.out_dir,
+                   run_root=a.run_root,
                    seq=a.seq, global_batch=a.global_batch, micro_batch=a.micro_batch, grid=grid,
                    activation_checkpointing=not a.no_activation_checkpointing,
                    grad_reduce_dtype=a.grad_reduce_dtype, async_checkpoint=a.async_checkpoint, init=a.init,
