@@ -255,6 +255,50 @@ def test_generated_script_checkpoints_on_usr1_requeues_and_resumes(machine, tmp_
     assert result["steps"] == 100 and len(result["loss_curve"]) == 100
 
 
+FAKE_SRUN = """#!/bin/bash
+# srun that runs set-up steps as they are, and stands in for the training tasks: they stop on USR1 with status
+# $SHIM_EXIT (0: the run had just finished)
+while [[ "$1" == -* ]]; do shift; done
+[[ "$*" == *memorize.py* ]] || exec "$@"
+trap 'exit $SHIM_EXIT' USR1
+touch "$SHIM_STARTED"
+while :; do sleep 0.05; done
+"""
+
+
+@pytest.mark.parametrize("tasks_exit,requeued", [(75, True), (0, False), (138, True)],
+                         ids=["stopped-75", "finished-0", "killed-by-usr1"])
+def test_usr1_requeues_unless_the_run_finished(tasks_exit, requeued, tmp_path):
+    """The batch shell's USR1 trap (no training: a fake srun): tasks that stop with 75, or die of the signal
+    outside training (128 + 10), are requeued; a run that ends with 0 anyway (USR1 during its last step) is
+    not (it would start a job only to find the run done)."""
+    import os
+    import signal
+    import time
+
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    for name, text in (("srun", FAKE_SRUN), ("scontrol", SCONTROL_SHIM), ("module", "#!/bin/bash\nexit 0\n")):
+        (shims / name).write_text(text)
+        (shims / name).chmod(0o755)
+    job = gen.make_job(gen.JobSpec(machine="frontier", size="tiny", gpus=2, seq=64, global_batch=4, exposures=2,
+                                   out_dir=str(tmp_path), run_root=str(tmp_path / "runs")))
+    started, log = tmp_path / "started", tmp_path / "requeued"
+    env = {**os.environ, "PATH": f"{shims}:{os.environ['PATH']}", "AXONN_VENV": sys.prefix, "AXONN_REPO": str(REPO),
+           "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "localhost", "SLURM_JOB_NUM_NODES": "1",
+           "SHIM_REQUEUED": str(log), "SHIM_STARTED": str(started), "SHIM_EXIT": str(tasks_exit)}
+    shell = subprocess.Popen(["bash", str(job.write())], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
+    deadline = time.time() + 60
+    while not started.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    shell.send_signal(signal.SIGUSR1)
+    out, _ = shell.communicate(timeout=60)
+    assert shell.returncode == tasks_exit, out
+    assert (log.read_text().split() if log.exists() else []) == (["4242"] if requeued else []), out
+    assert ("finished before stopping: not requeued" in out) == (not requeued)
+
+
 def test_a_path_the_script_cannot_quote_is_named(tmp_path):
     """Arguments go inside ``bash -c '...'``: one that needs shell quoting (a space) is refused by name,
     not with a complaint about single quotes nobody typed."""
