@@ -66,6 +66,7 @@ class Grid:
     backend: str
     device: torch.device
     _groups: dict[tuple[str, ...], object] = field(default_factory=dict, repr=False)
+    _destroyed: bool = field(default=False, repr=False)
 
     # -- convenience -----------------------------------------------------
     @property
@@ -100,6 +101,11 @@ class Grid:
 
     def group(self, axes: str | Iterable[str]):
         """Process group spanning ``axes`` (``None`` when its size is 1)."""
+        if self._destroyed:
+            # None would mean "the world group" to torch.distributed: a collective on a destroyed
+            # grid would silently reduce over every rank instead of failing
+            raise RuntimeError(f"{self} was destroyed (Grid.destroy()): build a new grid with axonn.init(...) "
+                               "and parallelize a fresh model on it")
         return self._groups.get(_canon(axes))
 
     def rank_of(self, data: int = 0, depth: int = 0, row: int = 0, col: int = 0) -> int:
@@ -117,6 +123,7 @@ class Grid:
             if g is not None and g is not dist.group.WORLD:
                 dist.destroy_process_group(g)
         self._groups.clear()
+        self._destroyed = True
 
     def __str__(self) -> str:
         s = " x ".join(f"{a}={self.sizes[a]}" for a in AXES)
@@ -267,7 +274,7 @@ def init(G_data: int = 1, G_intra_r: int = 1, G_intra_c: int = 1, G_intra_d: int
     device = torch.device("cuda", torch.cuda.current_device()) if "nccl" in backend else torch.device("cpu")
     grid = Grid(sizes=sizes, coords=_coords_of(rank, sizes), rank=rank, world_size=world,
                 backend=backend, device=device)
-    _build_groups(grid)
+    _build_groups(grid, _dt.timedelta(seconds=timeout_s))
     _GRID = grid
     return grid
 
@@ -283,11 +290,28 @@ def _check_product(sizes: dict[str, int], world: int) -> None:
             f"G_intra_c={sizes['col']} = {prod} != world size {world}; {hint}")
 
 
-def _build_groups(grid: Grid) -> None:
+_GRID_ARG = {"data": "G_data", "depth": "G_intra_d", "row": "G_intra_r", "col": "G_intra_c"}
+
+
+def divisor_hint(n: int, size: int, axis: str) -> str:
+    """How to fix "``n`` is not divisible by the ``axis`` size ``size``": the sizes nearest to
+    ``size`` that divide ``n``, and where the rest of the parallelism can go (depth splits a
+    flattened, zero-padded block and has no divisibility constraint)."""
+    divs = {d for i in range(1, int(n ** 0.5) + 1) if n % i == 0 for d in (i, n // i)}
+    near = sorted({max((d for d in divs if d < size), default=1), min((d for d in divs if d > size), default=n)})
+    others = " or ".join(_GRID_ARG[a] for a in ("row", "col", "depth") if a != axis)
+    return (f"; use a {_GRID_ARG[axis]} that divides {n} (nearest: {' or '.join(map(str, near))}) "
+            f"and put the remaining factor of tensor parallelism on {others}")
+
+
+def _build_groups(grid: Grid, timeout: _dt.timedelta) -> None:
     """Create one process group per (combination of axes, fixed other coordinates).
 
     Every rank calls ``new_group`` for every group in the same order (required
-    by torch.distributed); each rank keeps the ones it belongs to.
+    by torch.distributed); each rank keeps the ones it belongs to.  ``timeout`` is passed to
+    every group: ``new_group`` does not inherit the world group's, so without it a collective
+    on a sub-group (every row/col/depth one) would wait torch's default (30 min on gloo, 10 on
+    NCCL) for a stuck rank instead of ``AXONN_TIMEOUT``.
     """
     sizes = grid.sizes
     for k in range(1, len(AXES) + 1):
@@ -306,7 +330,7 @@ def _build_groups(grid: Grid) -> None:
                 for var_vals in itertools.product(*[range(sizes[a]) for a in combo]):
                     c = dict(zip(fixed, fixed_vals)) | dict(zip(combo, var_vals))
                     members.append(grid.rank_of(**c))
-                g = dist.new_group(sorted(members))
+                g = dist.new_group(sorted(members), timeout=timeout)
                 if grid.rank in members:
                     grid._groups[combo] = g
 

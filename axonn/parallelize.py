@@ -26,7 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .communication import all_reduce
-from .grid import AXES, Grid, get_grid
+from .grid import AXES, Grid, divisor_hint, get_grid
 from .intra_layer import Embedding, Linear, drop, finish_pending_grads, vocab_parallel_cross_entropy
 from .intra_layer.overlap import CONFIG as COMM_CONFIG
 from .sharding import ShardSpec, gather_full
@@ -49,15 +49,15 @@ def _check_llama(model: nn.Module, grid: Grid) -> None:
     c = model.config
     gr, gc = grid.size("row"), grid.size("col")
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    checks = [("hidden_size", c.hidden_size, "col (G_intra_c)", gc),
-              ("num_attention_heads", c.num_attention_heads, "row (G_intra_r)", gr),
-              ("num_key_value_heads", c.num_key_value_heads, "row (G_intra_r)", gr),
-              ("intermediate_size (FFN)", c.intermediate_size, "row (G_intra_r)", gr),
-              ("vocab_size", c.vocab_size, "row x col (G_intra_r*G_intra_c)", gr * gc)]
-    for name, n, axis, g in checks:
+    checks = [("hidden_size", c.hidden_size, "col (G_intra_c)", gc, "col"),
+              ("num_attention_heads", c.num_attention_heads, "row (G_intra_r)", gr, "row"),
+              ("num_key_value_heads", c.num_key_value_heads, "row (G_intra_r)", gr, "row"),
+              ("intermediate_size (FFN)", c.intermediate_size, "row (G_intra_r)", gr, "row"),
+              ("vocab_size", c.vocab_size, "row x col (G_intra_r*G_intra_c)", gr * gc, None)]
+    for name, n, axis, g, ax in checks:
         if n % g:
             raise ValueError(f"{name}={n} is not divisible by the {axis} axis size {g}"
-                             + ("; pad the vocabulary to a multiple of it" if name == "vocab_size" else ""))
+                             + (divisor_hint(n, g, ax) if ax else "; pad the vocabulary to a multiple of it"))
     if getattr(c, "tie_word_embeddings", False):
         raise ValueError("tie_word_embeddings=True is not supported by axonn.parallelize; untie the "
                          "embeddings (config.tie_word_embeddings=False, copy lm_head.weight) first")

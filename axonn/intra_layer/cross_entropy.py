@@ -60,6 +60,11 @@ def vocab_parallel_cross_entropy(logits_shard: torch.Tensor, labels: torch.Tenso
     grid = grid or get_grid()
     if logits_shard.shape[:-1] != labels.shape:
         raise ValueError(f"logits {tuple(logits_shard.shape)} and labels {tuple(labels.shape)} disagree")
+    vocab = logits_shard.shape[-1] * grid.size(axes)
+    # a label outside [0, V) would be owned by no rank and give a wrong loss, silently: refuse it as
+    # F.cross_entropy does (checked on the device: no host synchronisation on a GPU)
+    torch._assert_async(((labels == ignore_index) | ((labels >= 0) & (labels < vocab))).all(),
+                        f"vocab_parallel_cross_entropy: label out of range [0, {vocab}) and not ignore_index")
     loss = _VocabParallelCE.apply(logits_shard, labels, ignore_index, axes, grid)
     if reduction == "none":
         return loss

@@ -103,6 +103,10 @@ class Embedding(nn.Module):
 
     @torch.compiler.disable  # collectives: eager under torch.compile
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        # an id outside [0, V) falls in no rank's chunk and would embed to zeros, silently: refuse it
+        # as nn.Embedding does (checked on the device: no host synchronisation on a GPU)
+        torch._assert_async(((ids >= 0) & (ids < self.num_embeddings)).all(),
+                            f"axonn Embedding: token id out of range [0, {self.num_embeddings})")
         with comm_tag(self.axonn_name):
             return reduce_forward(_EmbeddingFn.apply(ids, self.weight, self), TENSOR_AXES, self.grid)
 

@@ -29,7 +29,7 @@ import torch
 import torch.nn as nn
 
 from ..communication import all_gather, all_reduce, comm_tag
-from ..grid import Grid, get_grid
+from ..grid import Grid, divisor_hint, get_grid
 from ..sharding import ShardSpec, extract
 from . import autotune
 from .overlap import CONFIG, STATS, reduce_weight_grad
@@ -98,7 +98,7 @@ class Linear(nn.Module):
                                ("in_features", in_features, self.in_axis, g_in)):
             if n % g:
                 raise ValueError(f"Linear {name}={n} is not divisible by the {ax} axis size "
-                                 f"G_intra_{ax[0]}={g}")
+                                 f"G_intra_{ax[0]}={g}" + divisor_hint(n, g, ax))
         self.local_out, self.local_in = out_features // g_out, in_features // g_in
         self.drop_input = (not expert_mode) if drop_input is None else drop_input
         self.gather_output = (not expert_mode) if gather_output is None else gather_output
