@@ -40,8 +40,8 @@ def main() -> None:
     p.add_argument("--size", default="1b", choices=preset_names(), help="preset whose parameter shapes to use")
     p.add_argument("--layers", type=int, default=None,
                    help="decoder layers to keep (default: 4 on CPU, all of the preset's on a GPU)")
-    p.add_argument("--steps", type=int, default=5, help="timed optimizer steps per arm and round")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (clip pass, in-kernel, ...)")
+    p.add_argument("--steps", type=int, default=10, help="timed optimizer steps per arm and round")
+    p.add_argument("--rounds", type=int, default=6, help="interleaved rounds (clip pass, in-kernel, ...)")
     a = p.parse_args()
     dev = device()
     layers = a.layers if a.layers is not None else (None if dev.type == "cuda" else 4)
