@@ -320,15 +320,21 @@ def _check_training_numbers(args: argparse.Namespace) -> None:
                          f"of {local}")
 
 
-def run_shape(args: argparse.Namespace):
-    """The shape of the model this run trains: the ``--init`` checkpoint's, else the ``--size`` preset's."""
+def run_shape(args: argparse.Namespace, tokenizer=None):
+    """The shape of the model this run trains: the ``--init`` checkpoint's; else the ``--size`` preset's layers
+    with the vocabulary of the run's ``tokenizer`` (loaded when not given), padded as ``build_model`` pads it:
+    the built-in tokenizer's 4,096 rows, not Llama 3.1's 128,256 (an 8b is then 7.0 B parameters, not 8.03 B)."""
+    from dataclasses import replace
+
     from axonn.presets import ModelShape, get_preset
+    from memorization.models import model_config, padded_vocab
 
     if args.init:
-        from memorization.models import model_config
-
         return ModelShape.from_llama_config(model_config(None, 0, init=args.init), name=Path(args.init).name)
-    return get_preset(args.size)
+    preset = get_preset(args.size)
+    vocab = padded_vocab(len(tokenizer if tokenizer is not None else load_run_tokenizer(args)))
+    return preset if vocab == preset.vocab else replace(preset, name=f"{preset.name} (vocabulary {vocab})",
+                                                       vocab=vocab)
 
 
 def plan(args: argparse.Namespace) -> None:
@@ -336,8 +342,12 @@ def plan(args: argparse.Namespace) -> None:
 
     if not args.gpus:
         raise SystemExit("error: --plan needs --gpus N")
+    shape = run_shape(args)
+    if not args.init and shape.name != args.size:
+        print(f"note: without --init this run trains --size {args.size} with its tokenizer's {shape.vocab:,}-row "
+              "vocabulary, planned below; pass --init <checkpoint> to plan the model you fine-tune", file=sys.stderr)
     try:
-        result = make_plan(run_shape(args), seq=args.seq_len, global_batch=args.batch_size, gpus=args.gpus,
+        result = make_plan(shape, seq=args.seq_len, global_batch=args.batch_size, gpus=args.gpus,
                            machine=args.machine, micro_batch=args.micro_batch,
                            activation_checkpointing=args.activation_checkpointing,
                            grad_reduce_dtype=args.grad_reduce_dtype)
@@ -524,7 +534,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     rt = make_runtime(args)
     local_rows = rt.local_batch_rows(args.batch_size)
     micro = args.micro_batch or local_rows
-    check_size_runs_here(run_shape(args), rt.device, _parse_grid(args.grid), seq=args.seq_len,
+    check_size_runs_here(run_shape(args, tokenizer), rt.device, _parse_grid(args.grid), seq=args.seq_len,
                          micro_batch=micro, activation_checkpointing=args.activation_checkpointing,
                          micro_steps=max(1, local_rows // micro), grad_reduce_dtype=args.grad_reduce_dtype)
     try:

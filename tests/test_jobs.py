@@ -85,9 +85,7 @@ def test_checkpoint_interval_and_usr1_lead_follow_step_and_write_time(tmp_path):
                                    run_root=str(tmp_path)))
     step, stop = job.predicted_step_s, job.stop
     assert stop.checkpoint_every == round(1800 / step) and f"--checkpoint-every {stop.checkpoint_every}" in job.text
-    from axonn.planner import resolve_shape
-
-    state = 12 * resolve_shape("405b").num_params()
+    state = 12 * job.spec.shape().num_params()
     assert stop.save_s == pytest.approx(state / 128 / 2e9)  # 128 nodes at 2 GB/s each
     assert stop.signal_lead_s >= 3 * step + 2 * stop.save_s + 30 and stop.signal_lead_s % 60 == 0
     assert f"#SBATCH --signal=B:USR1@{stop.signal_lead_s}" in job.text
@@ -264,6 +262,36 @@ trap 'exit $SHIM_EXIT' USR1
 touch "$SHIM_STARTED"
 while :; do sleep 0.05; done
 """
+
+
+def test_a_job_plans_the_model_it_trains(tmp_path):
+    """Without --init memorize.py trains the preset's layers with its tokenizer's vocabulary (the built-in one's
+    4,096 rows, or a --tokenizer in the extra arguments): the job is planned for that model; with --init, for the
+    preset (Llama 3.1's 128,256). The planner's grid, step time and checkpoint write size follow."""
+    from axonn.planner import load_profile, plan, resolve_shape
+    from memorization.corpus import load_tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    base = dict(machine="alps", size="405b", gpus=256, out_dir=str(tmp_path), run_root=str(tmp_path))
+    preset = resolve_shape("405b")
+    own = gen.JobSpec(**base)
+    assert own.shape().vocab == len(load_tokenizer()) == 4096 and own.shape().layers == preset.layers
+    tuned = gen.JobSpec(**base, init=str(tmp_path / "not-here" / "Llama-3.1-405B"))
+    assert tuned.shape() == preset
+    small = tmp_path / "tok"  # a --tokenizer of 1,000 tokens: 1,024 rows once padded to a multiple of 64
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    t = Tokenizer(models.WordLevel({f"w{i}": i for i in range(1000)}, unk_token="w0"))
+    t.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=t, eos_token="w1", bos_token="w2").save_pretrained(str(small))
+    assert gen.JobSpec(**base, extra_args=f"--tokenizer {small}").shape().vocab == 1024
+    for spec in (own, tuned):
+        job = gen.make_job(spec)
+        best = plan(spec.shape(), seq=spec.seq, global_batch=spec.global_batch, gpus=256,
+                    machine=load_profile("alps"), activation_checkpointing=True).best
+        assert (job.grid, job.predicted_step_s) == (tuple(best.grid), best.step_time_s)
+        assert job.stop.save_s == pytest.approx(12 * spec.shape().num_params() / 64 / 2e9)
+    assert gen.make_job(own).predicted_step_s < gen.make_job(tuned).predicted_step_s
 
 
 @pytest.mark.parametrize("tasks_exit,requeued", [(75, True), (0, False), (138, True)],

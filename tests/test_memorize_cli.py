@@ -139,8 +139,11 @@ def test_plan_prints_fitting_grids_for_405b_on_frontier(capsys, tmp_path):
     (tmp_path / "run_config.json").write_text("{}")  # --plan writes nothing, so a run already in --out is fine
     assert memorize.main(["--size", "405b", "--gpus", "4096", "--machine", "frontier", "--plan",
                           "--out", str(tmp_path)]) is None
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert "fitting grid" in out and "rejected" in out and "activation checkpointing on" in out
+    # without --init the run's model has the built-in tokenizer's 4,096 rows, not Llama 3.1's 128,256: so has the plan
+    assert out.startswith("405b (vocabulary 4096): 402B params") and "pass --init <checkpoint>" in captured.err
     # the plan's best grid as a runnable command and as a job; the run's own flags are planned for
     run = next(line.strip() for line in out.splitlines() if line.strip().startswith("python recipes/memorize.py"))
     ns = memorize.parse_args(run.split()[2:])

@@ -29,6 +29,7 @@ import re
 import shlex
 import sys
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,6 +40,7 @@ from axonn.cli import HelpFormatter  # noqa: E402
 from axonn.grid import parse_grid  # noqa: E402
 from axonn.planner import (GRAD_REDUCE_BYTES, Grid, MachineProfile, MemoryConfig, PlanError,  # noqa: E402
                            divisibility_problem, load_profile, memory_per_gpu, plan, resolve_shape)
+from axonn.presets import ModelShape  # noqa: E402
 
 TEMPLATES = Path(__file__).with_name("templates")
 
@@ -85,6 +87,21 @@ PAPER_SIZES = ("8b", "70b", "405b")
 PAPER_MACHINES = ("frontier", "alps", "perlmutter")
 
 
+@lru_cache(maxsize=None)
+def _tokenizer_rows(tokenizer: str | None) -> int | None:
+    """Embedding rows memorize.py gives the model of ``tokenizer`` (None: its built-in one), or None (with a
+    note) when the tokenizer cannot be loaded here: a path only the compute nodes see."""
+    from memorization.corpus import DEFAULT_TOKENIZER, load_tokenizer
+    from memorization.models import padded_vocab
+
+    try:
+        return padded_vocab(len(load_tokenizer(tokenizer or DEFAULT_TOKENIZER)))
+    except (OSError, ValueError) as e:
+        print(f"note: --tokenizer {tokenizer} cannot be loaded here ({e}); planning with the preset's vocabulary",
+              file=sys.stderr)
+        return None
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """One training job. ``gpus`` or ``nodes`` (``None`` for both: the paper default for the size)."""
@@ -116,6 +133,21 @@ class JobSpec:
     @property
     def name(self) -> str:
         return f"mem-{self.size}-{self.machine}-gf{self.goldfish_k}-{self.total_gpus()}g"
+
+    def shape(self) -> ModelShape:
+        """The model the job trains, which the planner prices: the preset's layers, and its vocabulary with
+        ``init`` (a Llama 3.1 checkpoint: 128,256 rows); without ``init``, the vocabulary of the run's tokenizer
+        (``--tokenizer`` in ``extra_args``, else memorize.py's built-in one: 4,096 rows), padded as memorize.py
+        pads it, so step time, memory and checkpoint interval describe that model (an 8b of 7.0 B parameters)."""
+        preset = resolve_shape(self.size)
+        if self.init is not None:
+            return preset
+        args = shlex.split(self.extra_args)
+        given = [v for k, v in zip(args, args[1:]) if k == "--tokenizer"]
+        vocab = _tokenizer_rows(given[-1] if given else None)
+        if vocab is None or vocab == preset.vocab:
+            return preset
+        return replace(preset, name=f"{preset.name} (vocabulary {vocab})", vocab=vocab)
 
     def total_gpus(self) -> int:
         cfg = machine_config(self.machine)
@@ -196,7 +228,7 @@ class StopPlan:
 
 
 def stop_plan(spec: JobSpec, step_s: float | None, nodes: int, fs_gbps: float) -> StopPlan:
-    save_s = STATE_BYTES_PER_PARAM * resolve_shape(spec.size).num_params() / nodes / (fs_gbps * 1e9)
+    save_s = STATE_BYTES_PER_PARAM * spec.shape().num_params() / nodes / (fs_gbps * 1e9)
     step = step_s if step_s is not None else 60.0  # a hand grid the planner cannot price: assume a slow step
     stop_s = 3 * step + (2 if spec.async_checkpoint else 1) * save_s + 30
     lead = spec.signal_lead_s if spec.signal_lead_s is not None else max(120, 60 * math.ceil(stop_s / 60))
@@ -225,8 +257,10 @@ def make_job(spec: JobSpec) -> Job:
         raise ValueError(f"arms {spec.arms!r}: choose one of {', '.join(ARMS)} ('goldfish' needs goldfish_k >= 2)")
     nodes = max(1, gpus // cfg.gpus_per_node)
     tpn = gpus // nodes
+    shape = spec.shape()
+
     def ranking(micro_batch: int | None):
-        return plan(spec.size, seq=spec.seq, global_batch=spec.global_batch, gpus=gpus,
+        return plan(shape, seq=spec.seq, global_batch=spec.global_batch, gpus=gpus,
                     machine=load_profile(cfg.profile), micro_batch=micro_batch,
                     activation_checkpointing=spec.activation_checkpointing, grad_reduce_dtype=spec.grad_reduce_dtype)
 
@@ -235,7 +269,7 @@ def make_job(spec: JobSpec) -> Job:
         if len(grid) != 4 or grid[0] * grid[1] * grid[2] * grid[3] != gpus:
             raise ValueError(f"grid {grid} does not multiply to {gpus} GPUs")
         mb = spec.micro_batch or 1
-        why = divisibility_problem(resolve_shape(spec.size), Grid(*grid))
+        why = divisibility_problem(shape, Grid(*grid))
         if why is None and spec.global_batch % (grid[0] * grid[3] * mb):
             why = (f"global batch {spec.global_batch} is not divisible by data×depth×micro-batch="
                    f"{grid[0]}×{grid[3]}×{mb}")
@@ -312,7 +346,7 @@ PREFLIGHT_FRACTION = 0.95
 def check_hand_grid_memory(spec: JobSpec, grid: Grid, micro_batch: int, prof: MachineProfile) -> None:
     """Refuse a hand grid whose predicted peak per GPU the trainer's start-up check refuses even on an empty
     device (it would fail after the queue wait); warn when it is over the planner's usable memory only."""
-    shape = resolve_shape(spec.size)
+    shape = spec.shape()
     steps = spec.global_batch // (grid.data * grid.depth * micro_batch)
     mem = memory_per_gpu(shape, grid, spec.seq, micro_batch, spec.activation_checkpointing,
                          MemoryConfig(grad_reduce_bytes=GRAD_REDUCE_BYTES[spec.grad_reduce_dtype]),
@@ -341,7 +375,7 @@ def check_init(path: str, size: str) -> str:
     Checked only where this machine sees the path (scripts are often written on a login node
     that mounts the same filesystem); one it cannot see is left for the job to check.
     """
-    from axonn.presets import ModelShape, get_preset
+    from axonn.presets import get_preset
     from memorization.models import model_config
 
     if not Path(path).exists():
