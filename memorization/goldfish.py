@@ -179,6 +179,13 @@ def goldfish_mask_in_stream(
     """
     B, L = input_ids.shape
     C = ctx.ids.shape[-1]
+    if h > C:  # the first h - C background labels of a row would be kept whatever the stream holds
+        raise ValueError(
+            f"goldfish h={h} needs the {h} stream tokens before each row, but the row context holds only {C} "
+            f"(memorization.mixture.CONTEXT_TOKENS): use h <= {C}, or build the mixture with a longer context"
+        )
+    if document_ids is None:
+        raise ValueError("goldfish_mask_in_stream needs the rows' document_ids")
     j = torch.arange(L, device=input_ids.device)
     src = (ctx.start[:, None] + j) % L  # V[:, C + j] = row[:, src[:, j]]
     moved = j >= (L - ctx.start)[:, None]

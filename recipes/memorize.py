@@ -73,7 +73,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--goldfish-k", type=int, default=4, help="drop 1/k of the labels in the Goldfish arm "
                    "(k >= 2); 0 runs only the standard arm")
     g.add_argument("--goldfish-h", type=int, default=13, help="hash context width: the decision for a label "
-                   "depends on the h tokens before it")
+                   "depends on the h tokens before it (1..64: a row carries the 64 stream tokens before it)")
     g.add_argument("--goldfish-strategy", default="hash", choices=["hash", "static"],
                    help="hash: pseudo-random from the preceding h-gram; static: every k-th position")
     g.add_argument("--arms", default="both", choices=["both", *ARMS], help="which arms to train")
@@ -227,6 +227,12 @@ def validate(args: argparse.Namespace) -> None:
         raise SystemExit(f"error: {e}") from None
     if args.goldfish_k == 0 and args.arms == "goldfish":
         raise SystemExit("error: --arms goldfish needs --goldfish-k >= 2")
+    from memorization.mixture import CONTEXT_TOKENS
+
+    if args.goldfish_k and args.goldfish_strategy == "hash" and args.goldfish_h > CONTEXT_TOKENS:
+        raise SystemExit(f"error: --goldfish-h {args.goldfish_h}: a row carries the {CONTEXT_TOKENS} stream tokens "
+                         f"before it (memorization.mixture.CONTEXT_TOKENS), so a wider hash could not decide the "
+                         f"first labels of every row; use --goldfish-h <= {CONTEXT_TOKENS}")
     _parse_exposures(args.exposures)
     _parse_grid(args.grid)
     if args.init:

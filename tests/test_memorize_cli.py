@@ -269,6 +269,7 @@ def test_init_problems_refused_before_any_work(tmp_path):
     (["--batch-size", "0"], r"--batch-size 0 \(must be >= 1\)"),
     (["--steps", "-1"], r"--steps -1 \(must be >= 0"),
     (["--lr", "-1"], r"--lr -1.0 \(must be > 0\)"),
+    (["--goldfish-h", "65"], r"--goldfish-h 65: a row carries the 64 stream tokens .* use --goldfish-h <= 64"),
     (["--grad-clip", "0"], r"--grad-clip 0.0 \(must be > 0; inf = no clipping\)"),
     (["--weight-decay", "-0.1"], r"--weight-decay -0.1 \(must be >= 0\)"),
     (["--checkpoint-every", "-5"], r"--checkpoint-every -5 \(must be >= 0"),
