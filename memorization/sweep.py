@@ -38,7 +38,7 @@ import subprocess
 import sys
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -135,6 +135,11 @@ def expand_grid(sizes: Sequence[str], exposures: Sequence[int], ks: Sequence[int
     hs = parse_int_list(hs, "--goldfish-h", minimum=1)
     if 1 in ks:
         raise SweepError("--goldfish-k: k = 1 would drop every label; use 0 (standard) or k >= 2")
+    from .mixture import CONTEXT_TOKENS
+
+    if any(k >= 2 for k in ks) and max(hs) > CONTEXT_TOKENS:
+        raise SweepError(f"--goldfish-h {max(hs)}: a row carries the {CONTEXT_TOKENS} stream tokens before it "
+                         f"(memorization.mixture.CONTEXT_TOKENS), so h must be <= {CONTEXT_TOKENS}")
     gf = [(k, h) for k in ks if k >= 2 for h in hs]
     standard = 0 in ks
     cells = []
@@ -147,16 +152,60 @@ def expand_grid(sizes: Sequence[str], exposures: Sequence[int], ks: Sequence[int
     return cells
 
 
+def _arms_on_disk(root: Path, cell: Cell) -> str | None:
+    """The ``--arms`` the memorize run already started in ``cell``'s directory ran with (None: not started)."""
+    with contextlib.suppress(OSError, json.JSONDecodeError, AttributeError):
+        return json.loads((root / "cells" / cell.name / "run_config.json").read_text()).get("arms")
+    return None
+
+
+def adopt_standard_arms(cells: Sequence[Cell], root: Path) -> list[Cell]:
+    """Keep the standard arm of each (size, exposures) in the cell that already trains it.
+
+    :func:`expand_grid` gives the standard arm to the first Goldfish setting of the list; a grid
+    extended on resume (``--goldfish-k 0,4`` then ``0,2,4``) would move it to k=2 and run the
+    finished k=4 cell again with ``--arms goldfish``, which memorize's ``--resume`` refuses (the cell
+    turns into an error and a second standard arm is trained).  A cell whose run started with
+    ``--arms both`` keeps it; otherwise the first cell not started yet gets it.
+    """
+    cells = list(cells)
+    groups: dict[tuple[str, int], list[int]] = {}
+    for i, c in enumerate(cells):
+        groups.setdefault((c.size, c.exposures), []).append(i)
+    for idx in groups.values():
+        if not any(cells[i].arms == "both" for i in idx):
+            continue  # no standard arm in this grid (or a standard-only cell)
+        disk = {i: _arms_on_disk(root, cells[i]) for i in idx}
+        holder = next((i for i in idx if disk[i] == "both"), None)
+        if holder is None:
+            holder = next((i for i in idx if cells[i].arms == "both" and disk[i] is None), None)
+        if holder is None:
+            holder = next((i for i in idx if disk[i] is None), None)
+        if holder is None:
+            continue  # every cell already ran without the standard arm: memorize reports the conflict
+        for i in idx:
+            cells[i] = replace(cells[i], arms="both" if i == holder else "goldfish")
+    return cells
+
+
 def check_passthrough(extra: Sequence[str]) -> list[str]:
     """Refuse memorize options the sweep sets itself, and unknown ones (via memorize's parser)."""
     extra = list(extra)
+    memorize = load_memorize()
+    known = memorize_option_strings()
     for tok in extra:
         name = tok.split("=", 1)[0]
         if name in RESERVED_OPTIONS:
             raise SweepError(f"{name} is set by the sweep per cell; use the sweep's own flag (see --help)")
         if name.startswith("--") and name.replace("_", "-") != name:
             raise SweepError(f"unknown option {name}")
-    memorize = load_memorize()
+        if name.startswith("--") and len(name) > 2 and name not in known:
+            # memorize's parser expands a unique prefix (--siz -> --size): it would override the cell's own
+            # --size/--exposures/--arms... while the cell keeps its label, so only full names pass through
+            full = sorted(o for o in known if o.startswith(name))
+            if full:
+                raise SweepError(f"{name}: give the full option name ({', '.join(full)}); abbreviations are "
+                                 "not passed to memorize")
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
@@ -169,6 +218,16 @@ def check_passthrough(extra: Sequence[str]) -> list[str]:
 
 
 _MEMORIZE = None
+_MEMORIZE_OPTIONS: frozenset[str] | None = None
+
+
+def memorize_option_strings() -> frozenset[str]:
+    """Every option string of memorize's parser (``--steps``, ``-h``, ...)."""
+    global _MEMORIZE_OPTIONS
+    if _MEMORIZE_OPTIONS is None:
+        parser = load_memorize().build_parser()
+        _MEMORIZE_OPTIONS = frozenset(o for a in parser._actions for o in a.option_strings)
+    return _MEMORIZE_OPTIONS
 
 
 def load_memorize():
@@ -467,6 +526,7 @@ def _partial_record(root: Path, cell: Cell) -> dict:
 
 def aggregate(root: Path, cells: Sequence[Cell], meta: dict) -> dict:
     """Collect every cell record of the grid into ``root/results.json`` (atomically); returns it."""
+    cells = adopt_standard_arms(cells, root)
     records = []
     for cell in cells:
         p = root / "cells" / cell.name / "cell.json"
@@ -487,6 +547,7 @@ def run_sweep(cells: Sequence[Cell], root: Path, extra: Sequence[str], opts: Eva
     from tqdm.auto import tqdm
 
     root.mkdir(parents=True, exist_ok=True)
+    cells = adopt_standard_arms(cells, root)
     summary = SweepSummary()
     t0 = time.perf_counter()
     bar = tqdm(cells, desc="sweep", unit="cell", disable=not progress)

@@ -59,21 +59,27 @@ def plot_extraction_vs_exposures(rows: list[dict], path: Path) -> bool:
     if not sizes:
         return False
     plt = _plt()
+    # one color per arm in every panel (a size missing an arm must not shift the others' colors: the
+    # legend is drawn once, from the handles of all panels)
+    colors = {lab: f"C{j % 10}" for j, lab in enumerate(sorted({arm_label(r) for r in rows}))}
     fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes), 4), squeeze=False, sharey=True)
+    legend: dict[str, object] = {}
     for ax, size in zip(axes[0], sizes):
         by_arm: dict[str, list[dict]] = defaultdict(list)
         for r in rows:
             if r["size"] == size:
                 by_arm[arm_label(r)].append(r)
-        for i, (label, rs) in enumerate(sorted(by_arm.items())):
+        for label, rs in sorted(by_arm.items()):
             rs = sorted(rs, key=lambda r: r["exposures"])
             xs = [r["exposures"] for r in rs]
-            color = f"C{i}"
+            color = colors[label]
             ax.plot(xs, [r["exact_match"] for r in rs], "o-", color=color, label=f"{label}: exact match")
             if all(r.get("exact_match_ci95") for r in rs):  # band: the 95% Wilson interval of each rate
                 ax.fill_between(xs, [r["exact_match_ci95"][0] for r in rs], [r["exact_match_ci95"][1] for r in rs],
                                 color=color, alpha=0.15, linewidth=0)
             ax.plot(xs, [r["rouge_l"] for r in rs], "s:", color=color, alpha=0.7, label=f"{label}: Rouge-L")
+        for handle, lab in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(lab, handle)
         ax.set_xscale("log", base=2)
         ax.set_xticks(sorted({r["exposures"] for r in rows if r["size"] == size}))
         ax.get_xaxis().set_major_formatter(plt.matplotlib.ticker.ScalarFormatter())
@@ -82,7 +88,7 @@ def plot_extraction_vs_exposures(rows: list[dict], path: Path) -> bool:
         ax.set_title(f"size {size}")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("extraction (fraction of targets / score)")
-    axes[0][-1].legend(fontsize=7, loc="best")
+    axes[0][-1].legend(list(legend.values()), list(legend), fontsize=7, loc="best")
     fig.suptitle("Extraction vs exposures")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -34,10 +34,12 @@ from axonn.cli import HelpFormatter  # noqa: E402
 ARMS = ("standard", "goldfish")
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """memorize's command line. Options must be given in full (no ``--siz`` for ``--size``): a sweep appends
+    options to each cell's own, and an abbreviation there would silently override the cell's setting."""
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0] + " Runs a standard and a Goldfish arm on the same mixture and seed.",
-        formatter_class=HelpFormatter,
+        formatter_class=HelpFormatter, allow_abbrev=False,
     )
     g = p.add_argument_group("model")
     g.add_argument("--size", default="tiny", help="model-shape preset (axonn/presets.yaml): tiny, mini, small, "
@@ -128,7 +130,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="dtype of each arm's exported Hugging Face model (<out>/<arm>/model): the fp32 master "
                         "weights as trained, or bf16 at half the size (a 70b is 280 vs 140 GB)")
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
-    args = p.parse_args(argv)
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    args = build_parser().parse_args(argv)
     if args.seq_len is None:
         args.seq_len = 2048 if args.plan else 128
     if args.batch_size is None:

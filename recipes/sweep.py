@@ -111,6 +111,7 @@ def main(argv: list[str] | None = None) -> dict:
     try:
         cells = expand_grid(args.sizes, args.exposures, args.goldfish_k, args.goldfish_h)
         _check_sizes(args.sizes)
+        _check_flags(args)
     except SweepError as e:
         raise SystemExit(f"error: {e}") from None
     out = Path(args.out)
@@ -158,6 +159,40 @@ def main(argv: list[str] | None = None) -> dict:
     paths = write_report(results, out)
     print(f"report: {paths['markdown']} and {paths['html']}", file=sys.stderr)
     return {"results": results, "summary": summary, "report": paths}
+
+
+#: flags that only shape the Slurm scripts of --emit-jobs
+JOB_FLAGS = ("gpus", "nodes", "account", "time", "run_root")
+#: flags of the local evaluations, which the emitted jobs do not run
+EVAL_FLAGS = ("mia", "downstream", "hpc_code")
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    """Refuse flags that the chosen mode would silently ignore, and an evaluation device that does not exist."""
+    from memorization.sweep import SweepError
+
+    defaults = build_parser().parse_args([])
+    if args.emit_jobs:
+        if args.report_only:
+            raise SweepError("--emit-jobs and --report-only contradict each other")
+        used = [f for f in EVAL_FLAGS if getattr(args, f)]
+        if used:
+            raise SweepError(f"--emit-jobs writes memorize jobs only: {', '.join('--' + f.replace('_', '-') for f in used)} "
+                             "would not run (run eval/mia.py or eval/downstream.py on the jobs' checkpoints)")
+        return
+    used = [f for f in JOB_FLAGS if getattr(args, f) != getattr(defaults, f)]
+    if used:
+        raise SweepError(f"{', '.join('--' + f.replace('_', '-') for f in used)} only shape the Slurm scripts of "
+                         "--emit-jobs; a local sweep runs each cell on this machine")
+    if args.eval_device and not args.report_only:
+        import torch
+
+        try:
+            dev = torch.device(args.eval_device)
+        except (RuntimeError, ValueError) as e:
+            raise SweepError(f"--eval-device {args.eval_device!r}: {e}") from None
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise SweepError(f"--eval-device {args.eval_device}: no CUDA device on this machine")
 
 
 def _check_sizes(sizes: str) -> None:

@@ -352,3 +352,10 @@ def test_controls_are_left_out_of_the_rates_and_the_paired_test(tmp_path):
     only = memorize.main([*TINY, "--exposures", "0", "--corpus", corpus, "--out", str(tmp_path / "controls")])
     assert only["arms"]["standard"]["n"] == 0 and only["arms"]["standard"]["exact_match"] is None
     assert "| standard | – | – | – |" in (tmp_path / "controls" / "results.md").read_text()
+
+
+def test_options_must_be_given_in_full(capsys):
+    """No abbreviations: a sweep appends options after each cell's own, where --siz would override --size."""
+    with pytest.raises(SystemExit):
+        memorize.parse_args(["--siz", "mini"])
+    assert "unrecognized arguments: --siz mini" in capsys.readouterr().err
