@@ -536,8 +536,21 @@ def aggregate(root: Path, cells: Sequence[Cell], meta: dict) -> dict:
                 continue
         records.append(_partial_record(root, cell))
     data = {**meta, "cells": records, "rows": arm_rows(records)}
+    ran = {tuple(passthrough_of(r)) for r in records if r.get("status") == "ok"}
+    if ran:  # what the finished cells ran with (a --report-only may be given other options)
+        data["memorize_options"] = list(next(iter(ran))) if len(ran) == 1 else None
     atomic_write_json(root / "results.json", data)
     return data
+
+
+def passthrough_of(record: dict) -> list[str]:
+    """The pass-through memorize options a cell record ran with: its ``memorize_argv`` less the cell's own
+    options (:data:`Cell.memorize_argv`'s), ``--out`` and the flags the sweep adds (``--no-progress``,
+    ``--resume``, ``--overwrite``)."""
+    argv = _run_options(record.get("memorize_argv") or [])
+    own = ("--size", "--exposures", "--goldfish-k", "--goldfish-h", "--arms")
+    return [a for i, a in enumerate(argv) if a not in own and a != "--no-progress"
+            and not (i > 0 and argv[i - 1] in own)]
 
 
 def run_sweep(cells: Sequence[Cell], root: Path, extra: Sequence[str], opts: EvalOptions, meta: dict,

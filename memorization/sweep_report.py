@@ -280,11 +280,12 @@ def sweep_markdown(results: dict, figures: Sequence[str]) -> str:
     if results.get("command"):
         lines += ["Command:", "", "```bash", results["command"], "```", ""]
     ok = sum(c.get("status") == "ok" for c in cells)
+    options = results.get("memorize_options", [])
+    options = "differ by cell (see cells/*/cell.json)" if options is None else f"`{' '.join(options) or '-'}`"
     lines.append(f"Grid: sizes {g.get('sizes')}, exposures {g.get('exposures')}, Goldfish k {g.get('goldfish_k')}, "
-                 f"h {g.get('goldfish_h')}; memorize options `{' '.join(results.get('memorize_options', [])) or '-'}`. "
-                 f"{ok}/{len(cells)} cells finished.")
+                 f"h {g.get('goldfish_h')}; memorize options {options}. {ok}/{len(cells)} cells finished.")
     s = next((c.get("settings") for c in cells if c.get("settings")), None)
-    if s:
+    if s and results.get("memorize_options") is not None:
         lines.append(f"Each cell: {s['num_targets']} targets (all seen the cell's exposure count), "
                      f"{s['num_nonmembers']} nonmembers, seq {s['seq_len']}, batch {s['batch_size']}, "
                      f"lr {s['lr']}, seed {s['seed']}; extraction: prefix {s['prefix']} -> greedy {s['suffix']} tokens.")

@@ -141,7 +141,10 @@ def main(argv: list[str] | None = None) -> dict:
             "memorize_options": extra, "evaluations": {"mia": args.mia, "downstream": args.downstream,
                                                        "hpc_code": args.hpc_code, "device": opts.device}}
     out.mkdir(parents=True, exist_ok=True)
-    (out / "command.txt").write_text(command + "\n")
+    if args.report_only and (out / "command.txt").is_file():  # the command that ran the cells, not this one
+        meta["command"] = (out / "command.txt").read_text().strip()
+    else:
+        (out / "command.txt").write_text(command + "\n")
     if args.report_only:
         results = aggregate(out, cells, meta)
         summary = None

@@ -174,6 +174,13 @@ def test_report_only_rebuilds_without_running(micro, tmp_path):
     res = sweep_cli.main(GRID + MICRO + ["--mia", "--report-only", "--out", str(out)])
     assert res["summary"] is None and len(res["results"]["rows"]) == 4
     assert before == {p: p.stat().st_mtime_ns for p in (out / "cells").glob("*/cell.json")}
+    # given other memorize options, the report still states what the cells ran (and the command that ran them)
+    command = (out / "command.txt").read_text()
+    other = [*MICRO[:MICRO.index("--steps") + 1], "99", *MICRO[MICRO.index("--steps") + 2:]]
+    res = sweep_cli.main(GRID + other + ["--mia", "--report-only", "--out", str(out)])
+    assert res["results"]["memorize_options"] == MICRO and (out / "command.txt").read_text() == command
+    md = (out / "report.md").read_text()
+    assert "--steps 12" in md and "--steps 99" not in md
 
 
 # --------------------------------------------------------------------------- jobs and CLI
