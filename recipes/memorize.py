@@ -89,9 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (AdamW)")
     g.add_argument("--warmup-steps", type=int, default=10, help="linear warmup steps before cosine decay")
     g.add_argument("--weight-decay", type=float, default=0.0, help="AdamW weight decay on matrices")
-    g.add_argument("--grad-clip", type=float, default=1.0, help="clip the global gradient norm to this (> 0; inf: no clipping)")
+    g.add_argument("--grad-clip", type=float, default=1.0,
+                   help="clip the global gradient norm to this (> 0; inf: no clipping)")
     g.add_argument("--eval-every", type=int, default=0, help="validation every N steps (0: at the end)")
-    g.add_argument("--checkpoint-every", type=int, default=50, help="checkpoint every N steps and at the end (0: at the end only)")
+    g.add_argument("--checkpoint-every", type=int, default=50,
+                   help="checkpoint every N steps and at the end (0: at the end only)")
     g.add_argument("--async-checkpoint", action="store_true",
                    help="snapshot each checkpoint to host memory and write it while the next step trains "
                         "(needs host memory for this rank's share of the weights and optimizer state)")

@@ -180,7 +180,8 @@ def _check_flags(args: argparse.Namespace) -> None:
             raise SweepError("--emit-jobs and --report-only contradict each other")
         used = [f for f in EVAL_FLAGS if getattr(args, f)]
         if used:
-            raise SweepError(f"--emit-jobs writes memorize jobs only: {', '.join('--' + f.replace('_', '-') for f in used)} "
+            flags = ", ".join("--" + f.replace("_", "-") for f in used)
+            raise SweepError(f"--emit-jobs writes memorize jobs only: {flags} "
                              "would not run (run eval/mia.py or eval/downstream.py on the jobs' checkpoints)")
         return
     used = [f for f in JOB_FLAGS if getattr(args, f) != getattr(defaults, f)]
