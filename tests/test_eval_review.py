@@ -7,7 +7,6 @@ import importlib.util
 import json
 import os
 import secrets
-import subprocess
 import time
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from memorization.extraction import ExtractionConfig, extract, rouge_l
+from memorization.hpc_code import sandbox
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -179,15 +179,7 @@ def _pids_with(token: str) -> list[int]:
     return out
 
 
-def _pid_namespaces() -> bool:
-    try:
-        return subprocess.run(["unshare", "-p", "-f", "--kill-child", "--mount-proc", "true"], capture_output=True,
-                              timeout=10).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
-
-
-needs_pidns = pytest.mark.skipif(not Path("/proc").is_dir() or not _pid_namespaces(),
+needs_pidns = pytest.mark.skipif(not Path("/proc").is_dir() or not sandbox.pid_namespace_available(),
                                  reason="needs `unshare -p` (root or user namespaces)")
 
 

@@ -66,26 +66,38 @@ class SandboxResult:
             return None
 
 
-@lru_cache(maxsize=1)
-def network_isolation_available() -> bool:
-    """Whether ``unshare -n`` can create a network namespace here."""
+@lru_cache(maxsize=None)
+def _unshare_works(*flags: str) -> bool:
+    """Whether ``unshare <flags> true`` succeeds here (root or user namespaces)."""
     try:
-        return subprocess.run(["unshare", "-n", "true"], capture_output=True, timeout=10).returncode == 0
+        return subprocess.run(["unshare", *flags, "true"], capture_output=True, timeout=10).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
 
 
-# Runs first inside the new network namespace: bring up loopback (MPI launchers such
-# as Open MPI talk to their daemons over it; nothing else is reachable), then exec
-# the real command, keeping the pid and process group.
-_LO_UP = (
-    "import fcntl, os, socket, struct, sys\n"
-    "try:\n"
-    "    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-    "    fcntl.ioctl(s, 0x8914, struct.pack('16sH14x', b'lo', 0x1 | 0x8 | 0x40))  # SIOCSIFFLAGS UP\n"
-    "    s.close()\n"
-    "except OSError:\n"
-    "    pass\n"
+def network_isolation_available() -> bool:
+    """Whether ``unshare -n`` can create a network namespace here."""
+    return _unshare_works("-n")
+
+
+# Brings up loopback in a fresh network namespace (MPI launchers such as Open MPI talk to
+# their daemons over it; nothing else is reachable).
+_LOOPBACK_UP = (
+    "def loopback_up():\n"
+    "    import fcntl, socket, struct\n"
+    "    try:\n"
+    "        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+    "        fcntl.ioctl(s, 0x8914, struct.pack('16sH14x', b'lo', 0x1 | 0x8 | 0x40))  # SIOCSIFFLAGS UP\n"
+    "        s.close()\n"
+    "    except OSError:\n"
+    "        pass\n"
+)
+
+# Runs first inside the new network namespace: bring up loopback, then exec the real
+# command, keeping the pid and process group.
+_LO_UP = _LOOPBACK_UP + (
+    "import os, sys\n"
+    "loopback_up()\n"
     "os.execvp(sys.argv[1], sys.argv[1:])\n"
 )
 
@@ -96,16 +108,10 @@ _LO_UP = (
 # namespace cannot kill itself with a signal); the kernel then kills whatever is left in the
 # namespace.  It ignores SIGTERM (as a namespace init does by default), which still reaches the
 # command through the process group.
-_INIT = (
+_INIT = _LOOPBACK_UP + (
     "import os, sys\n"
     "if sys.argv[1] == '1':\n"
-    "    import fcntl, socket, struct\n"
-    "    try:\n"
-    "        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-    "        fcntl.ioctl(s, 0x8914, struct.pack('16sH14x', b'lo', 0x1 | 0x8 | 0x40))  # SIOCSIFFLAGS UP\n"
-    "        s.close()\n"
-    "    except OSError:\n"
-    "        pass\n"
+    "    loopback_up()\n"
     "pid = os.fork()\n"
     "if pid == 0:\n"
     "    try:\n"
@@ -126,14 +132,12 @@ _INIT = (
 )
 
 
-@lru_cache(maxsize=1)
+_PID_NAMESPACE = ("-p", "-f", "--kill-child", "--mount-proc")  # unshare flags: own PID namespace and /proc
+
+
 def pid_namespace_available() -> bool:
     """Whether ``unshare -p -f --mount-proc`` can create a PID namespace (and its /proc) here."""
-    try:
-        return subprocess.run(["unshare", "-p", "-f", "--kill-child", "--mount-proc", "true"], capture_output=True,
-                              timeout=10).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
+    return _unshare_works(*_PID_NAMESPACE)
 
 
 # Sets RLIMIT_AS, then execs the command: used per MPI rank so the limit binds the
@@ -191,8 +195,8 @@ def run_sandboxed(
     isolate = limits.isolate_network and network_isolation_available()
     if pid_namespace_available():
         net = ["-n"] if isolate else []
-        cmd = ["unshare", "-p", "-f", "--kill-child", "--mount-proc", *net, "--", sys.executable, "-I", "-c", _INIT,
-               "1" if isolate else "0", *cmd]
+        cmd = ["unshare", *_PID_NAMESPACE, *net, "--", sys.executable, "-I", "-c", _INIT, "1" if isolate else "0",
+               *cmd]
     elif isolate:
         cmd = ["unshare", "-n", "--", sys.executable, "-I", "-c", _LO_UP, *cmd]
     start = time.monotonic()
