@@ -17,6 +17,10 @@ def padded_vocab(n: int, multiple: int = 64) -> int:
     return -(-n // multiple) * multiple
 
 
+#: a rank whose predicted peak exceeds this fraction of the device's free memory is refused at start
+PREFLIGHT_FRACTION = 0.95
+
+
 def check_size_runs_here(shape: ModelShape, device: torch.device, grid: tuple[int, int, int, int] = (1, 1, 1, 1),
                          seq: int = 2048, micro_batch: int = 1, activation_checkpointing: bool = False,
                          free_bytes: int | None = None, micro_steps: int = 2, grad_reduce_dtype: str = "fp32") -> None:
@@ -44,12 +48,12 @@ def check_size_runs_here(shape: ModelShape, device: torch.device, grid: tuple[in
     mcfg = MemoryConfig(grad_reduce_bytes=GRAD_REDUCE_BYTES[grad_reduce_dtype])
     mem = memory_per_gpu(shape, Grid(*grid), seq, micro_batch, activation_checkpointing, mcfg, micro_steps=micro_steps)
     free = torch.cuda.mem_get_info(device)[0] if free_bytes is None else free_bytes
-    if mem.total <= 0.95 * free:
+    if mem.total <= PREFLIGHT_FRACTION * free:
         return
     g = 2**30
     fixes = []
     if not activation_checkpointing and memory_per_gpu(shape, Grid(*grid), seq, micro_batch, True, mcfg,
-                                                         micro_steps=micro_steps).total <= 0.95 * free:
+                                                         micro_steps=micro_steps).total <= PREFLIGHT_FRACTION * free:
         fixes.append("add --activation-checkpointing")
     if micro_batch > 1:
         fixes.append("lower --micro-batch")

@@ -338,14 +338,11 @@ def make_job(spec: JobSpec) -> Job:
     return Job(spec, text, nodes, tpn, gpus, grid, mb, predicted, path, log_dir, stop)
 
 
-#: memorize.py's start-up check (memorization.models.check_size_runs_here) refuses a rank whose predicted peak
-#: exceeds this fraction of the device's free memory
-PREFLIGHT_FRACTION = 0.95
-
-
 def check_hand_grid_memory(spec: JobSpec, grid: Grid, micro_batch: int, prof: MachineProfile) -> None:
     """Refuse a hand grid whose predicted peak per GPU the trainer's start-up check refuses even on an empty
     device (it would fail after the queue wait); warn when it is over the planner's usable memory only."""
+    from memorization.models import PREFLIGHT_FRACTION  # memorize.py's start-up check (check_size_runs_here)
+
     shape = spec.shape()
     steps = spec.global_batch // (grid.data * grid.depth * micro_batch)
     mem = memory_per_gpu(shape, grid, spec.seq, micro_batch, spec.activation_checkpointing,
