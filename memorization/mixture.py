@@ -43,6 +43,14 @@ MANIFEST_VERSION = 1
 CONTEXT_TOKENS = 64  # stream tokens kept before each row: Goldfish h up to this decides every label
 
 
+def check_hash_width(h: int) -> None:
+    """Refuse a Goldfish hash width the rows' context cannot serve (``ValueError``, naming the flag)."""
+    if h > CONTEXT_TOKENS:
+        raise ValueError(f"--goldfish-h {h}: a row carries the {CONTEXT_TOKENS} stream tokens before it "
+                         "(memorization.mixture.CONTEXT_TOKENS), so a wider hash could not decide the first labels "
+                         f"of every row; h must be <= {CONTEXT_TOKENS}: use --goldfish-h <= {CONTEXT_TOKENS}")
+
+
 @dataclass
 class MixtureConfig:
     seq_len: int = 256

@@ -28,6 +28,7 @@ The aggregated ``results.json`` holds every cell record and a flat table of *row
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import io
 import itertools
@@ -135,11 +136,13 @@ def expand_grid(sizes: Sequence[str], exposures: Sequence[int], ks: Sequence[int
     hs = parse_int_list(hs, "--goldfish-h", minimum=1)
     if 1 in ks:
         raise SweepError("--goldfish-k: k = 1 would drop every label; use 0 (standard) or k >= 2")
-    from .mixture import CONTEXT_TOKENS
+    from .mixture import check_hash_width
 
-    if any(k >= 2 for k in ks) and max(hs) > CONTEXT_TOKENS:
-        raise SweepError(f"--goldfish-h {max(hs)}: a row carries the {CONTEXT_TOKENS} stream tokens before it "
-                         f"(memorization.mixture.CONTEXT_TOKENS), so h must be <= {CONTEXT_TOKENS}")
+    if any(k >= 2 for k in ks):
+        try:
+            check_hash_width(max(hs))
+        except ValueError as e:
+            raise SweepError(str(e)) from None
     gf = [(k, h) for k in ks if k >= 2 for h in hs]
     standard = 0 in ks
     cells = []
@@ -218,16 +221,10 @@ def check_passthrough(extra: Sequence[str]) -> list[str]:
 
 
 _MEMORIZE = None
-_MEMORIZE_OPTIONS: frozenset[str] | None = None
-
-
+@functools.lru_cache(maxsize=1)
 def memorize_option_strings() -> frozenset[str]:
     """Every option string of memorize's parser (``--steps``, ``-h``, ...)."""
-    global _MEMORIZE_OPTIONS
-    if _MEMORIZE_OPTIONS is None:
-        parser = load_memorize().build_parser()
-        _MEMORIZE_OPTIONS = frozenset(o for a in parser._actions for o in a.option_strings)
-    return _MEMORIZE_OPTIONS
+    return frozenset(o for a in load_memorize().build_parser()._actions for o in a.option_strings)
 
 
 def load_memorize():

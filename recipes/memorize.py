@@ -235,12 +235,13 @@ def validate(args: argparse.Namespace) -> None:
         raise SystemExit(f"error: {e}") from None
     if args.goldfish_k == 0 and args.arms == "goldfish":
         raise SystemExit("error: --arms goldfish needs --goldfish-k >= 2")
-    from memorization.mixture import CONTEXT_TOKENS
+    from memorization.mixture import check_hash_width
 
-    if args.goldfish_k and args.goldfish_strategy == "hash" and args.goldfish_h > CONTEXT_TOKENS:
-        raise SystemExit(f"error: --goldfish-h {args.goldfish_h}: a row carries the {CONTEXT_TOKENS} stream tokens "
-                         f"before it (memorization.mixture.CONTEXT_TOKENS), so a wider hash could not decide the "
-                         f"first labels of every row; use --goldfish-h <= {CONTEXT_TOKENS}")
+    if args.goldfish_k and args.goldfish_strategy == "hash":
+        try:
+            check_hash_width(args.goldfish_h)
+        except ValueError as e:
+            raise SystemExit(f"error: {e}") from None
     _parse_exposures(args.exposures)
     _parse_grid(args.grid)
     if args.init:
