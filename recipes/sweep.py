@@ -175,18 +175,21 @@ def _check_flags(args: argparse.Namespace) -> None:
     from memorization.sweep import SweepError
 
     defaults = build_parser().parse_args([])
+
+    def flags(dests: list[str]) -> str:
+        return ", ".join("--" + d.replace("_", "-") for d in dests)
+
     if args.emit_jobs:
         if args.report_only:
             raise SweepError("--emit-jobs and --report-only contradict each other")
         used = [f for f in EVAL_FLAGS if getattr(args, f)]
         if used:
-            flags = ", ".join("--" + f.replace("_", "-") for f in used)
-            raise SweepError(f"--emit-jobs writes memorize jobs only: {flags} "
+            raise SweepError(f"--emit-jobs writes memorize jobs only: {flags(used)} "
                              "would not run (run eval/mia.py or eval/downstream.py on the jobs' checkpoints)")
         return
     used = [f for f in JOB_FLAGS if getattr(args, f) != getattr(defaults, f)]
     if used:
-        raise SweepError(f"{', '.join('--' + f.replace('_', '-') for f in used)} only shape the Slurm scripts of "
+        raise SweepError(f"{flags(used)} only shape the Slurm scripts of "
                          "--emit-jobs; a local sweep runs each cell on this machine")
     if args.eval_device and not args.report_only:
         import torch
