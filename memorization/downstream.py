@@ -14,8 +14,8 @@ exactly once.  A document longer than the context length ``L`` is split into sli
 windows: window ``w`` covers ``x[b_w : b_w + L]`` with ``b_w = w * S`` (stride ``S <= L``) and
 scores only the tokens the previous window has not scored, so each scored token after the
 first window sees at least ``L - S`` tokens of context (Hugging Face's "perplexity of
-fixed-length models" recipe, with every window after the first a full ``L`` tokens).  A document that fits in one window is scored in one window,
-and the result then equals the plain ``exp(mean NLL)``.  Windows of all documents are
+fixed-length models" recipe, with every window after the first a full ``L`` tokens).  A document
+that fits in one window is scored in one window, and the result then equals the plain ``exp(mean NLL)``.  Windows of all documents are
 batched together (padding + attention mask, one forward pass per batch).
 
 Defaults: ``L`` = the model's context length capped at 4096 (Llama 3.1 declares 131072),
@@ -61,6 +61,8 @@ from memorization.models import model_context
 from memorization.mia import (
     MissingTokenizerError,
     _as_id_lists,
+    _check_manifest_doc,
+    _check_vocab,
     _model_device,
     _model_max_length,
     default_device,
@@ -170,6 +172,7 @@ def perplexity(
     max_length = int(max_length if max_length is not None else _model_max_length(model))
     stride = int(stride if stride is not None else max(1, max_length // 2))
     ids = _as_id_lists(docs)
+    _check_vocab(model, ids, "perplexity")
     windows: list[tuple[int, list[int], int]] = []  # (doc index, window ids, first scored)
     for d, x in enumerate(ids):
         for b, e, first in window_spans(len(x), max_length, stride):
@@ -216,6 +219,15 @@ def _check_context(max_length: int | None, ctx: int | None) -> None:
                          "max_position_embeddings, or the trained length of a model trained from scratch)")
 
 
+def _check_lm_eval_args(limit: int | float | None, num_fewshot: int | None) -> None:
+    """lm-eval would fail deep inside (islice of a negative count, "did not find any docs") or
+    silently accept a negative few-shot count."""
+    if limit is not None and not limit > 0:
+        raise ValueError(f"limit must be > 0 (a count, or a fraction of each task when below 1), got {limit}")
+    if num_fewshot is not None and num_fewshot < 0:
+        raise ValueError(f"num_fewshot must be >= 0, got {num_fewshot}")
+
+
 def _existing_source(source: str | os.PathLike) -> Path:
     p = Path(source)
     if not p.is_file():
@@ -246,20 +258,38 @@ def load_perplexity_docs(
                                      f"got {type(row).__name__}")
                 if text_key not in row:
                     raise ValueError(f"{p}:{ln}: no {text_key!r} field (use --text-key)")
+                if not isinstance(row[text_key], str):
+                    raise ValueError(f"{p}:{ln}: {text_key!r} is a {type(row[text_key]).__name__}, "
+                                     "not a string")
                 texts.append(row[text_key])
         return texts, None
     if p.suffix == ".json":
         data = json.loads(p.read_text(encoding="utf-8"))
         if isinstance(data, dict) and "nonmembers" in data:
             docs = data["nonmembers"]
-            if not docs:
+            if not isinstance(docs, list) or not docs:
                 raise ValueError(f"manifest {p} has no nonmembers")
+            for i, d in enumerate(docs):
+                _check_manifest_doc(d, f"manifest {p}: nonmembers[{i}]")
             texts = [d.get("text", "") for d in docs]
             ids = [list(map(int, d["token_ids"])) for d in docs] \
                 if all("token_ids" in d for d in docs) else None
+            if ids is None:  # texts are tokenised: one without text would be silently dropped
+                for i, d in enumerate(docs):
+                    if "text" not in d:
+                        raise ValueError(
+                            f"manifest {p}: nonmembers[{i}] has token_ids but no text, and others have "
+                            "no token_ids, so the texts are used: give every nonmember its text")
             return texts, ids
         if isinstance(data, list):
-            return [d if isinstance(d, str) else d[text_key] for d in data], None
+            texts = []
+            for i, d in enumerate(data):
+                t = d.get(text_key) if isinstance(d, dict) else d
+                if not isinstance(t, str):
+                    raise ValueError(f"{p}: item {i} is not a string or an object with a string "
+                                     f"{text_key!r} field (use --text-key)")
+                texts.append(t)
+            return texts, None
         raise ValueError(f"{p}: expected a manifest (with 'nonmembers') or a list of texts")
     return [p.read_text(encoding="utf-8")], None
 
@@ -455,6 +485,7 @@ def run_lm_eval(
         {requested name: message}}``.  An unknown name or a task that fails to load/run is
         put in ``errors`` (with close matches for unknown names) and the rest still runs.
     """
+    _check_lm_eval_args(limit, num_fewshot)
     _require_lm_eval()
     if tokenizer is None:
         raise MissingTokenizerError(
@@ -584,6 +615,10 @@ def run_downstream(
         _include_dirs(include_path)
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if max_length is not None and max_length < 2:  # 0 would silently mean "the default"
+        raise ValueError(f"max_length must be >= 2, got {max_length}")
+    if tasks:
+        _check_lm_eval_args(limit, num_fewshot)
     if (Path(model_path) / "config.json").is_file():  # else load_checkpoint says what is missing
         from transformers import AutoConfig
 

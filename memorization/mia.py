@@ -217,7 +217,10 @@ def load_manifest(path: str | os.PathLike) -> dict[str, Any]:
     """Read and validate a target/nonmember manifest (``{"version": 1, "targets": [...],
     "nonmembers": [...]}``; targets carry ``exposures``)."""
     with open(path, encoding="utf-8") as fh:
-        manifest = json.load(fh)
+        try:
+            manifest = json.load(fh)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"manifest {path} is not valid JSON: {err}") from None
     if not isinstance(manifest, dict):
         raise ValueError(f"manifest {path}: expected a JSON object")
     if manifest.get("version", 1) != 1:
@@ -226,12 +229,36 @@ def load_manifest(path: str | os.PathLike) -> dict[str, Any]:
         if key not in manifest or not isinstance(manifest[key], list):
             raise ValueError(f"manifest {path}: missing list {key!r}")
         for i, doc in enumerate(manifest[key]):
-            if "token_ids" not in doc and "text" not in doc:
-                raise ValueError(f"manifest {path}: {key}[{i}] has neither token_ids nor text")
+            _check_manifest_doc(doc, f"manifest {path}: {key}[{i}]")
     for i, doc in enumerate(manifest["targets"]):
         if "exposures" not in doc:
             raise ValueError(f"manifest {path}: targets[{i}] has no 'exposures'")
+        e = doc["exposures"]
+        if not (_is_int(e) or (isinstance(e, float) and e.is_integer())) or e < 0:
+            raise ValueError(f"manifest {path}: targets[{i}] has exposures {e!r}; it must be a "
+                             "non-negative integer (0 for a held-out control, N >= 1 for a member)")
     return manifest
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+
+def _check_manifest_doc(doc: Any, where: str) -> None:
+    """Raise ``ValueError`` unless ``doc`` is a manifest document: an object with ``token_ids``
+    (a list of integers) and/or ``text`` (a string)."""
+    if not isinstance(doc, dict):
+        raise ValueError(f"{where} is a {type(doc).__name__}, not an object: write each document "
+                         'as {"id": ..., "text": "...", "token_ids": [...]}')
+    if "token_ids" not in doc and "text" not in doc:
+        raise ValueError(f"{where} has neither token_ids nor text")
+    ids = doc.get("token_ids")
+    if "token_ids" in doc and not (isinstance(ids, list) and all(_is_int(t) for t in ids)):
+        raise ValueError(f"{where} ({doc.get('id', '?')}): token_ids must be a list of integers, "
+                         f"got {str(ids)[:60]}")
+    if "text" in doc and "token_ids" not in doc and not isinstance(doc["text"], str):
+        raise ValueError(f"{where} ({doc.get('id', '?')}): text must be a string, got "
+                         f"{type(doc['text']).__name__}")
 
 
 # --------------------------------------------------------------------------- scoring
@@ -333,8 +360,11 @@ def _score_with_model(
     loss = np.full(n_docs, np.nan)
     min_k = np.full(n_docs, np.nan)
     n_tok = np.zeros(n_docs, dtype=np.int64)
-    order = sorted(range(n_docs), key=lambda i: -len(docs[i]))
-    starts = range(0, n_docs, batch_size)
+    _check_vocab(model, docs, desc)
+    # documents with fewer than 2 tokens score nothing (NaN): a batch of only such documents
+    # would be a zero-width forward pass, which the model cannot run
+    order = sorted((i for i in range(n_docs) if len(docs[i]) >= 2), key=lambda i: -len(docs[i]))
+    starts = range(0, len(order), batch_size)
     for s in tqdm(starts, desc=desc, unit="batch", disable=len(starts) <= 1):
         idx = order[s : s + batch_size]
         ids, mask = pad_batch([docs[i] for i in idx], device)
@@ -346,6 +376,32 @@ def _score_with_model(
         min_k[idx] = _min_k_mean(logp, valid, k).double().cpu().numpy()
         n_tok[idx] = cnt.cpu().numpy()
     return {"loss": loss, "min_k": min_k, "n_tokens": n_tok}
+
+
+def _check_vocab(model: torch.nn.Module, docs: Sequence[Sequence[int]], what: str) -> None:
+    """Raise ``ValueError`` if a token id is outside ``model``'s vocabulary (which would be an
+    opaque ``IndexError`` in the embedding on CPU, a device-side assert on CUDA)."""
+    from .extraction import _vocab_size
+
+    vocab = _vocab_size(model)
+    for i, d in enumerate(docs):
+        if vocab and d and (min(d) < 0 or max(d) >= vocab):
+            bad = max(d) if max(d) >= vocab else min(d)
+            raise ValueError(f"{what}: document {i} has token id {bad}, outside the model's vocabulary "
+                             f"(0..{vocab - 1}): were its token_ids made with another tokenizer?")
+
+
+def _check_max_length(max_length: int | None, context: int | None) -> None:
+    """Raise ``ValueError`` unless ``max_length`` is None or in ``[2, context]``: a window past the
+    context would score positions the model was never trained on (extrapolation, not memory)."""
+    if max_length is None:
+        return
+    if not _is_int(max_length) or max_length < 2:
+        raise ValueError(f"max_length must be an integer >= 2 (or None for the model's context), "
+                         f"got {max_length!r}")
+    if context and max_length > context:
+        raise ValueError(f"max_length {max_length} exceeds the model's context ({context} tokens: "
+                         "max_position_embeddings, or the trained length of a model trained from scratch)")
 
 
 def _prepare_docs(
@@ -434,6 +490,11 @@ def mia_scores(
     """
     if not 0.0 < k <= 1.0:
         raise ValueError(f"k must be in (0, 1], got {k}")
+    if not _is_int(batch_size) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    from memorization.models import model_context
+
+    _check_max_length(max_length, model_context(model))
     dev = torch.device(device) if device is not None else _model_device(model)
     max_length = max_length or _model_max_length(model)
     if reference_model is not None and _model_max_length(reference_model) < max_length:
@@ -599,6 +660,8 @@ def mia_report(
         "n_members", "n_nonmembers", "by_exposure": {str(e): {...}}}}}``.  NaN scores are
         dropped.
     """
+    if not 0.0 < fpr_target < 1.0:
+        raise ValueError(f"fpr_target must be a fraction in (0, 1): 0.01 is 1%, got {fpr_target}")
     directions = directions or SCORE_DIRECTIONS
     names = [n for n in directions if n in member_scores and n in nonmember_scores]
     exp = None if member_exposures is None else np.asarray(member_exposures, dtype=np.int64)
@@ -839,6 +902,20 @@ def run_mia(
     ``n_nonmembers`` (compared), ``nonmember_source``, ``nonmember_description``,
     ``targets_source``, ``warnings`` and ``markdown``.
     """
+    # what can be checked without the models is checked before they load
+    if not 0.0 < k <= 1.0:
+        raise ValueError(f"k must be a fraction in (0, 1]: 0.2 is 20%, got {k}")
+    if not 0.0 < fpr_target < 1.0:
+        raise ValueError(f"fpr_target must be a fraction in (0, 1): 0.01 is 1%, got {fpr_target}")
+    if not _is_int(batch_size) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    _check_max_length(max_length, None)
+    if max_length is not None and (Path(model_path) / "config.json").is_file():
+        from transformers import AutoConfig
+
+        from memorization.models import model_context
+
+        _check_max_length(max_length, model_context(AutoConfig.from_pretrained(str(model_path))))
     device = device or default_device()
     manifest = load_manifest(manifest_path)
     try:
