@@ -27,15 +27,18 @@ class ModelShape:
     rope_theta: float = 10000.0
     rope_scaling: dict | None = field(default=None, hash=False)  # e.g. Llama 3.1's {"rope_type": "llama3", ...}
     cpu_ok: bool = False
+    # a checkpoint's config.head_dim where it is not hidden / heads (Llama-3.1-Minitron-4B-Width: 3072 / 32 heads
+    # of 128); None: hidden / heads, as in every preset
+    explicit_head_dim: int | None = None
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.explicit_head_dim or self.hidden // self.heads
 
     def num_params(self, tied_embeddings: bool = False) -> int:
         """Exact parameter count of the HF LlamaForCausalLM with this shape (no biases)."""
-        h, kv = self.hidden, self.kv_heads * self.head_dim
-        attn = h * h * 2 + h * kv * 2  # q, o, k, v
+        h, q, kv = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim
+        attn = h * q * 2 + h * kv * 2  # q, o, k, v
         mlp = 3 * h * self.ffn  # gate, up, down
         norms = 2 * h
         per_layer = attn + mlp + norms
@@ -60,6 +63,8 @@ class ModelShape:
         )
         if self.rope_scaling:
             kw["rope_scaling"] = dict(self.rope_scaling)
+        if self.explicit_head_dim:
+            kw["head_dim"] = self.explicit_head_dim
         kw.update(overrides)
         return LlamaConfig(**kw)
 
@@ -70,10 +75,13 @@ class ModelShape:
     def from_llama_config(config, name: str = "checkpoint") -> "ModelShape":
         """The shape of a ``LlamaConfig`` (e.g. a ``--init`` checkpoint's); CPU-trainable when it is no
         larger than the largest preset marked ``cpu_ok``."""
+        head_dim = getattr(config, "head_dim", None)
+        if head_dim == config.hidden_size // config.num_attention_heads:
+            head_dim = None
         shape = ModelShape(name=name, layers=config.num_hidden_layers, hidden=config.hidden_size,
                            heads=config.num_attention_heads, kv_heads=config.num_key_value_heads,
                            ffn=config.intermediate_size, vocab=config.vocab_size,
-                           max_seq=config.max_position_embeddings, **_rope_of(config))
+                           max_seq=config.max_position_embeddings, explicit_head_dim=head_dim, **_rope_of(config))
         cpu_max = max(get_preset(n).num_params() for n in preset_names() if get_preset(n).cpu_ok)
         return ModelShape(**{**asdict(shape), "cpu_ok": shape.num_params() <= cpu_max})
 

@@ -93,9 +93,17 @@ def load_documents(spec: str, text_field: str = "text", split: str = "train") ->
     ``.parquet``/``.csv`` file or a directory of them (loaded through ``datasets``; hidden files are
     ignored), a directory written by ``datasets``' ``save_to_disk``, or a dataset name on the Hugging
     Face hub (needs network).  Text files hold one document per blank-line-separated block.
-    Records whose ``text_field`` is missing or blank are dropped.
+    Records whose ``text_field`` is missing or blank are dropped; a ``spec`` left with no document is an error.
     """
-    return [t for t in load_texts(spec, text_field, split) if isinstance(t, str) and t.strip()]
+    texts = load_texts(spec, text_field, split)
+    docs = [t for t in texts if isinstance(t, str) and t.strip()]
+    if not docs:
+        other = next((t for t in texts if t is not None and not isinstance(t, str)), None)
+        held = f" (they hold e.g. a {type(other).__name__}: {str(other)[:60]!r})" if other is not None else ""
+        raise ValueError(f"corpus {spec} holds no documents: none of its {len(texts)} record(s) has a non-blank "
+                         f"string in field {text_field!r}{held}; give it documents (one per record, or "
+                         "blank-line-separated blocks of a .txt) or name the field that holds them")
+    return docs
 
 
 def load_texts(spec: str, text_field: str = "text", split: str = "train", field_flag: str = "--text-field") -> list:
@@ -115,7 +123,10 @@ def load_texts(spec: str, text_field: str = "text", split: str = "train", field_
         ds = _load_hub(spec, split)
     if text_field not in ds.column_names:
         raise ValueError(f"{spec} has no field {text_field!r} (fields: {ds.column_names}); pass {field_flag}")
-    return list(ds[text_field])
+    try:
+        return list(ds[text_field])
+    except UnicodeDecodeError as e:  # datasets' json builder stores the bytes unchecked: they fail only here
+        raise _not_utf8(spec, path, e) from None
 
 
 _TEXT_SUFFIXES = (".txt", ".md")  # documents separated by blank lines
@@ -137,6 +148,37 @@ def read_text_file(path: Path) -> str:
         return path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as e:
         raise ValueError(f"{path} is not UTF-8 text ({e}): re-encode it, e.g. `iconv -f latin1 -t utf-8`") from None
+
+
+def _first_not_utf8(files: list[Path]) -> Path | None:
+    """The first of the text-format data files (.json(l), .csv) that is not UTF-8, read in 1 MiB pieces."""
+    import codecs
+
+    for f in files:
+        if f.suffix.lower() not in (".json", ".jsonl", ".csv"):
+            continue
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        try:
+            with open(f, "rb") as fh:
+                while piece := fh.read(1 << 20):
+                    decoder.decode(piece)
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            return f
+    return None
+
+
+def _not_utf8(spec: str, path: Path, err: UnicodeDecodeError) -> ValueError:
+    """The error for a local corpus whose text is not UTF-8, naming its first such file."""
+    bad = _first_not_utf8(visible_files(path)) if path.is_dir() else None
+    where = f"corpus {spec}: {bad.relative_to(path)}" if bad else f"corpus {spec}"
+    return ValueError(f"{where} is not UTF-8 text ({err}): re-encode it, e.g. `iconv -f latin1 -t utf-8`")
+
+
+def _is_blank(path: Path) -> bool:
+    """Whether a file holds nothing but whitespace (a data file without a single record)."""
+    size = path.stat().st_size
+    return size == 0 or (size <= 4096 and not path.read_bytes().strip())
 
 
 def visible_files(root: Path, pattern: str = "*") -> list[Path]:
@@ -206,12 +248,28 @@ def _load_local(path: Path, spec: str, split: str):
 
     builder = builders.pop()
     try:
-        if path.is_dir():
-            return _pick_split(load_dataset(str(path)), spec, split,
-                               "the files of a split are named for it (train-*.parquet, test.jsonl, ...)")
-        return load_dataset(builder, data_files=[str(path)], split="train")
-    except DatasetGenerationError as e:
-        raise ValueError(f"corpus {spec}: cannot read it as {builder}: {e.__cause__ or e}") from None
+        if not path.is_dir():
+            return load_dataset(builder, data_files=[str(path)], split="train")
+        ds = load_dataset(str(path))
+    except (StopIteration, ValueError, DatasetGenerationError) as e:
+        # an empty data file fails in the builder's own words (StopIteration, "corresponds to no data", a cast
+        # to no columns, "Parquet file size is 0 bytes"): name it instead
+        empty = [f for f in files if f.suffix.lower() in _DATA_KINDS and _is_blank(f)]
+        if empty and not path.is_dir():
+            raise ValueError(f"corpus {spec} is empty (no records): give it documents") from None
+        if empty:
+            names = ", ".join(str(f.relative_to(path)) for f in empty[:5]) + (", ..." if len(empty) > 5 else "")
+            raise ValueError(f"corpus {spec}: {len(empty)} of its files {'is' if len(empty) == 1 else 'are'} empty "
+                             f"(no records): {names}; give them documents or remove them") from None
+        cause = (e.__cause__ or e) if isinstance(e, DatasetGenerationError) else e
+        if isinstance(cause, UnicodeDecodeError):
+            raise _not_utf8(spec, path, cause) from None
+        if isinstance(e, StopIteration) or "corresponds to no data" in str(e):  # `[]`, `{}` lines
+            raise ValueError(f"corpus {spec} holds no records: give it documents") from None
+        hint = ("; every file of a directory must hold the same fields: give them all the same ones, e.g. keep "
+                "just the text with `jq -c '{text}'`" if "column names don't match" in str(cause) else "")
+        raise ValueError(f"corpus {spec}: cannot read it as {builder}: {cause}{hint}") from None
+    return _pick_split(ds, spec, split, "the files of a split are named for it (train-*.parquet, test.jsonl, ...)")
 
 
 def _load_hub(spec: str, split: str):
@@ -296,6 +354,8 @@ def build_default_tokenizer(vocab_size: int = 4096, force: bool = False) -> Path
     cfg = tmp / "tokenizer_config.json"
     atomic_write_text(cfg, json.dumps({**json.loads(cfg.read_text()), "tokenizer_class": "PreTrainedTokenizerFast"},
                                       indent=2) + "\n")
+    if force:  # os.replace cannot replace a directory that holds files: the old one goes first
+        shutil.rmtree(out, ignore_errors=True)
     try:
         os.replace(tmp, out)
     except OSError:  # another process finished first: identical content

@@ -1,0 +1,149 @@
+"""Review of model building and corpus loading: what a researcher fine-tuning real Llama checkpoints meets.
+
+* a ``--init`` checkpoint with Llama 3.x features (tied embeddings, an explicit ``head_dim``, biases, llama3
+  RoPE, bf16, several safetensors files) gives the logits of ``LlamaForCausalLM.from_pretrained``;
+* the shape of a checkpoint whose ``head_dim`` is not hidden / heads (Llama-3.1-Minitron-4B-Width) counts its
+  parameters as built (the planner's memory and the pre-flight check rest on it);
+* an empty corpus file, a corpus without a single document, and a corpus that is not UTF-8 are refused before
+  any work, in words that name the file and the fix (not ``StopIteration`` or a bare ``UnicodeDecodeError``).
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            vocab_size=128, max_position_embeddings=256)
+
+
+def test_a_llama3_style_checkpoint_gives_the_logits_of_from_pretrained(tmp_path) -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    import axonn
+    from memorization.models import build_model
+    from memorization.runtime import Runtime
+
+    cfg = LlamaConfig(**TINY, head_dim=32, attention_bias=True, mlp_bias=True, tie_word_embeddings=True,
+                      rope_theta=500000.0, rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                         "high_freq_factor": 4.0,
+                                                         "original_max_position_embeddings": 16})
+    torch.manual_seed(0)
+    m = LlamaForCausalLM(cfg)
+    with torch.no_grad():  # norms and biases away from their init, so a dropped one shows
+        for n, p in m.named_parameters():
+            if "norm" in n or "bias" in n:
+                p.add_(torch.randn_like(p) * 0.1)
+    m.to(torch.bfloat16).save_pretrained(tmp_path, max_shard_size="50KB")
+    assert (tmp_path / "model.safetensors.index.json").exists()
+    ref = LlamaForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
+    x = torch.randint(0, 128, (2, 40), generator=torch.Generator().manual_seed(1))
+    for runtime in (None, Runtime(axonn.init())):  # a plain model, and the trainer's on grid 1,1,1,1
+        ours = build_model(None, 128, init=str(tmp_path), runtime=runtime).eval()
+        with torch.no_grad():
+            torch.testing.assert_close(ours(x).logits, ref(x).logits, rtol=1e-5, atol=1e-5)
+
+
+def test_the_shape_of_a_checkpoint_with_its_own_head_dim_counts_what_is_built() -> None:
+    """hidden 64 over 4 heads of 32 (not 16): q and o are 64 x 128, k and v 64 x 64; the shape read from the
+    config must count them so (it counted 64 x 64 and 64 x 32: 2 layers x 12,288 parameters too few), keep the
+    head width through ``llama_config`` and leave ordinary configs (and the presets) as they were."""
+    from accelerate import init_empty_weights
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from axonn.presets import ModelShape
+
+    cfg = LlamaConfig(**TINY, head_dim=32)
+    with init_empty_weights():
+        built = sum(p.numel() for p in LlamaForCausalLM(cfg).parameters())
+    shape = ModelShape.from_llama_config(cfg)
+    assert shape.head_dim == 32 and shape.num_params() == built
+    again = shape.llama_config()
+    assert again.head_dim == 32
+    with init_empty_weights():
+        assert sum(p.numel() for p in LlamaForCausalLM(again).parameters()) == built
+    plain = ModelShape.from_llama_config(LlamaConfig(**TINY))
+    assert plain.explicit_head_dim is None and plain.head_dim == 16
+
+
+@pytest.mark.parametrize("name,content", [("empty.jsonl", b""), ("blank.jsonl", b"\n\n"), ("empty.json", b""),
+                                          ("empty.csv", b""), ("empty.parquet", b""), ("empty.txt", b"\n"),
+                                          ("list.json", b"[]"), ("records.jsonl", b"{}\n{}\n")])
+def test_an_empty_corpus_file_is_refused_in_plain_words(tmp_path, name, content) -> None:
+    from memorization.corpus import load_documents
+
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(ValueError, match=r"is empty \(no records\)|holds no (documents|records)"):
+        load_documents(str(tmp_path / name))
+
+
+def test_an_empty_file_among_good_ones_is_named(tmp_path) -> None:
+    from memorization.corpus import load_documents
+
+    (tmp_path / "a.jsonl").write_text("\n\n")
+    (tmp_path / "b.jsonl").write_text(json.dumps({"text": "a document"}) + "\n")
+    with pytest.raises(ValueError, match=r"1 of its files is empty \(no records\): a\.jsonl"):
+        load_documents(str(tmp_path))
+
+
+def test_files_of_a_directory_with_other_fields_are_refused_with_the_fix(tmp_path) -> None:
+    """datasets reads a directory's files with the first file's columns: a second file with an extra field
+    fails a cast whose message says what, not how to fix it."""
+    from memorization.corpus import load_documents
+
+    (tmp_path / "a.jsonl").write_text(json.dumps({"text": "first doc"}) + "\n")
+    (tmp_path / "b.jsonl").write_text(json.dumps({"text": "second doc", "id": 7}) + "\n")
+    with pytest.raises(ValueError, match=r"column names don't match; every file of a directory must hold the same"):
+        load_documents(str(tmp_path))
+
+
+def test_a_corpus_without_a_single_document_says_what_its_records_hold(tmp_path) -> None:
+    """``{"text": [...]}`` (a dict of lists) is one record whose text is a list: no document at all."""
+    from memorization.corpus import load_documents
+
+    (tmp_path / "docs.json").write_text(json.dumps({"text": ["first doc", "second doc"]}))
+    with pytest.raises(ValueError, match=r"holds no documents.*field 'text'.*a list"):
+        load_documents(str(tmp_path / "docs.json"))
+    (tmp_path / "blank.jsonl").write_text("\n".join(json.dumps({"text": t}) for t in ("", "  ", None)) + "\n")
+    with pytest.raises(ValueError, match=r"none of its 3 record\(s\)"):
+        load_documents(str(tmp_path / "blank.jsonl"))
+
+
+def test_a_corpus_that_is_not_utf8_names_the_file_and_the_fix(tmp_path) -> None:
+    from memorization.corpus import load_documents
+
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(json.dumps({"text": "café au lait"}, ensure_ascii=False).encode("latin-1") + b"\n")
+    with pytest.raises(ValueError, match=r"latin\.jsonl is not UTF-8 text.*iconv"):
+        load_documents(str(latin))
+    d = tmp_path / "dir"
+    d.mkdir()
+    (d / "a.jsonl").write_text(json.dumps({"text": "fine"}) + "\n")
+    (d / "b.jsonl").write_bytes(b'{"text": "ok"}\n' + '{"text": "caf\u00e9"}\n'.encode("cp1252"))
+    with pytest.raises(ValueError, match=r"dir: b\.jsonl is not UTF-8 text.*iconv"):
+        load_documents(str(d))
+    csv = tmp_path / "latin.csv"
+    csv.write_bytes("text\ncafé au lait\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin\.csv is not UTF-8 text.*iconv"):
+        load_documents(str(csv))
+
+
+def test_forcing_the_built_in_tokenizer_rebuilds_a_cached_one(tmp_path, monkeypatch) -> None:
+    """``build_default_tokenizer(force=True)`` over a damaged cache trains it again (``os.replace`` cannot
+    replace a directory that holds files: it kept the damaged one and threw the new one away)."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from memorization.corpus import build_default_corpus, build_default_tokenizer
+
+    shutil.copy(build_default_corpus(), tmp_path / "pydocs.jsonl")  # the corpus is not rebuilt
+    monkeypatch.setenv("GOLDFISH_CACHE", str(tmp_path))
+    out = build_default_tokenizer(vocab_size=300)
+    good = (out / "tokenizer.json").read_text()
+    (out / "tokenizer.json").write_text("{}")
+    assert build_default_tokenizer(vocab_size=300, force=True) == out
+    assert (out / "tokenizer.json").read_text() == good
+    assert len(AutoTokenizer.from_pretrained(str(out))) == 300
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pydocs.jsonl", "tokenizer-bpe300"]  # no leftovers
