@@ -27,6 +27,7 @@ class ModelShape:
     rope_theta: float = 10000.0
     rope_scaling: dict | None = field(default=None, hash=False)  # e.g. Llama 3.1's {"rope_type": "llama3", ...}
     cpu_ok: bool = False
+    rms_norm_eps: float = 1e-6  # LlamaConfig's default; TinyLlama and Llama 3.1 use 1e-5
     # a checkpoint's config.head_dim where it is not hidden / heads (Llama-3.1-Minitron-4B-Width: 3072 / 32 heads
     # of 128); None: hidden / heads, as in every preset
     explicit_head_dim: int | None = None
@@ -59,6 +60,7 @@ class ModelShape:
             num_key_value_heads=self.kv_heads,
             max_position_embeddings=self.max_seq,
             rope_theta=self.rope_theta,
+            rms_norm_eps=self.rms_norm_eps,
             tie_word_embeddings=False,
         )
         if self.rope_scaling:
@@ -81,7 +83,8 @@ class ModelShape:
         shape = ModelShape(name=name, layers=config.num_hidden_layers, hidden=config.hidden_size,
                            heads=config.num_attention_heads, kv_heads=config.num_key_value_heads,
                            ffn=config.intermediate_size, vocab=config.vocab_size,
-                           max_seq=config.max_position_embeddings, explicit_head_dim=head_dim, **_rope_of(config))
+                           max_seq=config.max_position_embeddings, explicit_head_dim=head_dim,
+                           rms_norm_eps=float(getattr(config, "rms_norm_eps", 1e-6)), **_rope_of(config))
         cpu_max = max(get_preset(n).num_params() for n in preset_names() if get_preset(n).cpu_ok)
         return ModelShape(**{**asdict(shape), "cpu_ok": shape.num_params() <= cpu_max})
 

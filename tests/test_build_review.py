@@ -147,3 +147,18 @@ def test_forcing_the_built_in_tokenizer_rebuilds_a_cached_one(tmp_path, monkeypa
     assert (out / "tokenizer.json").read_text() == good
     assert len(AutoTokenizer.from_pretrained(str(out))) == 300
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pydocs.jsonl", "tokenizer-bpe300"]  # no leftovers
+
+
+def test_real_model_presets_use_the_published_rms_norm_eps() -> None:
+    """TinyLlama-1.1B and Llama 3.1 normalise with eps 1e-5 (their config.json), not LlamaConfig's 1e-6; the
+    CPU presets keep 1e-6 (the README's figures); a checkpoint's eps survives the round trip through its shape."""
+    from transformers import LlamaConfig
+
+    from axonn.presets import ModelShape, get_preset
+
+    for size in ("1b", "8b", "70b", "405b"):
+        assert get_preset(size).llama_config().rms_norm_eps == 1e-5, size
+    assert get_preset("tiny").llama_config().rms_norm_eps == 1e-6
+    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=256, rms_norm_eps=3e-5)
+    assert ModelShape.from_llama_config(cfg).llama_config().rms_norm_eps == 3e-5
