@@ -143,7 +143,7 @@ def _trainer(size: str, seq: int, micro_batch: int, activation_checkpointing: bo
     cfg = TrainConfig(batch_size=batch, micro_batch=micro_batch, checkpoint_every=0, progress=False,
                       activation_checkpointing=activation_checkpointing, chunk_tokens=chunk_tokens,
                       grad_reduce_dtype=grad_reduce_dtype, goldfish=GoldfishConfig(k=4),
-                      eval_rows=batch)  # one held-out row per data x depth replica (the trace runs no validation)
+                      eval_rows=batch)  # held-out rows the trainer asks for (the trace runs no validation)
     return Trainer(model_factory(config), rows, torch.zeros_like(rows, dtype=torch.int32), rows[:batch], cfg, tmp,
                    runtime=runtime)
 

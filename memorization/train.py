@@ -81,6 +81,8 @@ class TrainConfig:
 RUN_SETTINGS = ("batch_size", "lr", "min_lr_ratio", "warmup_steps", "weight_decay", "betas", "grad_clip", "goldfish")
 # TrainConfig.grad_reduce_dtype -> optimize_communication's grad_reduce_dtype (None: the fp32 parameters' own)
 GRAD_REDUCE_DTYPES: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16}
+# what a stream of token ids may be stored as (each batch is made int64 on the device)
+TOKEN_DTYPES = (torch.int64, torch.int32, torch.int16, torch.uint8)
 STOP_SIGNAL = signal.SIGUSR1
 EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: the exit status of a CLI whose training stopped on STOP_SIGNAL (resume it)
 
@@ -115,6 +117,7 @@ def _check_numbers(cfg: TrainConfig) -> None:
     every gradient and a negative one flips them, a negative micro-batch runs no forward at all."""
     bad = [f"{name}={value!r} (must be {need})" for name, value, ok, need in (
         ("batch_size", cfg.batch_size, cfg.batch_size >= 1, ">= 1"),
+        ("steps", cfg.steps, cfg.steps is None or cfg.steps >= 0, "None or >= 0; None or 0 = one pass over the stream"),
         ("micro_batch", cfg.micro_batch, cfg.micro_batch is None or cfg.micro_batch >= 1, "None or >= 1"),
         ("lr", cfg.lr, cfg.lr > 0, "> 0"),
         ("min_lr_ratio", cfg.min_lr_ratio, 0 <= cfg.min_lr_ratio <= 1, "in [0, 1]"),
@@ -129,6 +132,26 @@ def _check_numbers(cfg: TrainConfig) -> None:
         raise ValueError("TrainConfig: " + "; ".join(bad))
 
 
+def _check_stream(rows: torch.Tensor, doc_ids: torch.Tensor, val_rows: torch.Tensor, vocab: int | None) -> None:
+    """Refuse a stream that would fail only mid-run or at the final validation, with an unclear error (on a GPU, a
+    device-side assert): document ids not one per token, token ids outside the model's vocabulary."""
+    if tuple(doc_ids.shape) != tuple(rows.shape):
+        raise ValueError(f"doc_ids has shape {tuple(doc_ids.shape)}, the rows {tuple(rows.shape)}: give one "
+                         "document id per token (Mixture.doc_ids)")
+    from torch._guards import detect_fake_mode
+
+    # (a memory trace runs the trainer on fake tensors, which have shapes but no values to read)
+    readable = detect_fake_mode((rows, val_rows)) is None and "meta" not in (rows.device.type, val_rows.device.type)
+    for name, t in (("rows", rows), ("val_rows", val_rows)):
+        if t.dtype not in TOKEN_DTYPES:
+            raise ValueError(f"{name} must hold integer token ids in one of {[str(d) for d in TOKEN_DTYPES]}, "
+                             f"got {t.dtype}: convert it, e.g. rows.long()")
+        if readable and vocab is not None and t.numel() and not (0 <= int(t.min()) and int(t.max()) < vocab):
+            raise ValueError(f"{name} hold token ids in [{int(t.min())}, {int(t.max())}], outside the model's "
+                             f"vocabulary [0, {vocab}): tokenize with the model's tokenizer, or build the model "
+                             "with a vocabulary that covers it")
+
+
 def _goldfish_labels(ids: torch.Tensor, docs: torch.Tensor, gf: GoldfishConfig,
                      context: RowContext | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     return apply_goldfish(ids.clone(), ids, gf, docs, context)
@@ -137,14 +160,21 @@ def _goldfish_labels(ids: torch.Tensor, docs: torch.Tensor, gf: GoldfishConfig,
 @torch.no_grad()
 def evaluate_loss(model: torch.nn.Module, rows: torch.Tensor, runtime: Runtime, micro_batch: int, device: torch.device,
                   autocast=nullcontext, chunk_tokens: int = 4096) -> float:
-    """Token-weighted mean next-token loss over ``rows`` (no Goldfish), split over data x depth ranks."""
+    """Token-weighted mean next-token loss over every row of ``rows`` (no Goldfish), split over data x depth ranks.
+
+    The rows are padded to a multiple of data x depth with copies whose labels are all ignored, so that every rank
+    runs the same forwards (depth ranks run them together) and any grid measures the same rows."""
     model.eval()
-    local = runtime.batch_slice(rows)
+    pad = -len(rows) % runtime.replicas
+    labels = torch.cat([rows.long(), rows.new_full((pad, rows.shape[1]), IGNORE_INDEX, dtype=torch.long)])
+    rows = torch.cat([rows, rows[torch.arange(pad, device=rows.device) % len(rows)]])
+    local, local_labels = runtime.batch_slice(rows), runtime.batch_slice(labels)
     tot = torch.zeros(2, dtype=torch.float64, device=device)
     for i in range(0, len(local), micro_batch):
-        ids = local[i : i + micro_batch].to(device)
+        ids = local[i : i + micro_batch].to(device).long()  # (an int32 stream: cross-entropy needs int64 labels)
         with autocast():
-            s, n = causal_lm_loss_sum(model, ids, ids, chunk_tokens=chunk_tokens)
+            s, n = causal_lm_loss_sum(model, ids, local_labels[i : i + micro_batch].to(device),
+                                      chunk_tokens=chunk_tokens)
         tot += torch.stack([s.double(), n.double()])
     runtime.all_reduce_batch(tot)
     model.train()
@@ -164,7 +194,7 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 
 class Trainer:
-    """Trains ``model`` on ``rows`` (N, L) with per-row document ids ``doc_ids`` (for Goldfish);
+    """Trains ``model`` on ``rows`` (N, L) with per-token document ids ``doc_ids`` (N, L) (for Goldfish);
     ``row_context`` (the mixture's) lets Goldfish hash each row's first labels from the stream
     tokens before it (:class:`~memorization.goldfish.RowContext`)."""
 
@@ -179,6 +209,13 @@ class Trainer:
         if row_context is not None and len(row_context.start) != len(rows):
             raise ValueError(f"row_context has {len(row_context.start)} rows, the stream {len(rows)}: pass the "
                              "mixture's own (Mixture.row_context)")
+        _check_stream(rows, doc_ids, val_rows[: cfg.eval_rows], getattr(getattr(model, "config", None),
+                                                                          "vocab_size", None))
+        gf = cfg.goldfish
+        if row_context is not None and gf.enabled and gf.strategy == "hash" and gf.h > row_context.ids.shape[-1]:
+            raise ValueError(f"goldfish h={gf.h} needs the {gf.h} stream tokens before each row, but the row "
+                             f"context holds only {row_context.ids.shape[-1]}: use h <= "
+                             f"{row_context.ids.shape[-1]}, or build the mixture with a longer context")
         self.run_name = run_name
         if cfg.grad_reduce_dtype not in GRAD_REDUCE_DTYPES:
             raise ValueError(f"grad_reduce_dtype must be one of {sorted(GRAD_REDUCE_DTYPES)}, "
@@ -200,10 +237,9 @@ class Trainer:
         if self.local_rows % self.micro:
             raise ValueError(f"micro batch {self.micro} does not divide this rank's {self.local_rows} rows per step")
         held_out = min(cfg.eval_rows, len(val_rows))
-        if held_out < self.rt.replicas:
-            raise ValueError(f"validation needs at least one held-out row per data x depth replica "
-                             f"({self.rt.replicas}); it has {held_out} (eval_rows={cfg.eval_rows}, "
-                             f"{len(val_rows)} held-out rows): raise eval_rows or hold out more rows")
+        if held_out < 1:
+            raise ValueError(f"validation needs at least one held-out row; it has {held_out} (eval_rows="
+                             f"{cfg.eval_rows}, {len(val_rows)} held-out rows): raise eval_rows or hold out more rows")
         self.device = self.rt.device
         use_causal_sdpa(model)  # flash attention also under torch.compile (memorization/attention.py)
         if getattr(model, "_axonn_grid", None) is None:  # a full model: shard it here
@@ -302,7 +338,7 @@ class Trainer:
         """
         cfg, B = self.cfg, self.cfg.batch_size
         s = self.step
-        ids = _to_device(self.rows[s * B : (s + 1) * B], self.device)
+        ids = _to_device(self.rows[s * B : (s + 1) * B], self.device).long()  # int64 labels for the cross-entropy
         docs = _to_device(self.doc_ids[s * B : (s + 1) * B], self.device)
         ctx = None
         if self.row_context is not None and cfg.goldfish.enabled:
@@ -445,9 +481,8 @@ class Trainer:
         return stop
 
     def validate(self) -> float:
-        rows = self.val_rows[: self.cfg.eval_rows]
-        rows = rows[: (len(rows) // self.rt.replicas) * self.rt.replicas]  # equal shares: depth ranks run together
-        return evaluate_loss(self.model, rows, self.rt, self.micro, self.device, self.autocast, self.cfg.chunk_tokens)
+        return evaluate_loss(self.model, self.val_rows[: self.cfg.eval_rows], self.rt, self.micro, self.device,
+                             self.autocast, self.cfg.chunk_tokens)
 
     def _wandb_init(self):
         if not self.rt.is_main or os.environ.get("WANDB_MODE") == "disabled":
