@@ -5,13 +5,14 @@
     python benchmarks/matmul_autotune.py --tp 2,2 --write-cache          # local shapes of a 2x2 row x col grid
 
 For each preset, the Linear weight shapes ``n × k`` (out × in) of a Llama block
-(q/o, k/v, gate/up, down; ``--lm-head`` adds the output head), divided by the
-tensor-parallel sizes ``--tp Gr,Gc`` (out over row, in over col), and each
+(q, o, k/v, gate/up, down; ``--lm-head`` adds the output head), divided by the
+tensor-parallel sizes ``--tp Gr,Gc`` (out over row, in over col; o and down, transposed Linears, the
+other way round), and each
 ``m`` (tokens on the rank), times every variant of ``fwd`` (X Wᵀ), ``dgrad``
 (dY W) and ``wgrad`` (dYᵀ X) with :meth:`MatmulTuner.time_variants`
 (warm-up, then ``--reps`` round-robin rounds over the variants, median; on CUDA each sample is the
-device time of 10 back-to-back calls between CUDA events, not one synchronised call's launch + sync overhead).  Columns: microseconds per
-variant, the winner, ``ref/best`` (speed-up of tuning over the layer's default
+device time of 10 back-to-back calls between CUDA events, not one synchronised call's launch + sync
+overhead).  Columns: microseconds per variant, the winner, ``ref/best`` (speed-up of tuning over the layer's default
 call: this is "when it pays") and ``worst/best`` (the spread between layouts).
 ``--write-cache`` merges the winners into the autotune cache (pre-tuning a run).
 """
@@ -31,19 +32,27 @@ from axonn.presets import get_preset  # noqa: E402
 
 
 def linear_shapes(preset: str, lm_head: bool, tp: tuple[int, int]) -> list[tuple[str, int, int]]:
-    """Unique (names, n, k) of the preset's Linear weights, local to a row x col rank."""
+    """Unique (names, n, k) of the preset's Linear weights, local to a row x col rank.
+
+    As :func:`axonn.parallelize` shards them: q, k, v, gate, up and lm_head split out over row and in over
+    col; o_proj and down_proj are transposed Linears (out over col, in over row)."""
     s = get_preset(preset)
-    h, kv = s.hidden, s.kv_heads * s.head_dim
-    full = [("q,o", h, h), ("k,v", kv, h), ("gate,up", s.ffn, h), ("down", h, s.ffn)]
+    h, kv, heads = s.hidden, s.kv_heads * s.head_dim, s.heads * s.head_dim
+    full = [("q", heads, h, False), ("o", h, heads, True), ("k,v", kv, h, False), ("gate,up", s.ffn, h, False),
+            ("down", h, s.ffn, True)]
     if lm_head:
-        full.append(("lm_head", s.vocab, h))
+        full.append(("lm_head", s.vocab, h, False))
     gr, gc = tp
     out = []
-    for name, n, k in full:
-        if n % gr or k % gc:
+    for name, n, k, transpose in full:
+        g_out, g_in = (gc, gr) if transpose else (gr, gc)
+        if n % g_out or k % g_in:
             continue
-        out.append((name, n // gr, k // gc))
-    return out
+        out.append((name, n // g_out, k // g_in))
+    merged: dict[tuple[int, int], list[str]] = {}  # one entry per local shape (q and o on a square grid)
+    for name, n, k in out:
+        merged.setdefault((n, k), []).append(name)
+    return [(",".join(names), n, k) for (n, k), names in merged.items()]
 
 
 def main(argv=None) -> int:

@@ -12,7 +12,8 @@ from axonn.intra_layer import autotune as at
 
 
 @pytest.fixture(autouse=True)
-def _restore_switch():
+def _restore_switch(monkeypatch):
+    monkeypatch.delenv("AXONN_MATMUL_AUTOTUNE", raising=False)  # the default switch reads it
     prev = (at._STATE["enabled"], at._STATE["tuner"])
     yield
     at._STATE["enabled"], at._STATE["tuner"] = prev

@@ -11,7 +11,7 @@ Each can be issued in several layouts that compute the same mathematical result
 (``A·B`` vs ``(Bᵀ·Aᵀ)ᵀ``, an operand transposed by a view (NT/TN) or
 materialised (NN)); BLAS libraries have different kernels for each and the
 fastest one depends on the shape, dtype and device.  :class:`MatmulTuner` times
-the variants the first time a key ``(op, m, n, k, dtype, device)`` is seen
+the variants the first time a key ``(op, m, n, k, dtype, device, torch build)`` is seen
 (warm-up + median of a few repetitions; on CUDA each repetition is CUDA-event timed over
 back-to-back calls), keeps the winner in
 memory and merges it into a JSON cache on disk (``$AXONN_AUTOTUNE_CACHE`` or
@@ -24,7 +24,7 @@ past the collectives' timeout.
 
 Switch: ``set_matmul_autotune(True/False/None)`` (setter or context manager;
 ``None`` = default: **on for CUDA tensors, off on CPU**; the environment
-variable ``AXONN_MATMUL_AUTOTUNE=0/1`` overrides the default).  When off, the
+variable ``AXONN_MATMUL_AUTOTUNE=0/1``, read when the layer runs, overrides the default).  When off, the
 layer runs exactly its original calls (``F.linear(x, w)``, ``dy @ w``,
 ``dyᵀ @ x``), so numerics are unchanged.
 
@@ -116,8 +116,14 @@ def device_name(device: torch.device) -> str:
     return f"{device.type}:{torch.get_num_threads()}threads"
 
 
+def torch_build() -> str:
+    """The torch build, part of every key: the BLAS kernels and their heuristics (cuBLAS / MKL / oneDNN) come
+    with it, and a cache in ``~/.cache`` outlives torch upgrades, whose winners would otherwise be re-used."""
+    return f"torch{torch.__version__}" + (f",cuda{torch.version.cuda}" if torch.version.cuda else "")
+
+
 def make_key(op: str, m: int, n: int, k: int, dtype: torch.dtype, device) -> str:
-    return f"{op}|m={m}|n={n}|k={k}|{str(dtype).replace('torch.', '')}|{device_name(device)}"
+    return f"{op}|m={m}|n={n}|k={k}|{str(dtype).replace('torch.', '')}|{device_name(device)}|{torch_build()}"
 
 
 def default_cache_path() -> Path:
@@ -193,13 +199,16 @@ def read_cache(path: Path) -> dict[str, dict]:
     try:
         with open(path) as f:
             data = json.load(f)
-        entries = data.get("entries", {}) if isinstance(data, dict) else {}
-        return {k: v for k, v in entries.items() if isinstance(v, dict) and "best" in v}
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as e:
         warnings.warn(f"axonn autotune: ignoring unreadable cache {path}: {e}")
         return {}
+    entries = data.get("entries") if isinstance(data, dict) else None
+    if not isinstance(entries, dict):  # valid JSON, but not a cache (hand-edited, another tool's file...)
+        warnings.warn(f"axonn autotune: ignoring unreadable cache {path}: no 'entries' object")
+        return {}
+    return {k: v for k, v in entries.items() if isinstance(v, dict) and isinstance(v.get("best"), str)}
 
 
 def merge_into_cache(path: Path, new: dict[str, dict]) -> dict[str, dict]:
@@ -307,7 +316,7 @@ class MatmulTuner:
         best = self.cached(key)
         if best is not None:
             return best
-        if 2.0 * m * n * k < self.min_flops or not _may_time():
+        if 2.0 * m * n * k < self.min_flops or not _may_time(a):
             return REFERENCE[op]
         with self._lock:
             best = self._mem.get(key)
@@ -339,8 +348,14 @@ def _effective_dtype(a: Tensor) -> torch.dtype:
     return a.dtype
 
 
-def _may_time() -> bool:
-    """Never time inside torch.compile tracing or CUDA-graph capture (use cached/reference)."""
+def _may_time(a: Tensor | None = None) -> bool:
+    """Never time inside torch.compile tracing or CUDA-graph capture (use cached/reference), nor operands
+    without data or under a dispatch mode (``FakeTensorMode``, ``FlopCounterMode``, memory tracers): their
+    "times" would be Python overhead persisted as a real winner, or the mode would count the timing calls."""
+    if a is not None and (a.device.type == "meta" or getattr(a, "fake_mode", None) is not None):
+        return False
+    if torch._C._len_torch_dispatch_stack() > 0:
+        return False
     try:
         if torch.compiler.is_compiling():
             return False
@@ -367,7 +382,7 @@ def _env_default() -> bool | None:
     return None
 
 
-_STATE: dict = {"enabled": _env_default(), "tuner": None}
+_STATE: dict = {"enabled": None, "tuner": None}  # None: the default (AXONN_MATMUL_AUTOTUNE, else CUDA only)
 
 
 def get_tuner() -> MatmulTuner:
@@ -382,12 +397,15 @@ def set_tuner(tuner: MatmulTuner | None) -> None:
 
 
 def enable(flag: bool | None = True) -> None:
-    """``True``/``False`` force tuning on/off for every device; ``None`` restores the default."""
+    """``True``/``False`` force tuning on/off for every device; ``None`` restores the default
+    (``AXONN_MATMUL_AUTOTUNE`` if set, else on for CUDA only)."""
     _STATE["enabled"] = None if flag is None else bool(flag)
 
 
 def is_enabled(device: torch.device | str = "cuda") -> bool:
     flag = _STATE["enabled"]
+    if flag is None:
+        flag = _env_default()
     return torch.device(device).type == "cuda" if flag is None else flag
 
 
