@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """Downstream quality of a checkpoint: held-out perplexity and lm-evaluation-harness tasks.
 
-    python eval/downstream.py --model runs/goldfish_k4/final \
-        --perplexity runs/goldfish_k4/manifest.json \
-        --tasks arc_easy,hellaswag,goldfish_mc [--limit 500] [--out runs/goldfish_k4/downstream]
+    python eval/downstream.py --model runs/memorize/goldfish/model \\
+        --perplexity runs/memorize/manifest.json \\
+        --tasks arc_easy,hellaswag,goldfish_mc [--limit 500] [--out runs/memorize/goldfish/downstream]
 
 --perplexity takes a .jsonl ({"text": ...} per line), .txt, .json list, or a manifest (its
 nonmembers).  --tasks takes lm-eval task/group names; the project's offline task

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Membership inference against a checkpoint: loss, zlib, min-k% and reference-difference scores.
 
-    python eval/mia.py --model runs/goldfish_k4/final --manifest runs/goldfish_k4/manifest.json \
-        [--reference-model runs/base] [--out runs/goldfish_k4/mia]
+    python eval/mia.py --model runs/memorize/goldfish/model --manifest runs/memorize/manifest.json \\
+        [--reference-model runs/base] [--out runs/memorize/goldfish/mia]
 
 Prints a markdown table (AUC and TPR@1%FPR per score, AUC per exposure count); with --out also
 writes mia.json, mia.md, mia_scores.jsonl and mia_roc.png.  See docs/eval.md.

@@ -378,16 +378,19 @@ def _score_with_model(
     return {"loss": loss, "min_k": min_k, "n_tokens": n_tok}
 
 
-def _check_vocab(model: torch.nn.Module, docs: Sequence[Sequence[int]], what: str) -> None:
+def _check_vocab(model: torch.nn.Module, docs: Sequence[Sequence[int]], what: str,
+                 names: Sequence[str] | None = None) -> None:
     """Raise ``ValueError`` if a token id is outside ``model``'s vocabulary (which would be an
-    opaque ``IndexError`` in the embedding on CPU, a device-side assert on CUDA)."""
+    opaque ``IndexError`` in the embedding on CPU, a device-side assert on CUDA).  The error
+    names the document by ``names[i]`` when given (e.g. its manifest id), else by its index."""
     from .extraction import _vocab_size
 
     vocab = _vocab_size(model)
     for i, d in enumerate(docs):
         if vocab and d and (min(d) < 0 or max(d) >= vocab):
             bad = max(d) if max(d) >= vocab else min(d)
-            raise ValueError(f"{what}: document {i} has token id {bad}, outside the model's vocabulary "
+            doc = f"document {i}" if names is None else f"document {names[i]!r}"
+            raise ValueError(f"{what}: {doc} has token id {bad}, outside the model's vocabulary "
                              f"(0..{vocab - 1}): were its token_ids made with another tokenizer?")
 
 
@@ -928,6 +931,9 @@ def run_mia(
                                  tokenizer_path=tokenizer_path, require_tokenizer=False)
     docs = members + nonmembers
     ids = _tokenize_docs(docs, tok, "documents")
+    # name a bad document by its manifest id: mia_scores only knows its place in members + nonmembers
+    _check_vocab(model, ids, f"manifest {manifest_path}",
+                 names=[str(d.get("id", i)) for i, d in enumerate(docs)])
 
     ref_model, ref_tok = None, None
     if reference_model_path is not None:

@@ -1,0 +1,59 @@
+"""Walkthrough of the documented commands: what a new user met that did not match the docs.
+
+Tiny Llamas built from configs, no tokenizer needed; everything runs offline in seconds.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from memorization import mia
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _load_cli(name: str):
+    spec = importlib.util.spec_from_file_location(f"_walkthrough_{name}", REPO / "eval" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name", ["mia", "downstream"])
+def test_cli_help_examples_are_runnable_command_lines(name):
+    """The usage examples of ``--help`` lost their line continuations (a ``\\`` at the end of a line
+    in a non-raw docstring joins the lines), so the help printed one line with runs of spaces in it,
+    and they named ``runs/goldfish_k4/final``, a path memorize.py never writes (``<arm>/model``)."""
+    doc = _load_cli(name).__doc__
+    example = [line for line in doc.splitlines() if line.startswith(f"    python eval/{name}.py")]
+    assert example and example[0].endswith(" \\"), example
+    assert "goldfish_k4/final" not in doc
+    assert "runs/memorize/goldfish/model" in doc and "runs/memorize/manifest.json" in doc
+
+
+def test_run_mia_names_the_manifest_document_whose_token_ids_are_outside_the_vocabulary(tmp_path):
+    """docs/eval.md: token ids outside the model's vocabulary are refused, "naming the document".
+    run_mia reported the document's place in members + nonmembers ("document 1": here the
+    exposure-0 control, which is the manifest's targets[0]), which the user cannot find in the
+    manifest; eval/extract.py names the document by its id."""
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    LlamaForCausalLM(cfg).save_pretrained(tmp_path / "model")
+    manifest = {
+        "version": 1,
+        "targets": [
+            {"id": "control-with-bad-ids", "token_ids": [1, 5, 6, 150, 7], "exposures": 0},
+            {"id": "member", "token_ids": [1, 8, 9, 10, 11], "exposures": 2},
+        ],
+        "nonmembers": [{"id": "held-out", "token_ids": [1, 12, 13, 14, 15]}],
+    }
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match=r"document 'control-with-bad-ids' has token id 150, outside the model's "
+                                         r"vocabulary \(0\.\.99\)"):
+        mia.run_mia(tmp_path / "model", tmp_path / "manifest.json", device="cpu")
