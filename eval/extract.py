@@ -79,10 +79,16 @@ def main(argv: list[str] | None = None) -> dict:
     except (OSError, ValueError) as e:
         raise SystemExit(f"error: no tokenizer for {args.tokenizer or model_dir} ({e}); pass --tokenizer") from None
     if args.manifest:
-        m = load_manifest(src)
+        try:
+            m = load_manifest(src)  # malformed documents and exposure counts refused here, naming the document
+        except ValueError as e:
+            raise SystemExit(f"error: {e}") from None
         docs = [dict(t) for t in m["targets"]]
         if args.include_nonmembers:
-            docs += [{**d, "exposures": 0} for d in m.get("nonmembers", [])]
+            docs += [{**d, "exposures": 0} for d in m["nonmembers"]]
+        for d in docs:  # a hand-written manifest may give text only: tokenized as memorize tokenizes targets
+            if "token_ids" not in d:
+                d["token_ids"] = tokenize_with_bos(tok, [d["text"]])[0]
     else:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recipes"))
         from memorize import read_targets

@@ -61,7 +61,6 @@ from memorization.models import model_context
 from memorization.mia import (
     MissingTokenizerError,
     _as_id_lists,
-    _check_manifest_doc,
     _check_vocab,
     _model_device,
     _model_max_length,
@@ -70,6 +69,7 @@ from memorization.mia import (
     pad_batch,
     sequence_token_logprobs,
 )
+from memorization.mixture import check_manifest_doc
 
 log = logging.getLogger(__name__)
 
@@ -270,7 +270,7 @@ def load_perplexity_docs(
             if not isinstance(docs, list) or not docs:
                 raise ValueError(f"manifest {p} has no nonmembers")
             for i, d in enumerate(docs):
-                _check_manifest_doc(d, f"manifest {p}: nonmembers[{i}]")
+                check_manifest_doc(d, f"manifest {p}: nonmembers[{i}]")
             texts = [d.get("text", "") for d in docs]
             ids = [list(map(int, d["token_ids"])) for d in docs] \
                 if all("token_ids" in d for d in docs) else None

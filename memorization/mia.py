@@ -87,6 +87,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .mixture import _is_int, load_manifest
+
 log = logging.getLogger(__name__)
 
 #: Orientation of each score: multiply by this so that higher means "more member-like".
@@ -211,54 +213,6 @@ def load_checkpoint(
     model.to(device)
     model.eval()
     return model, tokenizer
-
-
-def load_manifest(path: str | os.PathLike) -> dict[str, Any]:
-    """Read and validate a target/nonmember manifest (``{"version": 1, "targets": [...],
-    "nonmembers": [...]}``; targets carry ``exposures``)."""
-    with open(path, encoding="utf-8") as fh:
-        try:
-            manifest = json.load(fh)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"manifest {path} is not valid JSON: {err}") from None
-    if not isinstance(manifest, dict):
-        raise ValueError(f"manifest {path}: expected a JSON object")
-    if manifest.get("version", 1) != 1:
-        raise ValueError(f"manifest {path}: unsupported version {manifest.get('version')!r}")
-    for key in ("targets", "nonmembers"):
-        if key not in manifest or not isinstance(manifest[key], list):
-            raise ValueError(f"manifest {path}: missing list {key!r}")
-        for i, doc in enumerate(manifest[key]):
-            _check_manifest_doc(doc, f"manifest {path}: {key}[{i}]")
-    for i, doc in enumerate(manifest["targets"]):
-        if "exposures" not in doc:
-            raise ValueError(f"manifest {path}: targets[{i}] has no 'exposures'")
-        e = doc["exposures"]
-        if not (_is_int(e) or (isinstance(e, float) and e.is_integer())) or e < 0:
-            raise ValueError(f"manifest {path}: targets[{i}] has exposures {e!r}; it must be a "
-                             "non-negative integer (0 for a held-out control, N >= 1 for a member)")
-    return manifest
-
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
-
-
-def _check_manifest_doc(doc: Any, where: str) -> None:
-    """Raise ``ValueError`` unless ``doc`` is a manifest document: an object with ``token_ids``
-    (a list of integers) and/or ``text`` (a string)."""
-    if not isinstance(doc, dict):
-        raise ValueError(f"{where} is a {type(doc).__name__}, not an object: write each document "
-                         'as {"id": ..., "text": "...", "token_ids": [...]}')
-    if "token_ids" not in doc and "text" not in doc:
-        raise ValueError(f"{where} has neither token_ids nor text")
-    ids = doc.get("token_ids")
-    if "token_ids" in doc and not (isinstance(ids, list) and all(_is_int(t) for t in ids)):
-        raise ValueError(f"{where} ({doc.get('id', '?')}): token_ids must be a list of integers, "
-                         f"got {str(ids)[:60]}")
-    if "text" in doc and "token_ids" not in doc and not isinstance(doc["text"], str):
-        raise ValueError(f"{where} ({doc.get('id', '?')}): text must be a string, got "
-                         f"{type(doc['text']).__name__}")
 
 
 # --------------------------------------------------------------------------- scoring

@@ -57,3 +57,22 @@ def test_run_mia_names_the_manifest_document_whose_token_ids_are_outside_the_voc
     with pytest.raises(ValueError, match=r"document 'control-with-bad-ids' has token id 150, outside the model's "
                                          r"vocabulary \(0\.\.99\)"):
         mia.run_mia(tmp_path / "model", tmp_path / "manifest.json", device="cpu")
+
+
+@pytest.mark.parametrize("bad, what", [(-1, "exposures -1"), (1.5, "exposures 1.5"), ("x", "exposures 'x'")])
+def test_extract_refuses_a_manifest_target_with_a_bad_exposure_count(tmp_path, tokenizer, monkeypatch, bad, what):
+    """``eval/extract.py --manifest`` read the manifest loosely: a target with exposures -1 was counted as trained
+    in the overall rate (only exposure 0 is a control) and 1.5 became its own group. It now reads it with the one
+    manifest check that MIA and perplexity use, before the model loads."""
+    import transformers
+
+    LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                num_attention_heads=2).save_pretrained(tmp_path / "m")
+    tokenizer.save_pretrained(tmp_path / "m")
+    target = {"id": "t0", "token_ids": [1, 5, 6, 7], "exposures": bad}
+    (tmp_path / "manifest.json").write_text(json.dumps({"version": 1, "targets": [target], "nonmembers": []}))
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
+                        lambda *a, **k: pytest.fail("the model loaded before the manifest was checked"))
+    with pytest.raises(SystemExit, match=f"targets\\[0\\] has {what}"):
+        _load_cli("extract").main(["--model", str(tmp_path / "m"), "--manifest", str(tmp_path / "manifest.json"),
+                                   "--no-progress"])
