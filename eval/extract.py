@@ -26,7 +26,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                      "(blank-line-separated documents) or a directory of .txt files")
     p.add_argument("--text-field", default="text", help="text field of --documents json(l)")
     p.add_argument("--include-nonmembers", action="store_true", help="also extract the manifest's held-out "
-                   "non-members (reported as exposure 0, in their own row: the overall rates cover trained documents only)")
+                   "non-members (reported as exposure 0, in their own row: the overall rates cover trained "
+                   "documents only)")
     p.add_argument("--tokenizer", default=None, help="tokenizer (default: the checkpoint's)")
     p.add_argument("--prefix", type=int, default=50, help="prefix length P in tokens (Carlini et al.: 50)")
     p.add_argument("--suffix", type=int, default=50, help="suffix length S to reproduce")
