@@ -3,7 +3,6 @@ vocabulary, BOS on --documents, bad CLI input refused before any work, and sandb
 that leave processes behind."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import secrets
@@ -17,14 +16,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from memorization.extraction import ExtractionConfig, extract, rouge_l
 from memorization.hpc_code import sandbox
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"_review_cli_{name}", REPO / "eval" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from eval_cli import load_eval_cli as _load
 
 
 def _refuse(*args, **kwargs):

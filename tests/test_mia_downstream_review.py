@@ -4,10 +4,8 @@ Tiny Llamas built from configs, no tokenizer needed; everything runs offline in 
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,7 +15,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from memorization import downstream as ds
 from memorization import mia
 
-REPO = Path(__file__).resolve().parents[1]
+from eval_cli import load_eval_cli as _load_cli
 
 
 def _config(vocab: int = 100, ctx: int = 64) -> LlamaConfig:
@@ -31,11 +29,6 @@ def tiny():
     return LlamaForCausalLM(_config()).eval()
 
 
-def _load_cli(name: str):
-    spec = importlib.util.spec_from_file_location(f"_mia_ds_review_{name}", REPO / "eval" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _refuse(*args, **kwargs):

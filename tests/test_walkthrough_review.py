@@ -4,9 +4,7 @@ Tiny Llamas built from configs, no tokenizer needed; everything runs offline in 
 """
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,14 +12,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from memorization import mia
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _load_cli(name: str):
-    spec = importlib.util.spec_from_file_location(f"_walkthrough_{name}", REPO / "eval" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from eval_cli import load_eval_cli as _load_cli
 
 
 @pytest.mark.parametrize("name", ["mia", "downstream"])
