@@ -72,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--model is required")
     if not args.perplexity and not args.tasks:
         ap.error("nothing to do: give --perplexity and/or --tasks")
+    if not args.tasks and (args.limit is not None or args.num_fewshot is not None):
+        ap.error("--limit and --num-fewshot apply to lm-eval --tasks, and none is given: add --tasks or drop them")
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else None
     limit = args.limit
     if limit is not None and limit >= 1:

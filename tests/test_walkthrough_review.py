@@ -67,3 +67,13 @@ def test_extract_refuses_a_manifest_target_with_a_bad_exposure_count(tmp_path, t
     with pytest.raises(SystemExit, match=f"targets\\[0\\] has {what}"):
         _load_cli("extract").main(["--model", str(tmp_path / "m"), "--manifest", str(tmp_path / "manifest.json"),
                                    "--no-progress"])
+
+
+@pytest.mark.parametrize("flag", [["--limit", "100"], ["--num-fewshot", "5"]])
+def test_downstream_lm_eval_options_without_tasks_are_refused(tmp_path, capsys, flag):
+    """``--limit``/``--num-fewshot`` only shape lm-eval tasks: with perplexity alone they were ignored in silence."""
+    (tmp_path / "held.jsonl").write_text(json.dumps({"text": "held out"}) + "\n")
+    with pytest.raises(SystemExit) as e:
+        _load_cli("downstream").main(["--model", str(tmp_path / "m"), "--perplexity", str(tmp_path / "held.jsonl"),
+                                      *flag])
+    assert e.value.code == 2 and "apply to lm-eval --tasks" in capsys.readouterr().err
