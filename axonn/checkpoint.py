@@ -39,11 +39,14 @@ spec; others (e.g. Adam's ``step``) are stored whole.
 """
 from __future__ import annotations
 
+import ctypes
+import errno
 import io
 import json
 import math
 import os
 import shutil
+import sys
 import threading
 import uuid
 from pathlib import Path
@@ -368,14 +371,45 @@ def _staging_dir(path: Path, rank: int) -> Path:
 
 
 def _publish(tmp: Path, path: Path) -> None:
-    """Make the finished staging directory ``tmp`` appear as ``path`` (rank 0): fsync it, move an
-    existing ``path`` aside, rename, and only then delete the old one (in the background)."""
+    """Make the finished staging directory ``tmp`` appear as ``path`` (rank 0), then delete what
+    was there before (in the background).
+
+    An existing ``path`` is swapped with ``tmp`` in one step (:func:`_exchange`), so ``path`` names
+    a complete directory at every instant.  Where the filesystem cannot swap, the old one is moved
+    aside to ``.trash-<name>-*`` and ``tmp`` renamed in: a crash between those two renames leaves
+    ``path`` missing, and :func:`latest` then names the moved-aside directory to rename back.
+    """
     _fsync_path(tmp)
-    old = _move_aside(path) if path.exists() else None
-    os.rename(tmp, path)
+    if path.exists() and _exchange(tmp, path):
+        old = tmp  # the staging name now holds the previous directory
+    else:
+        old = _move_aside(path) if path.exists() else None
+        os.rename(tmp, path)
     _fsync_path(path.parent)
     if old is not None:
         discard(old)
+
+
+_AT_FDCWD, _RENAME_EXCHANGE = -100, 2  # <fcntl.h>, <linux/fs.h>
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two existing paths atomically (Linux ``renameat2(RENAME_EXCHANGE)``, ext4/xfs/btrfs/tmpfs).
+    False where the C library or the filesystem has no such call (other systems, some parallel
+    filesystems): the caller falls back to two renames."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2  # glibc >= 2.28
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False
+    raise OSError(err, f"swapping {a} and {b}: {os.strerror(err)}")
 
 
 TRASH_PREFIX = ".trash-"
@@ -473,6 +507,10 @@ def latest(root: str | os.PathLike) -> Path | None:
     name = f.read_text().strip()
     path = Path(root) / name
     if not name or not path.is_dir():
+        aside = [p for p in Path(root).glob(f"{TRASH_PREFIX}{name}-*") if (p / "COMPLETE").exists()] if name else []
+        if aside:  # a replacement that stopped between its two renames (_publish without _exchange)
+            raise FileNotFoundError(f"{f} names {name!r}, which was being replaced when the run stopped: its "
+                                    f"previous version is {aside[-1]}; rename that back to {path} and resume")
         raise FileNotFoundError(f"{f} names {name!r}, which is not a directory of {root}: write the name of an "
                                 f"existing step_* checkpoint into it, or delete it to start afresh")
     return path

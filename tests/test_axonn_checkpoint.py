@@ -368,3 +368,66 @@ def test_resuming_a_finished_run_does_not_rewrite_its_checkpoint(tmp_path, monke
     again = trainer().fit(resume=True)
     assert saves == [] and again["val_loss"] == done["val_loss"] and again["steps"] == 3
     assert (tmp_path / "checkpoint" / "step_0000003" / "COMPLETE").exists()
+
+
+def _step_dir(root, name: str, marker: str):
+    d = root / name
+    d.mkdir(parents=True)
+    (d / "COMPLETE").write_text("ok\n")
+    (d / "which").write_text(marker)
+    return d
+
+
+def test_replacing_a_checkpoint_swaps_it_in_one_step(tmp_path, monkeypatch) -> None:
+    """Publishing over an existing step directory (a requeue that saves a step again) must never
+    leave the name empty: on Linux the two directories are exchanged in one call, no rename runs,
+    and the previous version is deleted afterwards."""
+    import os
+    import sys
+
+    import axonn.checkpoint as ckpt
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("renameat2 is Linux's")
+    _step_dir(tmp_path, "step_0000003", "old")
+    tmp = _step_dir(tmp_path, ".step_0000003.tmp", "new")
+    if not ckpt._exchange(tmp, tmp_path / "step_0000003"):
+        pytest.skip("this filesystem cannot exchange directories")
+    ckpt._exchange(tmp, tmp_path / "step_0000003")  # put them back as they were
+    renames = []
+    monkeypatch.setattr(os, "rename", lambda a, b: (renames.append((a, b)), (_ for _ in ()).throw(
+        OSError("a crash between two renames"))))
+    threads = []
+    monkeypatch.setattr(ckpt, "discard", lambda p: threads.append(p))
+    ckpt._publish(tmp, tmp_path / "step_0000003")
+    assert renames == []  # nothing went through a moment without step_0000003
+    assert (tmp_path / "step_0000003" / "which").read_text() == "new"
+    assert threads == [tmp] and (tmp / "which").read_text() == "old"  # the old version, handed to discard
+
+
+def test_a_replacement_cut_between_its_renames_names_the_copy_to_restore(tmp_path, monkeypatch) -> None:
+    """Where the filesystem cannot exchange (two renames), a run stopped between them leaves LATEST
+    naming no directory; latest() must say where the complete previous version is, not only that it
+    is missing (and then start-afresh advice would lose it)."""
+    import os
+
+    import axonn.checkpoint as ckpt
+
+    _step_dir(tmp_path, "step_0000003", "old")
+    (tmp_path / "LATEST").write_text("step_0000003")
+    tmp = _step_dir(tmp_path, ".step_0000003.tmp", "new")
+    monkeypatch.setattr(ckpt, "_exchange", lambda a, b: False)
+    real_rename = os.rename
+    monkeypatch.setattr(os, "rename", lambda a, b: real_rename(a, b) if ".trash-" in str(b) else (
+        _ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        ckpt._publish(tmp, tmp_path / "step_0000003")
+    monkeypatch.setattr(os, "rename", real_rename)
+    with pytest.raises(FileNotFoundError, match=r"was being replaced.*\.trash-step_0000003-.*rename that back"):
+        ckpt.latest(tmp_path)
+    (tmp_path / "LATEST").write_text("step_0000009")
+    with pytest.raises(FileNotFoundError, match="delete it to start afresh"):  # no copy of that one anywhere
+        ckpt.latest(tmp_path)
+    # without a swap the two renames still publish
+    ckpt._publish(tmp, tmp_path / "step_0000004")
+    assert (tmp_path / "step_0000004" / "which").read_text() == "new"
