@@ -39,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="config.json directory of the model, only for checkpoints whose meta.json has no hf_config")
     ap.add_argument("--max-shard-gb", type=float, default=5.0, help="largest safetensors file, GiB (default 5, HF's)")
     args = ap.parse_args(argv)
+    if not (0 < args.max_shard_gb < float("inf")):  # 0 or less wrote one file per tensor; nan, inf crashed
+        print(f"error: --max-shard-gb {args.max_shard_gb}: give a size in GiB > 0 (default 5)", file=sys.stderr)
+        return 2
 
     from axonn.checkpoint import to_hf
 
@@ -48,14 +51,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     tokenizer = config = None
-    if args.tokenizer:
-        from transformers import AutoTokenizer
+    flag, value = "--tokenizer", args.tokenizer
+    try:  # before any tensor is read: a wrong path is an error naming the flag, not a traceback
+        if args.tokenizer:
+            from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-    if args.config:
-        from transformers import AutoConfig
+            tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+        flag, value = "--config", args.config
+        if args.config:
+            from transformers import AutoConfig
 
-        config = AutoConfig.from_pretrained(args.config)
+            config = AutoConfig.from_pretrained(args.config)
+    except (OSError, ValueError) as e:
+        print(f"error: {flag} {value}: cannot load it ({e}); give a local directory that holds it", file=sys.stderr)
+        return 2
     try:
         to_hf(path, args.out, tokenizer=tokenizer, config=config,
               dtype=getattr(torch, args.dtype) if args.dtype else None, max_shard_bytes=int(args.max_shard_gb * 2**30))

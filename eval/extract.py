@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -70,9 +71,9 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit(f"error: --max-doc-tokens {args.max_doc_tokens} must exceed --suffix {args.suffix}")
 
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from memorization.extraction import ExtractionConfig, extract, markdown_table
+    from memorization.extraction import ExtractionConfig, extract, markdown_table, prepare
     from memorization.mixture import atomic_write_json, load_manifest, tokenize_with_bos
 
     try:
@@ -100,6 +101,12 @@ def main(argv: list[str] | None = None) -> dict:
     cfg = ExtractionConfig(prefix_len=args.prefix, suffix_len=args.suffix,
                            all_but_suffix=args.prefix_mode == "all-but-suffix", batch_size=args.batch_size,
                            skip_short=args.skip_short, max_tokens=args.max_doc_tokens)
+    try:  # documents, prefix + suffix and token ids checked against the config before the weights load
+        with warnings.catch_warnings():  # extract() warns again, once, about a lowered --max-doc-tokens
+            warnings.simplefilter("ignore")
+            prepare(AutoConfig.from_pretrained(str(model_dir)), docs, cfg)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"error: {e}") from None
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(
         args.dtype, torch.bfloat16 if device.type == "cuda" else torch.float32)

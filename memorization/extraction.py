@@ -155,31 +155,22 @@ def rouge_l(preds: list[str], refs: list[str]) -> list[float]:
             for p, r in zip(preds, refs)]
 
 
-def extract(model: torch.nn.Module, docs: list[dict], cfg: ExtractionConfig = ExtractionConfig(), tokenizer=None,
-            progress: bool = False) -> dict:
-    """Run extraction on ``docs`` (dicts with ``id``, ``token_ids`` and optionally ``exposures``).
-
-    Returns ``{"overall": {...}, "by_exposure": {n: {...}}, "documents": [...], "skipped": [...]}``.
-    ``overall`` summarizes the trained documents only (:func:`trained`): exposure-0 controls are
-    never counted as members; they appear in ``by_exposure["0"]``.
-    Documents shorter than prefix + suffix raise ``ValueError`` unless ``cfg.skip_short``.
-    Prefix + suffix must fit the model's context (:func:`memorization.models.model_context`:
-    ``max_position_embeddings``, or the trained length of a model trained from scratch):
-    a fixed P + S beyond it raises ``ValueError``; in all-but-suffix mode ``cfg.max_tokens`` is
-    lowered to it (with a warning).  The result's ``config`` is the configuration used.
-    """
+def prepare(model_or_config, docs: list[dict], cfg: ExtractionConfig):
+    """What :func:`extract` checks and splits before it decodes: ``(cfg, context, kept docs, (prefix, suffix)
+    splits, skipped ids)``, every refusal a ``ValueError`` (see :func:`extract`).  It needs only the model's
+    config, so a CLI can call it before it loads the weights (a 70B takes minutes to load)."""
     if not docs:
         raise ValueError("no documents to extract from")
     from memorization.models import model_context
 
-    ctx = model_context(model)
+    ctx = model_context(model_or_config)
     if ctx:
         if cfg.all_but_suffix and cfg.max_tokens > ctx:
             if ctx <= cfg.suffix_len:
                 raise ValueError(f"suffix ({cfg.suffix_len} tokens) does not fit the model's context "
                                  f"({ctx} tokens) with a prefix")
             warnings.warn(f"max_tokens {cfg.max_tokens} exceeds the model's context ({ctx} tokens); documents "
-                          f"are cut to {ctx} tokens", stacklevel=2)
+                          f"are cut to {ctx} tokens", stacklevel=3)
             cfg = replace(cfg, max_tokens=ctx)
         elif not cfg.all_but_suffix and cfg.prefix_len + cfg.suffix_len > ctx:
             raise ValueError(f"prefix + suffix = {cfg.prefix_len + cfg.suffix_len} tokens exceeds the model's "
@@ -200,12 +191,29 @@ def extract(model: torch.nn.Module, docs: list[dict], cfg: ExtractionConfig = Ex
         kept.append(d)
     if not kept:
         raise ValueError("every document is shorter than prefix + suffix; nothing to extract")
-    vocab = _vocab_size(model)
+    vocab = _vocab_size(model_or_config)
     for d, (p, s) in zip(kept, splits) if vocab else ():
         lo, hi = min(min(p), min(s)), max(max(p), max(s))
         if lo < 0 or hi >= vocab:
             raise ValueError(f"document {d.get('id')!r} has token id {hi if hi >= vocab else lo}, outside the "
                              f"model's vocabulary (0..{vocab - 1}): were its token_ids made with another tokenizer?")
+    return cfg, ctx, kept, splits, skipped
+
+
+def extract(model: torch.nn.Module, docs: list[dict], cfg: ExtractionConfig = ExtractionConfig(), tokenizer=None,
+            progress: bool = False) -> dict:
+    """Run extraction on ``docs`` (dicts with ``id``, ``token_ids`` and optionally ``exposures``).
+
+    Returns ``{"overall": {...}, "by_exposure": {n: {...}}, "documents": [...], "skipped": [...]}``.
+    ``overall`` summarizes the trained documents only (:func:`trained`): exposure-0 controls are
+    never counted as members; they appear in ``by_exposure["0"]``.
+    Documents shorter than prefix + suffix raise ``ValueError`` unless ``cfg.skip_short``.
+    Prefix + suffix must fit the model's context (:func:`memorization.models.model_context`:
+    ``max_position_embeddings``, or the trained length of a model trained from scratch):
+    a fixed P + S beyond it raises ``ValueError``; in all-but-suffix mode ``cfg.max_tokens`` is
+    lowered to it (with a warning).  The result's ``config`` is the configuration used.
+    """
+    cfg, ctx, kept, splits, skipped = prepare(model, docs, cfg)
     pad = getattr(tokenizer, "pad_token_id", None) or 0
     gens = greedy_continue(model, [p for p, _ in splits], cfg.suffix_len, cfg.batch_size, pad, progress)
     sfx = torch.tensor([s for _, s in splits])
@@ -236,12 +244,13 @@ def extract(model: torch.nn.Module, docs: list[dict], cfg: ExtractionConfig = Ex
     }
 
 
-def _vocab_size(model: torch.nn.Module) -> int | None:
-    """Rows of the model's input embedding (``config.vocab_size`` as a fallback), None if unknown."""
+def _vocab_size(model_or_config) -> int | None:
+    """Rows of the model's input embedding (``config.vocab_size`` as a fallback, or given a config), None if
+    unknown."""
     try:
-        return int(model.get_input_embeddings().num_embeddings)
+        return int(model_or_config.get_input_embeddings().num_embeddings)
     except (AttributeError, NotImplementedError, TypeError):
-        n = getattr(getattr(model, "config", None), "vocab_size", None)
+        n = getattr(getattr(model_or_config, "config", model_or_config), "vocab_size", None)
         return int(n) if n else None
 
 

@@ -257,6 +257,8 @@ class Trainer:
         self.step = 0
         self.history: list[dict] = []
         self.wandb_id: str | None = None  # the wandb run this training logs to; kept in the checkpoint
+        self._seconds_before = 0.0  # training time of the sessions before a resume (kept in the checkpoint)
+        self._fit_start: float | None = None
         self.stop_requested = False  # set by request_stop (SIGUSR1 during fit); see train_step
         self._finish_save: Callable[[], None] | None = None  # a background checkpoint not yet published
         self._checkpointed_step: int | None = None  # the step of the checkpoint saved or resumed from last
@@ -273,7 +275,8 @@ class Trainer:
         host memory and written while training goes on; :meth:`finish_checkpoint` publishes it."""
         self.finish_checkpoint()  # one save in flight at a time
         extra = {"step": self.step, "history": self.history, "config": _jsonable(asdict(self.cfg)),
-                 "total_steps": self.total_steps, "run": self.run_identity(), "wandb_id": self.wandb_id}
+                 "total_steps": self.total_steps, "run": self.run_identity(), "wandb_id": self.wandb_id,
+                 "train_seconds": self.train_seconds()}
         self._finish_save = self.rt.save_checkpoint(self.model, self.opt, self.ckpt_dir, extra,
                                                     background=self.cfg.async_checkpoint)
         self._checkpointed_step = self.step
@@ -323,8 +326,15 @@ class Trainer:
         extra = self.rt.load_checkpoint(self.model, self.opt, self.ckpt_dir)
         self.step, self.history = extra["step"], extra["history"]
         self.wandb_id = extra.get("wandb_id")
+        self._seconds_before = float(extra.get("train_seconds", 0.0))
         self._checkpointed_step = self.step
         return True
+
+    def train_seconds(self) -> float:
+        """Seconds ``fit`` has trained this run: this session's, plus those of the sessions its checkpoint
+        continues (a resumed run's time is the whole run's, not only the part after the resume)."""
+        now = 0.0 if self._fit_start is None else time.perf_counter() - self._fit_start
+        return self._seconds_before + now
 
     # ---- the loop ----------------------------------------------------------------------------
     def train_step(self) -> dict:
@@ -394,6 +404,7 @@ class Trainer:
 
     def fit(self, resume: bool = False, on_step: Callable[[dict], None] | None = None) -> dict:
         cfg = self.cfg
+        self._fit_start = time.perf_counter()
         if resume and self.try_resume() and self.rt.is_main:
             print(f"{self.run_name}: resumed at step {self.step} of {self.total_steps} from {self.ckpt_dir}",
                   file=sys.stderr)
@@ -443,7 +454,7 @@ class Trainer:
             run.summary["val_loss"] = val_loss
             run.finish()
         result = {"val_loss": val_loss, "steps": self.step, "final_train_loss": self.history[-1]["loss"],
-                  "history": self.history}
+                  "train_seconds": self.train_seconds(), "history": self.history}
         if self.rt.is_main:
             atomic_write_json(self.out / "train_result.json", result)
         return result

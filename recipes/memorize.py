@@ -22,7 +22,6 @@ import json
 import shlex
 import shutil
 import sys
-import time
 from pathlib import Path
 
 _REPO = Path(__file__).resolve().parents[1]
@@ -493,9 +492,7 @@ def run_arm(arm: str, args, rt, mixture, tokenizer, out: Path) -> dict:
                       progress=not args.no_progress, goldfish=gf)
     trainer = Trainer(model, mixture.input_ids, mixture.doc_ids, mixture.val_ids, cfg, arm_dir, rt, run_name=arm,
                       row_context=mixture.row_context)
-    t0 = time.perf_counter()
     train = trainer.fit(resume=args.resume)
-    train_s = time.perf_counter() - t0
     model = trainer.model
     rt.export_hf(model, arm_dir / "model", tokenizer, dtype=getattr(torch, args.export_dtype))
     ecfg = ExtractionConfig(prefix_len=args.prefix, suffix_len=args.suffix,
@@ -509,7 +506,7 @@ def run_arm(arm: str, args, rt, mixture, tokenizer, out: Path) -> dict:
         "val_loss": train["val_loss"],
         "final_train_loss": train["final_train_loss"],
         "steps": train["steps"],
-        "train_seconds": train_s,
+        "train_seconds": train["train_seconds"],  # of the whole run, also when it was resumed
         "goldfish": {"k": gf.k, "h": gf.h, "strategy": gf.strategy},
         "goldfish_drop_frac": sum(drop) / len(drop),
         "by_exposure": ext["by_exposure"],

@@ -1,0 +1,115 @@
+"""Walkthrough (session 25) of train -> interrupt -> resume -> convert -> extract: what a user met.
+
+* ``eval/extract.py`` refused a document shorter than prefix + suffix, a prefix + suffix beyond the model's
+  context and token ids outside its vocabulary only inside ``extract()``, i.e. after the weights had loaded
+  (minutes for a 70B); the same checks now run on the config first.
+* ``python -m axonn.convert`` crashed with a traceback on a ``--tokenizer``/``--config`` it could not load and
+  on ``--max-shard-gb inf``; ``--max-shard-gb 0`` (or negative) was accepted and wrote one file per tensor.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+from transformers import LlamaConfig
+
+from eval_cli import load_eval_cli as _load_cli
+
+
+@pytest.fixture
+def config_only(tmp_path, tokenizer):
+    """A model directory with a config (context 64) and a tokenizer, but no weights: loading them fails."""
+    LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                num_attention_heads=2, max_position_embeddings=64).save_pretrained(tmp_path / "m")
+    tokenizer.save_pretrained(tmp_path / "m")
+    return tmp_path
+
+
+@pytest.mark.parametrize("ids, flags, match", [
+    (list(range(1, 11)), ["--prefix", "8", "--suffix", "8"], r"document 't0' has 10 tokens, fewer than prefix \+ "
+                                                             r"suffix = 16: lower --prefix/--suffix or pass --skip-short"),
+    (list(range(1, 101)), ["--prefix", "50", "--suffix", "50"], r"prefix \+ suffix = 100 tokens exceeds the model's "
+                                                                r"context \(64 tokens\)"),
+    ([1, 2, 3, 10**6, 5, 6, 7, 8], ["--prefix", "4", "--suffix", "4"], r"document 't0' has token id 1000000, outside "
+                                                                       r"the model's vocabulary"),
+])
+def test_extract_refuses_bad_documents_before_the_model_loads(config_only, monkeypatch, ids, flags, match):
+    import transformers
+
+    manifest = {"version": 1, "targets": [{"id": "t0", "token_ids": ids, "exposures": 4}], "nonmembers": []}
+    (config_only / "manifest.json").write_text(json.dumps(manifest))
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
+                        lambda *a, **k: pytest.fail("the model loaded before the documents were checked"))
+    with pytest.raises(SystemExit, match=match):
+        _load_cli("extract").main(["--model", str(config_only / "m"), "--manifest",
+                                   str(config_only / "manifest.json"), "--no-progress", *flags])
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    """A trainer-style checkpoint root (LATEST) of a tiny model."""
+    import torch
+
+    import axonn
+    from memorization.models import build_model
+    from memorization.runtime import Runtime
+
+    rt = Runtime(axonn.init())
+    model = build_model("tiny", 512, seed=3, runtime=rt)
+    opt = torch.optim.AdamW(model.parameters())
+    rt.save_checkpoint(model, opt, tmp_path / "ckpt", {"step": 1})
+    return tmp_path / "ckpt"
+
+
+@pytest.mark.parametrize("gb", ["0", "-1", "nan", "inf"])
+def test_convert_refuses_a_shard_size_that_is_not_positive_and_finite(checkpoint, tmp_path, capsys, gb):
+    from axonn.convert import main as convert
+
+    assert convert([str(checkpoint), str(tmp_path / "hf"), "--max-shard-gb", gb]) == 2
+    assert "--max-shard-gb" in capsys.readouterr().err
+    assert not (tmp_path / "hf").exists()
+
+
+@pytest.mark.parametrize("flag", ["--tokenizer", "--config"])
+def test_convert_names_a_tokenizer_or_config_it_cannot_load(checkpoint, tmp_path, capsys, flag):
+    from axonn.convert import main as convert
+
+    assert convert([str(checkpoint), str(tmp_path / "hf"), flag, str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {flag} {tmp_path / 'missing'}: cannot load it" in err
+    assert not (tmp_path / "hf").exists()
+
+
+def test_a_resumed_training_reports_the_time_of_the_whole_run(tmp_path):
+    """results.md's "train time" of an arm resumed at step 23 of 48 said 3 s (the part after the resume) where the
+    uninterrupted arm took 16 s: the trainer now keeps the time trained so far in its checkpoint and adds to it."""
+    import time
+
+    import torch
+
+    from memorization.goldfish import GoldfishConfig
+    from memorization.models import build_model
+    from memorization.train import TrainConfig, Trainer
+
+    g = torch.Generator().manual_seed(0)
+    rows = torch.randint(3, 4096, (8, 32), generator=g).repeat(3, 1)
+    docs, val = torch.zeros_like(rows, dtype=torch.int32), rows[:8]
+
+    def trainer():
+        cfg = TrainConfig(batch_size=4, micro_batch=2, lr=3e-3, warmup_steps=2, checkpoint_every=4, progress=False,
+                          goldfish=GoldfishConfig(k=0))
+        return Trainer(build_model("tiny", 4096, seed=0), rows, docs, val, cfg, tmp_path, run_name="t")
+
+    class Interrupt(Exception):
+        pass
+
+    def slow_then_stop(rec):  # steps 1-3 are logged before the step-4 checkpoint: >= 0.9 s in it
+        time.sleep(0.3)
+        if rec["step"] == 5:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        trainer().fit(on_step=slow_then_stop)
+    resumed = trainer().fit(resume=True)
+    assert resumed["steps"] == 6
+    assert resumed["train_seconds"] >= 0.9
