@@ -161,7 +161,15 @@ def _parse_grid(s: str) -> tuple[int, int, int, int]:
     try:
         return parse_grid(s)
     except ValueError as e:
-        raise SystemExit(f"--grid: {e}") from None
+        raise SystemExit(f"error: --grid: {e}") from None
+
+
+def _note(message: str) -> None:
+    """A note on stderr, once per run: from the first rank only (checks run before the grid exists, on every rank)."""
+    from axonn.grid import launcher_rank
+
+    if launcher_rank() == 0:
+        print(f"note: {message}", file=sys.stderr)
 
 
 def read_targets(path: str, text_field: str, flag: str = "--targets",
@@ -284,9 +292,9 @@ def validate(args: argparse.Namespace) -> None:
                 raise SystemExit(f"error: --resume with settings that differ from the run in {out}: {diff} "
                                  f"(only how it runs may change: {_as_flags(EXECUTION_SETTINGS)})")
             if changed:
-                print(f"note: --resume with other execution settings (was, now): {changed}", file=sys.stderr)
+                _note(f"--resume with other execution settings (was, now): {changed}")
     elif args.resume:
-        print(f"note: --resume: no run in {out} yet, starting a new one", file=sys.stderr)
+        _note(f"--resume: no run in {out} yet, starting a new one")
 
 
 def mixture_config(args: argparse.Namespace):

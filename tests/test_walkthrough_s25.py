@@ -113,3 +113,21 @@ def test_a_resumed_training_reports_the_time_of_the_whole_run(tmp_path):
     resumed = trainer().fit(resume=True)
     assert resumed["steps"] == 6
     assert resumed["train_seconds"] >= 0.9
+
+
+@pytest.mark.parametrize("rank, notes", [("0", 1), ("3", 0)])
+def test_validate_notes_come_from_the_first_rank_only(tmp_path, monkeypatch, capsys, rank, notes):
+    """memorize's checks run on every rank before the grid exists: under torchrun -n 4 a --resume note was
+    printed four times; it now comes from rank 0 alone (and an error still from every rank)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recipes"))
+    import memorize
+
+    monkeypatch.setenv("RANK", rank)
+    args = memorize.parse_args(["--out", str(tmp_path / "none"), "--resume", "--no-progress"])
+    memorize.validate(args)
+    assert capsys.readouterr().err.count("note: --resume: no run in") == notes
+    with pytest.raises(SystemExit, match=r"^error: --grid: grid '2,1,1'"):
+        memorize.validate(memorize.parse_args(["--grid", "2,1,1"]))
