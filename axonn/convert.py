@@ -24,7 +24,13 @@ def resolve(checkpoint: Path) -> Path:
 
     if (checkpoint / "COMPLETE").exists():
         return checkpoint
-    return latest(checkpoint) or checkpoint
+    found = latest(checkpoint)
+    if found is None:
+        hint = (f"; a trainer keeps them in {checkpoint / 'checkpoint'}: pass that"
+                if (checkpoint / "checkpoint" / "LATEST").exists() else "")
+        raise FileNotFoundError(f"{checkpoint} is not a complete axonn checkpoint (no COMPLETE marker), nor a checkpoint "
+                                f"root (no LATEST file){hint}")
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:

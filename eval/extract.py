@@ -59,7 +59,11 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     model_dir = Path(args.model)
     if not (model_dir / "config.json").exists():
-        raise SystemExit(f"error: --model {args.model}: no Hugging Face checkpoint (config.json) there")
+        sharded = any((d / f).exists() for d in (model_dir, model_dir / "checkpoint") for f in ("COMPLETE", "LATEST"))
+        raise SystemExit(f"error: --model {args.model}: no Hugging Face checkpoint (config.json) there"
+                         + (f"; it holds axonn training checkpoints: turn one into a model with `python -m "
+                            f"axonn.convert {args.model} OUT_DIR`, or pass the run's exported model "
+                            f"(<run>/<arm>/model)" if sharded else ""))
     src = Path(args.manifest or args.documents)
     if not src.exists():
         raise SystemExit(f"error: {src} does not exist")

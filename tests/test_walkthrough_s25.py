@@ -126,8 +126,25 @@ def test_validate_notes_come_from_the_first_rank_only(tmp_path, monkeypatch, cap
     import memorize
 
     monkeypatch.setenv("RANK", rank)
+    monkeypatch.setattr("torch.distributed.is_initialized", lambda: False)  # as before axonn.init, in a fresh process
     args = memorize.parse_args(["--out", str(tmp_path / "none"), "--resume", "--no-progress"])
     memorize.validate(args)
     assert capsys.readouterr().err.count("note: --resume: no run in") == notes
     with pytest.raises(SystemExit, match=r"^error: --grid: grid '2,1,1'"):
         memorize.validate(memorize.parse_args(["--grid", "2,1,1"]))
+
+
+def test_convert_and_extract_point_from_a_run_directory_to_what_they_take(checkpoint, tmp_path, capsys):
+    """Given the arm directory (``<arm>/``, not ``<arm>/checkpoint``), convert said only "no COMPLETE marker";
+    extract, given a training checkpoint as --model, said only "no config.json". Each now names what to pass."""
+    from axonn.convert import main as convert
+
+    arm = checkpoint.parent  # the fixture's root holds ckpt/; name it as memorize does
+    checkpoint.rename(arm / "checkpoint")
+    assert convert([str(arm), str(tmp_path / "hf")]) == 2
+    assert f"a trainer keeps them in {arm / 'checkpoint'}: pass that" in capsys.readouterr().err
+    assert not (tmp_path / "hf").exists()
+    with pytest.raises(SystemExit, match=r"holds axonn training checkpoints: .*python -m axonn.convert"):
+        _load_cli("extract").main(["--model", str(arm), "--manifest", str(tmp_path / "m.json")])
+    assert convert([str(arm / "checkpoint"), str(tmp_path / "hf")]) == 0
+    assert (tmp_path / "hf" / "config.json").exists()
