@@ -28,8 +28,8 @@ def resolve(checkpoint: Path) -> Path:
     if found is None:
         hint = (f"; a trainer keeps them in {checkpoint / 'checkpoint'}: pass that"
                 if (checkpoint / "checkpoint" / "LATEST").exists() else "")
-        raise FileNotFoundError(f"{checkpoint} is not a complete axonn checkpoint (no COMPLETE marker), nor a checkpoint "
-                                f"root (no LATEST file){hint}")
+        raise FileNotFoundError(f"{checkpoint} is not a complete axonn checkpoint (no COMPLETE marker), nor a "
+                                f"checkpoint root (no LATEST file){hint}")
     return found
 
 

@@ -26,8 +26,8 @@ def config_only(tmp_path, tokenizer):
 
 
 @pytest.mark.parametrize("ids, flags, match", [
-    (list(range(1, 11)), ["--prefix", "8", "--suffix", "8"], r"document 't0' has 10 tokens, fewer than prefix \+ "
-                                                             r"suffix = 16: lower --prefix/--suffix or pass --skip-short"),
+    (list(range(1, 11)), ["--prefix", "8", "--suffix", "8"],
+     r"document 't0' has 10 tokens, fewer than prefix \+ suffix = 16: lower --prefix/--suffix or pass --skip-short"),
     (list(range(1, 101)), ["--prefix", "50", "--suffix", "50"], r"prefix \+ suffix = 100 tokens exceeds the model's "
                                                                 r"context \(64 tokens\)"),
     ([1, 2, 3, 10**6, 5, 6, 7, 8], ["--prefix", "4", "--suffix", "4"], r"document 't0' has token id 1000000, outside "
