@@ -14,6 +14,7 @@ Bandwidth conventions used by the cost model (:mod:`axonn.planner.model`):
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,12 @@ class MachineProfile:
     gpu: str = ""
 
     def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):  # a YAML `memory_gib: "80"` or `80 GiB` is a string: say so, not a TypeError
+            v = getattr(self, f.name)
+            if f.type in ("int", "float") and (isinstance(v, bool) or not isinstance(v, numbers.Real)):
+                raise ValueError(f"machine profile {self.name!r}: {f.name} must be a number, got {v!r}")
+            if f.type == "int" and not isinstance(v, numbers.Integral):
+                raise ValueError(f"machine profile {self.name!r}: {f.name} must be an integer, got {v!r}")
         for f in ("gpus_per_node", "memory_gib", "peak_tflops", "measured_tflops",
                   "intra_node_gbps", "inter_node_gbps", "hbm_gbps", "gemm_ref_dim"):
             if not getattr(self, f) > 0:
@@ -93,6 +100,15 @@ def profile_from_dict(data: dict[str, Any], source: str = "<dict>") -> MachinePr
     return MachineProfile(**data)
 
 
+def _read_yaml(path: Path) -> Any:
+    """A user's profile file, parsed; a YAML syntax error is a ``ValueError`` naming the file, not a traceback."""
+    try:
+        with open(path) as f:
+            return yaml.safe_load(f)
+    except yaml.YAMLError as e:
+        raise ValueError(f"machine profile file {str(path)!r} is not valid YAML: {' '.join(str(e).split())}") from None
+
+
 def load_profile(machine: str | Path | MachineProfile) -> MachineProfile:
     """Load a bundled profile by name, or a user profile from a YAML path.
 
@@ -107,8 +123,7 @@ def load_profile(machine: str | Path | MachineProfile) -> MachineProfile:
         if not path.is_file():
             raise ValueError(f"machine profile file {text!r} does not exist; known machines: "
                              f"{', '.join(known_profiles())}")
-        with open(path) as f:
-            return profile_from_dict(yaml.safe_load(f), source=str(path))
+        return profile_from_dict(_read_yaml(path), source=str(path))
     bundled = PROFILE_DIR / f"{text}.yaml"
     if bundled.is_file():
         with open(bundled) as f:

@@ -301,10 +301,14 @@ def _explain_failure(res: PlanResult, mem_cfg: MemoryConfig) -> None:
             batch_ok = [b for b in range(res.global_batch, res.global_batch * 4 + 64)
                         if any(b % x == 0 and (res.micro_batch is None or (b // x) % res.micro_batch == 0)
                                for x in dz)][:1]
+            # with a fixed micro-batch the batch must divide by data×depth×micro-batch: list those products
+            # (128 is a multiple of data×depth 1, 2, 4, 8 but not of 3, 6, 12, 24 at micro-batch 3)
             mb = f" and micro-batch {res.micro_batch}" if res.micro_batch else ""
-            raise PlanError(f"global batch {res.global_batch}{mb} is not divisible by data×depth of any valid "
-                            f"grid of {res.gpus} GPUs that fits in memory (their data×depth products: "
-                            f"{', '.join(map(str, dz))}); use a global batch that is a multiple of one of them"
+            what = "data×depth×micro-batch" if res.micro_batch else "data×depth"
+            prods = sorted({x * (res.micro_batch or 1) for x in dz})
+            raise PlanError(f"global batch {res.global_batch}{mb} is not divisible by {what} of any valid "
+                            f"grid of {res.gpus} GPUs that fits in memory (their {what} products: "
+                            f"{', '.join(map(str, prods))}); use a global batch that is a multiple of one of them"
                             + (f", e.g. {batch_ok[0]}" if batch_ok else ""), kind="batch")
         need = min(need_of.values())
     else:
