@@ -3,6 +3,8 @@ the converter and the benchmarks)."""
 from __future__ import annotations
 
 import argparse
+import sys
+from typing import Callable
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -16,3 +18,16 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
         if "default" in text.lower() or d is None or d is False or d is argparse.SUPPRESS:
             return text
         return super()._get_help_string(action)
+
+
+INTERRUPTED = 130  # a shell's status for a command stopped by Ctrl-C (128 + SIGINT)
+
+
+def run_main(main: Callable[[], object], resume_hint: str) -> None:
+    """Run a command's ``main``; Ctrl-C ends it with one line saying how to continue (``resume_hint``)
+    and exit status 130, instead of a traceback from every rank."""
+    try:
+        main()
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: {resume_hint}", file=sys.stderr)
+        sys.exit(INTERRUPTED)

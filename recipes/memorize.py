@@ -28,7 +28,7 @@ _REPO = Path(__file__).resolve().parents[1]
 if str(_REPO) not in sys.path:  # runnable from a checkout without installation
     sys.path.insert(0, str(_REPO))
 
-from axonn.cli import HelpFormatter  # noqa: E402
+from axonn.cli import HelpFormatter, run_main  # noqa: E402
 
 ARMS = ("standard", "goldfish")
 
@@ -607,4 +607,4 @@ def main(argv: list[str] | None = None) -> dict | None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main, "the last checkpoint of each arm is kept; the same command with --resume continues from it")

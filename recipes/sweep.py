@@ -28,7 +28,7 @@ _REPO = Path(__file__).resolve().parents[1]
 if str(_REPO) not in sys.path:  # runnable from a checkout without installation
     sys.path.insert(0, str(_REPO))
 
-from axonn.cli import HelpFormatter  # noqa: E402
+from axonn.cli import HelpFormatter, run_main  # noqa: E402
 
 EPILOG = """\
 Any other option is passed to every memorize run (see `python recipes/memorize.py --help`),
@@ -216,4 +216,4 @@ def _check_sizes(sizes: str) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main, "finished cells and each arm's last checkpoint are kept; the same command resumes the sweep")

@@ -148,3 +148,31 @@ def test_convert_and_extract_point_from_a_run_directory_to_what_they_take(checkp
         _load_cli("extract").main(["--model", str(arm), "--manifest", str(tmp_path / "m.json")])
     assert convert([str(arm / "checkpoint"), str(tmp_path / "hf")]) == 0
     assert (tmp_path / "hf" / "config.json").exists()
+
+
+def test_ctrl_c_ends_memorize_with_one_line_and_status_130(tmp_path):
+    """Ctrl-C during training printed a KeyboardInterrupt traceback (one per rank under torchrun); it now ends
+    with one line saying how to continue, status 130, and the checkpoint it names is there to resume from."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    out = tmp_path / "run"
+    cmd = [sys.executable, str(repo / "recipes" / "memorize.py"), "--num-targets", "4", "--num-nonmembers", "2",
+           "--exposures", "2", "--steps", "12", "--prefix", "10", "--suffix", "10", "--seq-len", "64",
+           "--no-progress", "--checkpoint-every", "5", "--out", str(out)]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                            env={**os.environ, "WANDB_MODE": "disabled"})
+    latest = out / "standard" / "checkpoint" / "LATEST"
+    deadline = time.monotonic() + 240
+    while not latest.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    err = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "interrupted: " in err and "--resume" in err
+    assert latest.exists()
