@@ -380,10 +380,13 @@ def _publish(tmp: Path, path: Path) -> None:
     ``path`` missing, and :func:`latest` then names the moved-aside directory to rename back.
     """
     _fsync_path(tmp)
-    if path.exists() and _exchange(tmp, path):
+    if not path.exists():
+        old = None
+        os.rename(tmp, path)
+    elif _exchange(tmp, path):
         old = tmp  # the staging name now holds the previous directory
     else:
-        old = _move_aside(path) if path.exists() else None
+        old = _move_aside(path)
         os.rename(tmp, path)
     _fsync_path(path.parent)
     if old is not None:

@@ -33,6 +33,19 @@ def resolve(checkpoint: Path) -> Path:
     return found
 
 
+def _load(flag: str, value: str | None, auto_class: str):
+    """``transformers.<auto_class>.from_pretrained(value)``, None without a value; a ``ValueError`` naming
+    ``flag`` when it cannot be loaded."""
+    if not value:
+        return None
+    import transformers
+
+    try:
+        return getattr(transformers, auto_class).from_pretrained(value)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{flag} {value}: cannot load it ({e}); give a local directory that holds it") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m axonn.convert", description=__doc__.split("\n\n")[0],
                                  formatter_class=HelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
@@ -56,20 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    tokenizer = config = None
-    flag, value = "--tokenizer", args.tokenizer
     try:  # before any tensor is read: a wrong path is an error naming the flag, not a traceback
-        if args.tokenizer:
-            from transformers import AutoTokenizer
-
-            tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-        flag, value = "--config", args.config
-        if args.config:
-            from transformers import AutoConfig
-
-            config = AutoConfig.from_pretrained(args.config)
-    except (OSError, ValueError) as e:
-        print(f"error: {flag} {value}: cannot load it ({e}); give a local directory that holds it", file=sys.stderr)
+        tokenizer = _load("--tokenizer", args.tokenizer, "AutoTokenizer")
+        config = _load("--config", args.config, "AutoConfig")
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     try:
         to_hf(path, args.out, tokenizer=tokenizer, config=config,

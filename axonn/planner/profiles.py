@@ -49,7 +49,7 @@ class MachineProfile:
     gpu: str = ""
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):  # a YAML `memory_gib: "80"` or `80 GiB` is a string: say so, not a TypeError
+        for f in fields(self):  # a YAML `memory_gib: "80"` or `80 GiB` is a string: say so, not a TypeError
             v = getattr(self, f.name)
             if f.type in ("int", "float") and (isinstance(v, bool) or not isinstance(v, numbers.Real)):
                 raise ValueError(f"machine profile {self.name!r}: {f.name} must be a number, got {v!r}")
@@ -101,7 +101,7 @@ def profile_from_dict(data: dict[str, Any], source: str = "<dict>") -> MachinePr
 
 
 def _read_yaml(path: Path) -> Any:
-    """A user's profile file, parsed; a YAML syntax error is a ``ValueError`` naming the file, not a traceback."""
+    """A profile file, parsed; a YAML syntax error is a ``ValueError`` naming the file, not a traceback."""
     try:
         with open(path) as f:
             return yaml.safe_load(f)
@@ -126,8 +126,7 @@ def load_profile(machine: str | Path | MachineProfile) -> MachineProfile:
         return profile_from_dict(_read_yaml(path), source=str(path))
     bundled = PROFILE_DIR / f"{text}.yaml"
     if bundled.is_file():
-        with open(bundled) as f:
-            return profile_from_dict(yaml.safe_load(f), source=str(bundled))
+        return profile_from_dict(_read_yaml(bundled), source=str(bundled))
     raise ValueError(f"unknown machine {text!r}: known machines are {', '.join(known_profiles())} "
                      f"(or pass the path of a profile YAML, e.g. one written by "
                      f"`python -m axonn.planner calibrate --out profile.yaml`)")
