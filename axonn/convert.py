@@ -1,7 +1,7 @@
 """Turn a sharded axonn checkpoint into a Hugging Face model directory, offline (one process, no GPU).
 
     python -m axonn.convert runs/memorize/standard/checkpoint runs/standard-latest --dtype bfloat16 \\
-        --tokenizer data/cache/tokenizer-bpe4096
+        --tokenizer data/pydocs/tokenizer-bpe4096
 
 ``CHECKPOINT`` is one checkpoint (a directory with ``COMPLETE``) or a trainer's checkpoint root,
 whose ``LATEST`` names the newest.  Whatever grid wrote it, the output is what ``from_pretrained``

@@ -1,30 +1,32 @@
 """Corpora and tokenizers: Hugging Face ``datasets``/``tokenizers`` loaders plus an offline default.
 
-The offline default corpus is English technical prose that ships with every CPython: the
-reference-manual topics of ``pydoc_data`` and the docstrings of the standard library (read
-with ``ast``, nothing imported).  About 1.6 MB of text, ~3,500 documents, enough to train the
-CPU-sized presets.  It is built once into the cache directory (``$GOLDFISH_CACHE``, default
-``data/cache`` beside the repository) together with a byte-level BPE tokenizer trained on it.
+The offline default corpus (``builtin:pydocs``) is English technical prose from CPython's reference
+manual and standard-library docstrings, about 1.6 MB of text in 2,414 documents, enough to train the
+CPU-sized presets.  It ships in the repository (``data/pydocs/``: provenance, licence and how it is
+rebuilt are in its README) with its byte-level BPE tokenizer (``builtin:bpe4096``), so every machine
+trains on the same bytes: both are checked against :data:`PYDOCS_SHA256` and :data:`TOKENIZER_SHA256`
+when they are used, and the corpus is unpacked once into the cache directory (``$GOLDFISH_CACHE``,
+default ``data/cache`` beside the repository), where a file with other bytes is replaced.
 """
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
+import lzma
 import os
 import re
-import shutil
-import sysconfig
-import tempfile
 from pathlib import Path
-from typing import Iterable
 
-from .atomic import atomic_write_text
+from .atomic import atomic_write_bytes, atomic_write_text
 
 DEFAULT_CORPUS = "builtin:pydocs"
 DEFAULT_TOKENIZER = "builtin:bpe4096"
 _REPO_ROOT = Path(__file__).resolve().parents[1]
-_SKIP_DIRS = {"site-packages", "test", "tests", "idlelib", "lib2to3", "tkinter", "turtledemo", "ensurepip"}
+SHIPPED_CORPUS = _REPO_ROOT / "data" / "pydocs" / "pydocs.jsonl.xz"
+SHIPPED_TOKENIZER = _REPO_ROOT / "data" / "pydocs" / "tokenizer-bpe4096"
+#: sha256 of the default corpus's JSON lines (``pydocs.jsonl.xz`` unpacked) and of its tokenizer's ``tokenizer.json``
+PYDOCS_SHA256 = "3f4ce9199b28ccdaa75568fc0e60fab869d0ffd49cafff63864600e18c5531be"
+TOKENIZER_SHA256 = "01436c12eb58199846021ed83d5ffa73571c697adb4023c5e956916b3ab2c7dc"
 
 
 def cache_dir() -> Path:
@@ -35,54 +37,40 @@ def cache_dir() -> Path:
     return path
 
 
-def _split_paragraph_chunks(text: str, max_chars: int = 1600) -> list[str]:
-    """Split a long text at blank lines into chunks of at most ~max_chars."""
-    paras = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
-    chunks, cur = [], ""
-    for p in paras:
-        if cur and len(cur) + len(p) + 2 > max_chars:
-            chunks.append(cur)
-            cur = ""
-        cur = f"{cur}\n\n{p}" if cur else p
-    if cur:
-        chunks.append(cur)
-    return chunks
+def sha256_file(path: Path) -> str:
+    """The hex sha256 of a file's bytes, read in 1 MiB pieces."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while piece := f.read(1 << 20):
+            h.update(piece)
+    return h.hexdigest()
 
 
-def _pydoc_documents() -> Iterable[str]:
-    import pydoc_data.topics as topics
-
-    for name in sorted(topics.topics):
-        yield from _split_paragraph_chunks(topics.topics[name])
-    root = Path(sysconfig.get_paths()["stdlib"])
-    for path in sorted(root.rglob("*.py")):
-        if _SKIP_DIRS.intersection(path.relative_to(root).parts):
-            continue
-        try:
-            tree = ast.parse(path.read_text(encoding="utf-8"))
-        except (SyntaxError, UnicodeDecodeError, ValueError):
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-                doc = ast.get_docstring(node)
-                if doc and len(doc) >= 200:
-                    yield from _split_paragraph_chunks(doc)
+def _restore_hint(path: Path) -> str:
+    shown = path.relative_to(_REPO_ROOT) if path.is_relative_to(_REPO_ROOT) else path
+    return f"restore it (`git checkout -- {shown}`)"
 
 
 def build_default_corpus(force: bool = False) -> Path:
-    """Build (once) the offline default corpus as JSON lines ``{"id", "text"}``; return its path."""
+    """The default corpus as JSON lines ``{"id", "text"}`` in the cache, unpacked from the shipped file.
+
+    A cached file is used only when its sha256 is :data:`PYDOCS_SHA256`; any other (an older build from
+    the local Python, a damaged copy) is replaced.  A shipped file that does not unpack to those bytes is
+    refused: the figures of the README were measured on them."""
     path = cache_dir() / "pydocs.jsonl"
-    if path.exists() and not force:
+    if not force and path.exists() and sha256_file(path) == PYDOCS_SHA256:
         return path
-    seen: set[str] = set()
-    lines = []
-    for text in _pydoc_documents():
-        key = " ".join(text.split())
-        if len(key) < 200 or key in seen:  # exact de-duplication: no target leaks via a copy
-            continue
-        seen.add(key)
-        lines.append(json.dumps({"id": f"pydocs-{len(lines):05d}", "text": text}))
-    atomic_write_text(path, "\n".join(lines) + "\n")
+    try:
+        data = lzma.decompress(SHIPPED_CORPUS.read_bytes())
+    except (OSError, lzma.LZMAError) as e:
+        raise ValueError(f"the shipped default corpus {SHIPPED_CORPUS} cannot be read ({e}): "
+                         f"{_restore_hint(SHIPPED_CORPUS)}") from None
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != PYDOCS_SHA256:
+        raise ValueError(f"the shipped default corpus {SHIPPED_CORPUS} unpacks to sha256 {digest}, not {PYDOCS_SHA256}: "
+                         f"{_restore_hint(SHIPPED_CORPUS)}, or after a deliberate rebuild "
+                         "(data/pydocs/build.py --write) update PYDOCS_SHA256")
+    atomic_write_bytes(path, data)
     return path
 
 
@@ -301,6 +289,42 @@ def has_tokenizer_files(d: Path) -> bool:
     return any((d / f).exists() for f in TOKENIZER_FILES)
 
 
+def default_tokenizer_dir() -> Path:
+    """The shipped default tokenizer's directory, after checking its ``tokenizer.json`` against
+    :data:`TOKENIZER_SHA256`."""
+    path = SHIPPED_TOKENIZER / "tokenizer.json"
+    digest = sha256_file(path) if path.exists() else "missing"
+    if digest != TOKENIZER_SHA256:
+        raise ValueError(f"the shipped default tokenizer {path} has sha256 {digest}, not {TOKENIZER_SHA256}: "
+                         f"{_restore_hint(path)}, or after a deliberate rebuild (data/pydocs/build.py --write) "
+                         "update TOKENIZER_SHA256")
+    return SHIPPED_TOKENIZER
+
+
+def tokenizer_sha256(tokenizer) -> str:
+    """The sha256 of a tokenizer's ``tokenizer.json`` where it was loaded from a directory holding one
+    (the shipped default's is :data:`TOKENIZER_SHA256`), else of its fast tokenizer serialised to JSON."""
+    path = Path(str(getattr(tokenizer, "name_or_path", "") or "")) / "tokenizer.json"
+    if path.is_file():
+        return sha256_file(path)
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        raise ValueError(f"tokenizer {tokenizer.name_or_path!r} is not a fast tokenizer: it has no tokenizer.json")
+    return hashlib.sha256(backend.to_str().encode("utf-8")).hexdigest()
+
+
+def data_checksums(corpus: str, tokenizer) -> dict:
+    """What a manifest records of the data a run was built from: ``corpus_sha256`` (the default corpus's
+    checked :data:`PYDOCS_SHA256`, a local corpus file's sha256, ``None`` for a directory or hub dataset,
+    whose documents ``corpus_fingerprint`` covers) and ``tokenizer_sha256`` (:func:`tokenizer_sha256`)."""
+    if corpus == DEFAULT_CORPUS:
+        corpus_sha = sha256_file(build_default_corpus())
+    else:
+        path = Path(corpus).expanduser()
+        corpus_sha = sha256_file(path) if path.is_file() else None
+    return {"corpus_sha256": corpus_sha, "tokenizer_sha256": tokenizer_sha256(tokenizer)}
+
+
 def load_tokenizer(spec: str = DEFAULT_TOKENIZER):
     """A Hugging Face tokenizer by name or local path; ``builtin:bpe4096`` is trained offline.
 
@@ -309,7 +333,7 @@ def load_tokenizer(spec: str = DEFAULT_TOKENIZER):
     from transformers import AutoTokenizer
 
     if spec == DEFAULT_TOKENIZER:
-        tok = AutoTokenizer.from_pretrained(str(build_default_tokenizer()))
+        tok = AutoTokenizer.from_pretrained(str(default_tokenizer_dir()))
     else:
         if spec.startswith(("/", ".", "~")) and not Path(spec).expanduser().exists():
             raise FileNotFoundError(f"tokenizer path {spec} does not exist")
@@ -324,15 +348,13 @@ def load_tokenizer(spec: str = DEFAULT_TOKENIZER):
     return tok
 
 
-def build_default_tokenizer(vocab_size: int = 4096, force: bool = False) -> Path:
-    """Train (once) a byte-level BPE tokenizer on the default corpus; return its directory."""
-    out = cache_dir() / f"tokenizer-bpe{vocab_size}"
-    if (out / "tokenizer.json").exists() and not force:
-        return out
+def train_bpe_tokenizer(docs: list[str], vocab_size: int, out: Path) -> Path:
+    """Train a byte-level BPE tokenizer of ``vocab_size`` tokens on ``docs`` and save it to the directory
+    ``out`` (``<s>`` first in every encoding, ``</s>`` and ``<pad>`` special): how the shipped default
+    tokenizer was made (``data/pydocs/build.py``)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
-    docs = load_documents(DEFAULT_CORPUS)
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -347,17 +369,11 @@ def build_default_tokenizer(vocab_size: int = 4096, force: bool = False) -> Path
     bos = tok.token_to_id("<s>")
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", bos)])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
-    fast.save_pretrained(str(tmp))
+    out.mkdir(parents=True, exist_ok=True)
+    fast.save_pretrained(str(out))
     # transformers 5 records its own class (TokenizersBackend), which 4.x cannot load; the generic fast class
-    # loads the same tokenizer.json on both, so a cache (and a run's copy of it) moves between versions
-    cfg = tmp / "tokenizer_config.json"
+    # loads the same tokenizer.json on both, so the tokenizer (and a run's copy of it) moves between versions
+    cfg = out / "tokenizer_config.json"
     atomic_write_text(cfg, json.dumps({**json.loads(cfg.read_text()), "tokenizer_class": "PreTrainedTokenizerFast"},
                                       indent=2) + "\n")
-    if force:  # os.replace cannot replace a directory that holds files: the old one goes first
-        shutil.rmtree(out, ignore_errors=True)
-    try:
-        os.replace(tmp, out)
-    except OSError:  # another process finished first: identical content
-        shutil.rmtree(tmp, ignore_errors=True)
     return out

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent setup: a virtual environment in .venv with the pinned CPU PyTorch (only when no torch
-# is importable there) and this project, editable, with the test and eval extras.
-# A second run installs nothing: it checks a stamp keyed on pyproject.toml.
+# is importable there) and this project, editable, with the test and eval extras, every dependency at
+# the exact version of constraints.txt (the environment the README's figures were measured with).
+# A second run installs nothing: it checks a stamp keyed on pyproject.toml and constraints.txt.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 VENV="${VENV:-.venv}"
@@ -18,10 +19,10 @@ if ! "$PY" -c "import torch" >/dev/null 2>&1; then
     "${PIP[@]}" torch==2.13.0 2>&1 | grep -v "is ignored: it is neither" || true
     "$PY" -c "import torch" || { echo "[setup] PyTorch install failed" >&2; exit 1; }
 fi
-stamp="$VENV/.goldfish-installed-$(sha256sum pyproject.toml | cut -c1-16)"
+stamp="$VENV/.goldfish-installed-$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
     echo "[setup] installing the project and its dependencies into $VENV"
-    "${PIP[@]}" -e ".[test,eval]" 2>&1 | grep -v "is ignored: it is neither" || true
+    "${PIP[@]}" -c constraints.txt -e ".[test,eval]" 2>&1 | grep -v "is ignored: it is neither" || true
     "$PY" -c "import torch, transformers, datasets, axonn, memorization" \
         || { echo "[setup] project install failed (see pip's output above)" >&2; exit 1; }
     rm -f "$VENV"/.goldfish-installed-*

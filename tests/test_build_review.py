@@ -129,26 +129,6 @@ def test_a_corpus_that_is_not_utf8_names_the_file_and_the_fix(tmp_path) -> None:
         load_documents(str(csv))
 
 
-def test_forcing_the_built_in_tokenizer_rebuilds_a_cached_one(tmp_path, monkeypatch) -> None:
-    """``build_default_tokenizer(force=True)`` over a damaged cache trains it again (``os.replace`` cannot
-    replace a directory that holds files: it kept the damaged one and threw the new one away)."""
-    import shutil
-
-    from transformers import AutoTokenizer
-
-    from memorization.corpus import build_default_corpus, build_default_tokenizer
-
-    shutil.copy(build_default_corpus(), tmp_path / "pydocs.jsonl")  # the corpus is not rebuilt
-    monkeypatch.setenv("GOLDFISH_CACHE", str(tmp_path))
-    out = build_default_tokenizer(vocab_size=300)
-    good = (out / "tokenizer.json").read_text()
-    (out / "tokenizer.json").write_text("{}")
-    assert build_default_tokenizer(vocab_size=300, force=True) == out
-    assert (out / "tokenizer.json").read_text() == good
-    assert len(AutoTokenizer.from_pretrained(str(out))) == 300
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["pydocs.jsonl", "tokenizer-bpe300"]  # no leftovers
-
-
 def test_real_model_presets_use_the_published_rms_norm_eps() -> None:
     """TinyLlama-1.1B and Llama 3.1 normalise with eps 1e-5 (their config.json), not LlamaConfig's 1e-6; the
     CPU presets keep 1e-6 (the README's figures); a checkpoint's eps survives the round trip through its shape."""

@@ -119,20 +119,108 @@ def test_a_directory_without_tokenizer_files_is_a_clear_error(tmp_path):
         load_tokenizer(str(tmp_path))
 
 
-def test_the_built_in_tokenizer_is_saved_in_a_form_every_supported_transformers_loads(tmp_path, monkeypatch):
-    """transformers 5 saves its own tokenizer class name, which 4.x cannot load; the built-in tokenizer's
-    directory names the generic fast class instead, and loads as the same tokenizer."""
-    import shutil
-
+def test_the_built_in_tokenizer_is_saved_in_a_form_every_supported_transformers_loads(tmp_path):
+    """transformers 5 saves its own tokenizer class name, which 4.x cannot load; a tokenizer made by
+    ``train_bpe_tokenizer`` (the shipped default's recipe) names the generic fast class instead, and loads
+    as the same tokenizer."""
     from transformers import AutoTokenizer
 
-    from memorization.corpus import build_default_corpus, build_default_tokenizer
+    from memorization.corpus import load_documents, train_bpe_tokenizer
 
-    shutil.copy(build_default_corpus(), tmp_path / "pydocs.jsonl")  # the corpus is not rebuilt
-    monkeypatch.setenv("GOLDFISH_CACHE", str(tmp_path))
-    out = build_default_tokenizer(vocab_size=512)
+    out = train_bpe_tokenizer(load_documents("builtin:pydocs")[:300], 512, tmp_path / "tok")
     assert json.loads((out / "tokenizer_config.json").read_text())["tokenizer_class"] == "PreTrainedTokenizerFast"
     tok, text = AutoTokenizer.from_pretrained(str(out)), "Return the value of x.\n\n  def f(x): return x"
     ids = tok(text)["input_ids"]
     assert ids[0] == tok.bos_token_id and tok.decode(ids[1:]) == text
     assert (tok.bos_token, tok.eos_token, tok.pad_token) == ("<s>", "</s>", "<pad>")
+
+
+def _shipped(tmp_path, monkeypatch, data: bytes):
+    """Point the default corpus at a shipped file holding ``data`` (xz) and the cache at ``tmp_path/cache``."""
+    import lzma
+
+    import memorization.corpus as corpus
+
+    shipped = tmp_path / "pydocs.jsonl.xz"
+    shipped.write_bytes(lzma.compress(data))
+    monkeypatch.setattr(corpus, "SHIPPED_CORPUS", shipped)
+    monkeypatch.setenv("GOLDFISH_CACHE", str(tmp_path / "cache"))
+    return corpus
+
+
+def test_the_default_corpus_is_the_shipped_bytes_and_a_cache_with_other_bytes_is_replaced(tmp_path, monkeypatch):
+    """The cache holds exactly the bytes whose sha256 is PYDOCS_SHA256 (what the README's figures were
+    measured on), whatever Python builds it; a cached file with other bytes (an older build from the local
+    Python's docs, a damaged copy) is replaced by the shipped one, not used."""
+    import lzma
+
+    from memorization.corpus import PYDOCS_SHA256, SHIPPED_CORPUS, sha256_file
+
+    corpus = _shipped(tmp_path, monkeypatch, lzma.decompress(SHIPPED_CORPUS.read_bytes()))
+    stale = tmp_path / "cache" / "pydocs.jsonl"
+    stale.parent.mkdir()
+    stale.write_text('{"id": "pydocs-00000", "text": "built from another Python"}\n')
+    assert corpus.build_default_corpus() == stale and sha256_file(stale) == PYDOCS_SHA256
+    assert len(load_documents("builtin:pydocs")) == 2414
+
+
+def test_a_shipped_corpus_with_other_bytes_is_refused_naming_the_file_and_the_fix(tmp_path, monkeypatch):
+    corpus = _shipped(tmp_path, monkeypatch, b'{"id": "x", "text": "edited"}\n')
+    with pytest.raises(ValueError, match=r"pydocs\.jsonl\.xz unpacks to sha256 [0-9a-f]{64}, not .*git checkout"):
+        corpus.build_default_corpus()
+    corpus.SHIPPED_CORPUS.write_bytes(b"not xz")
+    with pytest.raises(ValueError, match=r"cannot be read .*git checkout"):
+        corpus.build_default_corpus()
+
+
+def test_a_shipped_tokenizer_with_other_bytes_is_refused(tmp_path, monkeypatch):
+    import shutil
+
+    import memorization.corpus as corpus
+
+    copy = tmp_path / "tok"
+    shutil.copytree(corpus.SHIPPED_TOKENIZER, copy)
+    monkeypatch.setattr(corpus, "SHIPPED_TOKENIZER", copy)
+    assert corpus.load_tokenizer().bos_token == "<s>"
+    (copy / "tokenizer.json").write_text((copy / "tokenizer.json").read_text().replace('"Ġthe"', '"Ġteh"', 1))
+    with pytest.raises(ValueError, match=r"tokenizer\.json has sha256 [0-9a-f]{64}, not .*TOKENIZER_SHA256"):
+        corpus.load_tokenizer()
+
+
+def _pinned(package: str) -> str | None:
+    """The version of ``package`` that constraints.txt (the environment of the README's figures) pins."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "constraints.txt").read_text()
+    return next((line.split("==")[1].strip() for line in text.splitlines()
+                 if line.lower().startswith(f"{package.lower()}==")), None)
+
+
+def test_the_shipped_tokenizer_is_what_its_recipe_trains_on_the_shipped_corpus(tmp_path):
+    """The shipped tokenizer.json is reproducible from its source: ``train_bpe_tokenizer`` on the shipped
+    corpus gives the same bytes, with the pinned ``tokenizers`` (another version may order merges differently,
+    which is why the tokenizer ships instead of being trained on each machine)."""
+    import tokenizers
+
+    from memorization.corpus import TOKENIZER_SHA256, sha256_file, train_bpe_tokenizer
+
+    if tokenizers.__version__ != _pinned("tokenizers"):
+        pytest.skip(f"tokenizers {tokenizers.__version__} is not the pinned {_pinned('tokenizers')}")
+    out = train_bpe_tokenizer(load_documents("builtin:pydocs"), 4096, tmp_path / "tok")
+    assert sha256_file(out / "tokenizer.json") == TOKENIZER_SHA256
+
+
+def test_data_checksums_name_the_bytes_a_run_was_built_from(tmp_path):
+    """The default corpus and tokenizer are recorded by their pinned checksums, a local corpus file by its
+    own bytes' sha256, a directory by none (its documents' fingerprint covers it)."""
+    import hashlib
+
+    from memorization.corpus import PYDOCS_SHA256, TOKENIZER_SHA256, data_checksums, load_tokenizer
+
+    tok = load_tokenizer()
+    assert data_checksums("builtin:pydocs", tok) == {"corpus_sha256": PYDOCS_SHA256,
+                                                     "tokenizer_sha256": TOKENIZER_SHA256}
+    f = tmp_path / "c.txt"
+    f.write_text("a document\n\nanother one\n")
+    assert data_checksums(str(f), tok)["corpus_sha256"] == hashlib.sha256(f.read_bytes()).hexdigest()
+    assert data_checksums(str(tmp_path), tok)["corpus_sha256"] is None
