@@ -67,7 +67,8 @@ def build_default_corpus(force: bool = False) -> Path:
                          f"{_restore_hint(SHIPPED_CORPUS)}") from None
     digest = hashlib.sha256(data).hexdigest()
     if digest != PYDOCS_SHA256:
-        raise ValueError(f"the shipped default corpus {SHIPPED_CORPUS} unpacks to sha256 {digest}, not {PYDOCS_SHA256}: "
+        raise ValueError(f"the shipped default corpus {SHIPPED_CORPUS} unpacks to sha256 {digest}, "
+                         f"not {PYDOCS_SHA256}: "
                          f"{_restore_hint(SHIPPED_CORPUS)}, or after a deliberate rebuild "
                          "(data/pydocs/build.py --write) update PYDOCS_SHA256")
     atomic_write_bytes(path, data)
