@@ -13,6 +13,9 @@ import memorize  # noqa: E402
 sys.path.insert(0, str(REPO / "eval"))
 import extract as extract_cli  # noqa: E402
 
+from memorization.experiment import read_targets, validate  # noqa: E402
+from memorization.experiment.data import mixture_config, targets_text_field  # noqa: E402
+
 SMALL = ["--num-targets", "4", "--num-nonmembers", "2", "--exposures", "2", "--steps", "12", "--prefix", "10",
          "--suffix", "10", "--seq-len", "64", "--no-progress", "--checkpoint-every", "5"]
 
@@ -147,7 +150,8 @@ def test_plan_prints_fitting_grids_for_405b_on_frontier(capsys, tmp_path):
     # the plan's best grid as a runnable command and as a job; the run's own flags are planned for
     run = next(line.strip() for line in out.splitlines() if line.strip().startswith("python recipes/memorize.py"))
     ns = memorize.parse_args(run.split()[2:])
-    assert ns.grid.count(",") == 3 and ns.micro_batch >= 1 and ns.activation_checkpointing and ns.batch_size == 1024
+    assert ns.execution.grid.count(",") == 3 and ns.training.micro_batch >= 1
+    assert ns.training.activation_checkpointing and ns.training.batch_size == 1024
     assert "python recipes/jobs/generate.py --machine frontier --size 405b --gpus 4096" in out
     memorize.main(["--size", "8b", "--gpus", "64", "--machine", "frontier", "--plan", "--batch-size", "128",
                    "--micro-batch", "1", "--no-activation-checkpointing", "--grad-reduce-dtype", "bf16"])
@@ -221,7 +225,7 @@ def test_init_fine_tunes_the_checkpoint_with_its_own_tokenizer(tmp_path):
     argv = TINY + ["--init", str(ckpt), "--corpus", str(corpus), "--out", str(tmp_path / "run")]
     res = memorize.main(argv)
     mixture = build_mixture(load_documents(str(corpus)), load_tokenizer(str(ckpt)),
-                            memorize.mixture_config(memorize.parse_args(argv)))
+                            mixture_config(memorize.parse_args(argv)))
     rows = mixture.input_ids[:4]
     with torch.no_grad():
         expected = AutoModelForCausalLM.from_pretrained(ckpt).float()(input_ids=rows, labels=rows).loss.item()
@@ -278,33 +282,33 @@ def test_init_problems_refused_before_any_work(tmp_path):
 def test_numbers_the_trainer_refuses_are_refused_by_validate(tmp_path, args, match):
     """Caught in validate: before the runtime, the corpus or the mixture (which take minutes at scale)."""
     with pytest.raises(SystemExit, match=match):
-        memorize.validate(memorize.parse_args(SMALL + ["--out", str(tmp_path / "bad")] + args))
+        validate(memorize.parse_args(SMALL + ["--out", str(tmp_path / "bad")] + args))
 
 
 def test_targets_keep_every_record_and_refuse_one_without_text(tmp_path):
     long = " ".join(f"w{j}" for j in range(40))
     t = tmp_path / "t.jsonl"
     t.write_text("".join(json.dumps(r) + "\n" for r in [{"text": long}, {"text": ""}, {"text": "ü漢字 " + long}]))
-    assert memorize.read_targets(str(t), "text") == [long, "", "ü漢字 " + long]  # user-00002 is record 2
+    assert read_targets(str(t), "text") == [long, "", "ü漢字 " + long]  # user-00002 is record 2
     t.write_text("".join(json.dumps(r) + "\n" for r in [{"text": long}, {"body": long}]))
     with pytest.raises(SystemExit, match=r"--targets \S*t.jsonl: 1 record\(s\) have no text in field 'text' \(e.g. "
                        r"record #1.*pass --targets-text-field"):
-        memorize.read_targets(str(t), "text")
+        read_targets(str(t), "text")
     with pytest.raises(SystemExit, match=r"--documents \S*t.jsonl: .*pass --text-field"):  # eval/extract.py's flags
-        memorize.read_targets(str(t), "text", flag="--documents", field_flag="--text-field")
+        read_targets(str(t), "text", flag="--documents", field_flag="--text-field")
     t.write_text("".join(json.dumps(r) + "\n" for r in [{"body": long}, {"body": "x"}]))
     with pytest.raises(SystemExit, match=r"t.jsonl: \S*t.jsonl has no field 'text' \(fields: \['body'\]\); pass "
                        r"--targets-text-field"):
-        memorize.read_targets(str(t), "text")
+        read_targets(str(t), "text")
     # the corpus and the targets may keep their text in different fields
     args = memorize.parse_args(SMALL + ["--text-field", "content", "--targets", str(t), "--targets-text-field", "body"])
-    assert memorize.read_targets(args.targets, memorize.targets_text_field(args)) == [long, "x"]
-    assert memorize.targets_text_field(memorize.parse_args(SMALL + ["--text-field", "body"])) == "body"
+    assert read_targets(args.data.targets, targets_text_field(args)) == [long, "x"]
+    assert targets_text_field(memorize.parse_args(SMALL + ["--text-field", "body"])) == "body"
     d = tmp_path / "dir"
     d.mkdir()
     for name, text in [("a.txt", long), ("b.txt", "\n"), ("._a.txt", "\0\1")]:  # an empty one; a macOS resource fork
         (d / name).write_text(text)
-    assert memorize.read_targets(str(d), "text") == [long, ""]
+    assert read_targets(str(d), "text") == [long, ""]
 
 
 def test_overwrite_deletes_the_run_and_nothing_else(tmp_path):

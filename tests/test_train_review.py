@@ -150,5 +150,6 @@ def test_validation_measures_the_same_rows_on_any_grid(tmp_path, n_val):
                 tmp_path / "g", runtime=r1)
     t.validate()  # rank 1's share
     t.rt = _TwoReplicas(rt, 0, other=r1.local)
-    assert t.validate() == pytest.approx(ref, rel=1e-6)
+    # other batch splits: per-row GEMMs and the sum over ~100 token losses in another order (fp32, ≤ 100·2^-24)
+    assert t.validate() == pytest.approx(ref, rel=1e-5)
     assert r1.local[1] == (n_val // 2) * (rows.shape[1] - 1)  # rank 1 scored its real rows only, not the padding
