@@ -39,6 +39,33 @@ def assert_close(a: torch.Tensor, b: torch.Tensor, what: str, tol: float = 1e-5)
     assert e <= tol, f"{what}: relative error {e:.3e} > {tol:.0e}"
 
 
+def assert_same_greedy(model, ref, prompt: torch.Tensor, what: str, tol: float = 1e-4, **kw) -> None:
+    """``model.generate`` picks the greedy tokens ``ref.generate`` picks, up to near-ties.
+
+    Two different computations of the same logits (parallel vs serial, another attention kernel) agree
+    to fp32 rounding, not bit for bit (which bits depend on the CPU's ISA, BLAS path and threads), so an
+    argmax between two logits closer than that may go either way.  Every token must be equal until the
+    first difference; there the two picked tokens' logits in ``ref``'s scores must be within ``tol``
+    relative of the step's largest |logit| (a near-tie; fp32 paths differ by ~1e-6), and the rest is
+    not compared (the prompts differ from then on).
+    """
+    kw = dict(do_sample=False, output_logits=True, return_dict_in_generate=True, **kw)
+    a, b = model.generate(prompt, **kw), ref.generate(prompt, **kw)
+    got, want, scores = a.sequences, b.sequences, torch.stack(b.logits, 1)  # scores: (batch, new, vocab)
+    assert got.shape == want.shape, f"{what}: generated {tuple(got.shape)} vs {tuple(want.shape)}"
+    n = prompt.shape[1]
+    for r in range(got.shape[0]):
+        diff = (got[r, n:] != want[r, n:]).nonzero()
+        if len(diff):
+            k = int(diff[0])
+            s = scores[r, k].double()
+            gap = float(s[want[r, n + k]] - s[got[r, n + k]])
+            assert gap <= tol * float(s.abs().max()), (
+                f"{what}: row {r} step {k}: picked {int(got[r, n + k])} over {int(want[r, n + k])}, "
+                f"not a near-tie (logit gap {gap:.3e})\n{got}\n{want}")
+    assert torch.equal(got[:, :n], want[:, :n]), what
+
+
 def batch(step: int, b: int = 4, t: int = 16, vocab: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
     """Deterministic global batch; every 5th label is -100 (same count in every row, Goldfish-style)."""
     g = torch.Generator().manual_seed(1000 + step)

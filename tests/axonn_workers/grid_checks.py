@@ -18,7 +18,7 @@ import torch.distributed as dist
 sys.path.insert(0, os.path.dirname(__file__))
 import axonn  # noqa: E402
 from axonn.communication import all_reduce  # noqa: E402
-from common import assert_close, batch, run_main, tiny_llama  # noqa: E402
+from common import assert_close, assert_same_greedy, batch, run_main, tiny_llama  # noqa: E402
 
 
 def mean_over_batch_ranks(x: torch.Tensor) -> torch.Tensor:
@@ -55,12 +55,10 @@ def check_llama(grid, bias: bool) -> None:
         tot_ref = torch.nn.utils.clip_grad_norm_(ref.parameters(), 1e9, norm_type=nt)  # 1e9: no clipping
         tot = axonn.clip_grad_norm_(par.parameters(), 1e9, norm_type=nt)
         assert_close(tot, tot_ref, f"clip_grad_norm_ total ({nt})")
-    # generate (greedy) equals serial
+    # generate (greedy) picks the serial tokens (up to near-ties: the logits agree to fp32 rounding only)
     prompt = x[:1, :4]
     if grid.size(("data", "depth")) == 1:
-        g1 = par.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=4, do_sample=False)
-        g2 = ref.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=4, do_sample=False)
-        assert torch.equal(g1, g2), f"generate {g1} vs {g2}"
+        assert_same_greedy(par, ref, prompt, "generate", attention_mask=torch.ones_like(prompt), max_new_tokens=4)
 
 
 def check_linear_stack(grid) -> None:
