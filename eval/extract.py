@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import warnings
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from axonn.cli import HelpFormatter  # noqa: E402
+from axonn.cli import HelpFormatter
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -96,8 +94,7 @@ def main(argv: list[str] | None = None) -> dict:
             if "token_ids" not in d:
                 d["token_ids"] = tokenize_with_bos(tok, [d["text"]])[0]
     else:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recipes"))
-        from memorize import read_targets
+        from memorization.experiment import read_targets
 
         texts = read_targets(str(src), args.text_field, flag="--documents", field_flag="--text-field")
         ids = tokenize_with_bos(tok, texts)  # as memorize tokenized its targets: BOS first, even if tok adds none

@@ -125,13 +125,15 @@ def test_validate_notes_come_from_the_first_rank_only(tmp_path, monkeypatch, cap
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recipes"))
     import memorize
 
+    from memorization.experiment import validate
+
     monkeypatch.setenv("RANK", rank)
     monkeypatch.setattr("torch.distributed.is_initialized", lambda: False)  # as before axonn.init, in a fresh process
     args = memorize.parse_args(["--out", str(tmp_path / "none"), "--resume", "--no-progress"])
-    memorize.validate(args)
+    validate(args)
     assert capsys.readouterr().err.count("note: --resume: no run in") == notes
     with pytest.raises(SystemExit, match=r"^error: --grid: grid '2,1,1'"):
-        memorize.validate(memorize.parse_args(["--grid", "2,1,1"]))
+        validate(memorize.parse_args(["--grid", "2,1,1"]))
 
 
 def test_convert_and_extract_point_from_a_run_directory_to_what_they_take(checkpoint, tmp_path, capsys):

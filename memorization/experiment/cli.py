@@ -1,0 +1,175 @@
+"""memorize's command line: one flag per config field, and ``--config FILE.yaml`` under them.
+
+:func:`config_from_argv` builds the :class:`~memorization.experiment.config.ExperimentConfig` of a command
+line: the defaults, then the ``--config`` file, then the flags given on the command line.  Options must be
+given in full (no ``--siz`` for ``--size``): a sweep appends options to each cell's own, and an abbreviation
+there would silently override the cell's setting.
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import fields
+from typing import Any, Sequence
+
+from memorization.experiment.config import (FINE_TUNE_LR, FINE_TUNE_WEIGHT_DECAY, FLAT_KEYS, MAX_FINE_TUNE_LR,
+                                            SCRATCH_LR, SCRATCH_WARMUP_STEPS, SCRATCH_WEIGHT_DECAY,
+                                            ExperimentConfig, load_config, resolve, with_flat)
+from memorization.experiment.validate import EXECUTION_SETTINGS, as_flags
+
+DESCRIPTION = ("Does a Llama model memorize documents it saw n times, and does Goldfish loss stop it? Runs a "
+               "standard and a Goldfish arm on the same mixture and seed.")
+#: the learning-rate flags' shared explanation of the fine-tuning defaults
+FINE_TUNE_NOTE = (f"from scratch lr {SCRATCH_LR:g}, {SCRATCH_WARMUP_STEPS} warmup steps, weight decay "
+                  f"{SCRATCH_WEIGHT_DECAY:g}; with --init (fine-tuning) lr {FINE_TUNE_LR:g}, warmup over 3%% of "
+                  f"--steps, weight decay {FINE_TUNE_WEIGHT_DECAY:g}: Llama 2's fine-tuning numbers (Touvron et al. "
+                  "2023, sec. 3.1; the 3%% warmup is Stanford Alpaca's)")
+
+
+def _default(flag: str) -> Any:
+    section, name = FLAT_KEYS[flag.lstrip("-").replace("-", "_")]
+    cls = type(getattr(ExperimentConfig(), section))
+    return next(f.default for f in fields(cls) if f.name == name)
+
+
+def build_parser(description: str = DESCRIPTION) -> argparse.ArgumentParser:
+    """memorize's parser; its defaults are the config's (``None``: resolved from --plan or --init)."""
+    from axonn.cli import HelpFormatter
+
+    p = argparse.ArgumentParser(description=description, formatter_class=HelpFormatter, allow_abbrev=False)
+
+    def add(group, flag: str, **kw) -> None:
+        if kw.get("action") != "store_true":
+            kw.setdefault("default", _default(flag))
+        group.add_argument(flag, **kw)
+
+    p.add_argument("--config", metavar="FILE.yaml", default=None, help="experiment config: a YAML file of the "
+                   "sections model, data, goldfish, training, execution, extraction and output, each with the "
+                   "fields to set (a field is its flag's name under its section: --goldfish-k is goldfish.k, "
+                   "--lr training.lr, --extract-batch extraction.batch); flags given on the command line override "
+                   "it; a run's <out>/config.yaml is its resolved config and runs it again")
+    g = p.add_argument_group("model")
+    add(g, "--size", help="model-shape preset (axonn/presets.yaml): tiny, mini, small, 160m, 1b, 8b, 70b, 405b")
+    add(g, "--init", help="local Hugging Face Llama checkpoint (safetensors) to fine-tune (overrides --size; the "
+        "paper's fine-tuning setting; changes the --lr, --warmup-steps and --weight-decay defaults); each rank "
+        "reads only the rows of it that its shards need, so no process holds the full model")
+    g = p.add_argument_group("data")
+    add(g, "--corpus", help="background corpus: builtin:pydocs (offline), a local .txt/.json/.jsonl/.parquet file or "
+        "directory (a dataset repository's snapshot too: its train split), or a Hugging Face dataset name (needs "
+        "network)")
+    add(g, "--text-field", help="field holding the text in a json/parquet --corpus (and in --targets, unless "
+        "--targets-text-field names another)")
+    add(g, "--tokenizer", help="Hugging Face tokenizer name or path (default: builtin:bpe4096, a byte-level BPE "
+        "trained locally on the offline corpus; with --init, the checkpoint's own tokenizer)")
+    add(g, "--targets", help="your own target documents: a directory of .txt files (one document each), a "
+        ".jsonl/.json file, or a .txt file with blank-line-separated documents (default: --num-targets documents "
+        "held out of the corpus)")
+    add(g, "--targets-text-field", help="field holding the text in a .json/.jsonl --targets file (default: "
+        "--text-field)")
+    add(g, "--num-targets", type=int, help="targets drawn from the corpus when --targets is unset")
+    add(g, "--num-nonmembers", type=int, help="held-out documents recorded as non-members")
+    add(g, "--exposures", help="times each target appears in the stream; a comma list (e.g. 1,4,16) splits the "
+        "targets into groups; 0 = never seen (a control)")
+    add(g, "--skip-short-targets", action="store_true", help="skip (and count) targets shorter than prefix + suffix "
+        "instead of refusing")
+    add(g, "--skip-overlapping-targets", action="store_true", help="skip (and count) a --targets document that "
+        "shares a 32-token span with an earlier one (a copy would add to the other's exposures) instead of refusing")
+    add(g, "--seq-len", type=int, help="tokens per training row (default 128; 2048 with --plan)")
+    g = p.add_argument_group("goldfish")
+    add(g, "--goldfish-k", type=int, help="drop 1/k of the labels in the Goldfish arm (k >= 2); 0 runs only the "
+        "standard arm")
+    add(g, "--goldfish-h", type=int, help="hash context width: the decision for a label depends on the h tokens "
+        "before it (1..64: a row carries the 64 stream tokens before it)")
+    add(g, "--goldfish-strategy", choices=["hash", "static"],
+        help="hash: pseudo-random from the preceding h-gram; static: every k-th position")
+    add(g, "--arms", choices=["both", "standard", "goldfish"], help="which arms to train")
+    g = p.add_argument_group("training")
+    add(g, "--batch-size", type=int, help="global batch in rows per optimizer step (default 4; 1024 with --plan)")
+    add(g, "--micro-batch", type=int, help="rows per forward per rank (gradient accumulation over the rest); "
+        "default: the whole local share")
+    add(g, "--steps", type=int, help="optimizer steps; the background stream is cut to fill exactly these (0: as "
+        "many as the corpus fills)")
+    add(g, "--lr", type=float, help=f"peak learning rate (AdamW; linear warmup, then cosine decay to 10%% of it). "
+        f"Default: {FINE_TUNE_NOTE}")
+    add(g, "--warmup-steps", type=int, help=f"linear warmup steps before cosine decay (default {SCRATCH_WARMUP_STEPS}; "
+        "with --init 3%% of --steps, at least 1)")
+    add(g, "--weight-decay", type=float, help=f"AdamW weight decay on matrices (default {SCRATCH_WEIGHT_DECAY:g}; "
+        f"with --init {FINE_TUNE_WEIGHT_DECAY:g})")
+    add(g, "--allow-high-lr", action="store_true", help=f"with --init, accept an --lr above {MAX_FINE_TUNE_LR:g}: "
+        "such a rate is for training from scratch and overwrites much of what a pretrained checkpoint knows, so "
+        "it is refused unless you acknowledge it here (e.g. to reproduce a setting that used one)")
+    add(g, "--grad-clip", type=float, help="clip the global gradient norm to this (> 0; inf: no clipping)")
+    add(g, "--eval-every", type=int, help="validation every N steps (0: at the end)")
+    add(g, "--checkpoint-every", type=int, help="checkpoint every N steps and at the end (0: at the end only)")
+    add(g, "--async-checkpoint", action="store_true", help="snapshot each checkpoint to host memory and write it "
+        "while the next step trains (needs host memory for this rank's share of the weights and optimizer state)")
+    add(g, "--compile", action="store_true", help="torch.compile the forward/loss")
+    add(g, "--activation-checkpointing", action=argparse.BooleanOptionalAction,
+        help="recompute layer activations in backward (less memory, ~30%% more compute; default off, on with --plan)")
+    add(g, "--seed", type=int, help="seed of the mixture and the initial weights")
+    g = p.add_argument_group("parallelism and planning")
+    add(g, "--overlap", action=argparse.BooleanOptionalAction,
+        help="overlap the tensor-parallel collectives with compute (depth all-gathers prefetched a layer ahead, "
+        "reduce-scatters and dX all-reduces left in flight); same numbers either way")
+    add(g, "--grad-reduce-dtype", choices=["fp32", "bf16"],
+        help="dtype gradients are summed in over depth and data: bf16 halves those bytes (the planner charges it "
+        "too) at bf16 rounding; gradients are accumulated and kept in fp32")
+    add(g, "--grid", help="4D grid data,row,column,depth; product = world size")
+    add(g, "--plan", action="store_true", help="print the planner's best grids for --gpus/--machine and exit")
+    add(g, "--gpus", type=int, help="GPU count for --plan")
+    add(g, "--machine", help="machine profile for --plan (frontier, alps, perlmutter, h100-node, or a profile YAML)")
+    g = p.add_argument_group("extraction")
+    add(g, "--prefix", type=int, help="prefix tokens P given to the model")
+    add(g, "--suffix", type=int, help="suffix tokens S that must be reproduced")
+    add(g, "--prefix-mode", choices=["fixed", "all-but-suffix"],
+        help="fixed: the first P tokens; all-but-suffix: the whole document minus its last S tokens")
+    add(g, "--extract-batch", type=int, help="documents decoded together")
+    g = p.add_argument_group("output")
+    add(g, "--out", help="output directory")
+    add(g, "--resume", action="store_true", help="continue the interrupted run in --out (after a crash, or after "
+        "SIGUSR1 made it checkpoint and exit with status 75); the run's settings must be the same, except how it "
+        f"executes (the checkpoint is resharded onto a new --grid): {as_flags(EXECUTION_SETTINGS)}")
+    add(g, "--overwrite", action="store_true", help="delete a previous run in --out and start afresh")
+    add(g, "--wandb", action="store_true", help="sync to Weights & Biases (default: offline logs in --out)")
+    add(g, "--export-dtype", choices=["float32", "bfloat16"],
+        help="dtype of each arm's exported Hugging Face model (<out>/<arm>/model): the fp32 master weights as "
+        "trained, or bf16 at half the size (a 70b is 280 vs 140 GB)")
+    add(g, "--no-progress", action="store_true", help="no progress bars")
+    return p
+
+
+def explicit_values(argv: Sequence[str]) -> dict[str, Any]:
+    """The flags ``argv`` gives, by flat name (``{"steps": 12}``), without ``--config``; argparse's errors as
+    usual (a SystemExit with its message on stderr)."""
+    parser = build_parser()
+    parser.parse_args(list(argv))  # --help, errors and type checks with the real defaults
+    for action in parser._actions:
+        action.default = argparse.SUPPRESS
+    given = vars(parser.parse_args(list(argv)))
+    given.pop("config", None)
+    return given
+
+
+def config_from_argv(argv: Sequence[str], base: ExperimentConfig | None = None) -> ExperimentConfig:
+    """The resolved config of a memorize command line: ``base`` (default: the defaults), then the ``--config``
+    file, then the flags given.  Not validated (:func:`~memorization.experiment.validate.validate`)."""
+    ns = build_parser().parse_args(list(argv))
+    cfg = base or ExperimentConfig()
+    if ns.config:
+        cfg = load_config(ns.config, base=cfg)
+    return resolve(with_flat(cfg, explicit_values(argv)))
+
+
+def to_argv(values: dict[str, Any]) -> list[str]:
+    """Flags that give ``values`` (by flat name) on memorize's command line (:func:`explicit_values` inverted)."""
+    actions = {a.dest: a for a in build_parser()._actions}
+    out: list[str] = []
+    for key, value in values.items():
+        a = actions[key]
+        flag = a.option_strings[0]
+        if isinstance(a, argparse.BooleanOptionalAction):
+            out.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(a, argparse._StoreTrueAction):
+            out += [flag] if value else []
+        elif value is not None:
+            out += [flag, str(value)]
+    return out

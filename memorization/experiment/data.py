@@ -1,0 +1,129 @@
+"""The experiment's data: its tokenizer, target documents and mixture settings, and the check that a resumed
+run still has the data it started with.  Every failure is a SystemExit saying what to do."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from memorization.experiment.config import ConfigError, ExperimentConfig, fine_tune_warmup
+
+
+def read_targets(path: str, text_field: str, flag: str = "--targets",
+                 field_flag: str = "--targets-text-field") -> list[str]:
+    """Documents from a directory of .txt files, a .json/.jsonl file, or a blank-line-separated .txt.
+
+    Nothing is dropped: an empty document stays (a target too short to measure, refused or counted
+    by the mixture), so target ``user-{j}`` is record (or sorted file) ``j``; a record without a text
+    in ``text_field`` is refused, naming the record.  Errors name the CLI's ``flag`` (the path) and
+    ``field_flag`` (the field).
+    """
+    from memorization.corpus import load_texts, read_text_file, visible_files
+
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise SystemExit(f"{flag} {path} does not exist")
+    try:
+        if p.is_dir():
+            files = visible_files(p, "*.txt")
+            if not files:
+                raise SystemExit(f"{flag} {path}: the directory holds no .txt files (a .json/.jsonl file of "
+                                 "documents is passed as the file itself)")
+            return [read_text_file(f).strip() for f in files]
+        texts = load_texts(str(p), text_field=text_field, field_flag=field_flag)
+    except (ValueError, FileNotFoundError) as e:
+        raise SystemExit(f"error: {flag} {path}: {e}") from None
+    bad = [j for j, t in enumerate(texts) if not isinstance(t, str)]
+    if bad:
+        raise SystemExit(f"error: {flag} {path}: {len(bad)} record(s) have no text in field {text_field!r} "
+                         f"(e.g. record #{bad[0]}: {texts[bad[0]]!r}); give every record one, or pass "
+                         f"{field_flag} to name the field that holds it")
+    return texts
+
+
+def targets_text_field(cfg: ExperimentConfig) -> str:
+    """The field ``--targets`` records hold their text in: ``--targets-text-field``, else ``--text-field``."""
+    return cfg.data.targets_text_field or cfg.data.text_field
+
+
+def parse_exposures(s: str) -> tuple[int, ...]:
+    """``"1,4,16"`` -> ``(1, 4, 16)``; a ConfigError for anything else or a negative count."""
+    try:
+        vals = tuple(int(x) for x in s.split(","))
+    except ValueError:
+        raise ConfigError(f"--exposures {s!r}: give an integer or a comma list of integers") from None
+    if any(v < 0 for v in vals):
+        raise ConfigError(f"--exposures {s!r}: counts must be >= 0")
+    return vals
+
+
+def mixture_config(cfg: ExperimentConfig):
+    """The run's :class:`MixtureConfig`; its checks (e.g. prefix + suffix vs --seq-len) as a ConfigError."""
+    from memorization.mixture import MixtureConfig
+
+    d, x = cfg.data, cfg.extraction
+    need = x.suffix + (1 if x.prefix_mode == "all-but-suffix" else x.prefix)
+    try:
+        return MixtureConfig(seq_len=d.seq_len, batch_size=cfg.training.batch_size,
+                             exposures=parse_exposures(d.exposures), num_targets=d.num_targets,
+                             num_nonmembers=d.num_nonmembers, num_steps=cfg.training.steps or None,
+                             min_target_tokens=need, skip_short_targets=d.skip_short_targets,
+                             skip_overlapping_targets=d.skip_overlapping_targets, seed=cfg.training.seed)
+    except ValueError as e:
+        raise ConfigError(f"error: {e}") from None
+
+
+def warmup_steps(cfg: ExperimentConfig, num_steps: int) -> int:
+    """The run's warmup: ``training.warmup_steps``, or (fine-tuning with ``steps`` 0) 3% of the ``num_steps``
+    the corpus filled."""
+    w = cfg.training.warmup_steps
+    return fine_tune_warmup(num_steps) if w is None else w
+
+
+def load_run_tokenizer(cfg: ExperimentConfig):
+    """The run's tokenizer (with ``--init`` and no ``--tokenizer``, the checkpoint's own), checked against
+    the ``--init`` checkpoint's vocabulary; every failure a SystemExit saying what to do."""
+    from memorization.corpus import DEFAULT_TOKENIZER, load_tokenizer
+    from memorization.models import check_same_vocab, check_tokenizer_fits
+
+    init = cfg.model.init
+    spec = init if init and cfg.data.tokenizer == DEFAULT_TOKENIZER else cfg.data.tokenizer
+    try:
+        tokenizer = load_tokenizer(spec)
+    except (OSError, ValueError) as e:
+        fix = (" (the checkpoint's own: save its tokenizer into that directory, or pass --tokenizer)"
+               if spec == init else "")
+        raise SystemExit(f"error: cannot load the tokenizer {spec}{fix}: {e}") from None
+    if init:
+        try:
+            check_tokenizer_fits(tokenizer, init)
+            if spec != init and any((Path(init) / f).exists() for f in ("tokenizer.json", "tokenizer.model")):
+                check_same_vocab(tokenizer, load_tokenizer(init), init)
+        except ValueError as e:
+            raise SystemExit(f"error: {e}") from None
+    return tokenizer
+
+
+def data_identity(manifest: dict) -> dict:
+    """What a manifest says about the data a run trains and scores on: each target's and non-member's
+    id, text and tokens, and the corpus fingerprint (absent from manifests written before it was recorded)."""
+    def docs(key: str) -> list:
+        return [[d.get("id"), d.get("text"), d.get("token_ids")] for d in manifest.get(key, [])]
+
+    return {"targets": docs("targets"), "nonmembers": docs("nonmembers"),
+            "corpus_fingerprint": manifest.get("corpus_fingerprint")}
+
+
+def check_same_data(out: Path, mixture) -> None:
+    """Refuse to continue the run in ``out`` if its saved manifest holds other targets, non-members or
+    corpus than ``mixture``: its finished arms were trained and scored on that other data."""
+    saved = out / "manifest.json"
+    if not saved.exists():
+        return
+    old, new = data_identity(json.loads(saved.read_text())), data_identity(json.loads(json.dumps(mixture.manifest())))
+    if old["corpus_fingerprint"] is None:
+        new["corpus_fingerprint"] = None
+    changed = [k for k in old if old[k] != new[k]]
+    if changed:
+        raise SystemExit(f"error: --resume: the {' and '.join(changed)} of the run in {out} changed since it "
+                         "started (the --corpus, --targets or --tokenizer files were edited): restore them, or "
+                         "start afresh with --overwrite or another --out")

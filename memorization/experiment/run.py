@@ -1,0 +1,194 @@
+"""``run_experiment(cfg)``: build the mixture, train the standard and the Goldfish arm on it from the same
+initial weights, run extraction on both, and write the report into ``cfg.output.out``."""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from memorization.experiment.config import ExperimentConfig, dump_config, resolve, settings
+from memorization.experiment.data import (check_same_data, load_run_tokenizer, mixture_config, read_targets,
+                                          targets_text_field, warmup_steps)
+from memorization.experiment.plan import print_plan, run_shape
+from memorization.experiment.validate import parse_grid, validate
+
+ARMS = ("standard", "goldfish")
+#: the resolved config of a run, in its --out (``--config`` reads it back)
+CONFIG_FILE = "config.yaml"
+# What a run writes into --out: all that --overwrite deletes (anything else there is left alone).
+RUN_ENTRIES = ("run_config.json", CONFIG_FILE, "manifest.json", "results.json", "results.md", "results.png",
+               ".results.md.tmp", f".{CONFIG_FILE}.tmp", *ARMS)
+
+
+def arms_to_train(cfg: ExperimentConfig) -> list[str]:
+    """The arms a run trains, in order: ``--arms`` (both by default), without Goldfish when ``--goldfish-k 0``."""
+    g = cfg.goldfish
+    return [a for a in ARMS if g.arms in ("both", a) and not (a == "goldfish" and g.k == 0)]
+
+
+def remove_run(out: Path) -> None:
+    """Delete the run in ``out`` (its :data:`RUN_ENTRIES`), never other files the directory holds."""
+    for name in RUN_ENTRIES:
+        entry = out / name
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        elif entry.exists() or entry.is_symlink():
+            entry.unlink()
+
+
+def make_runtime(cfg: ExperimentConfig):
+    from memorization.runtime import Runtime
+
+    try:
+        return Runtime.create(*parse_grid(cfg.execution.grid))
+    except ValueError as e:
+        raise SystemExit(f"error: --grid {cfg.execution.grid}: {e}") from None
+
+
+def run_arm(arm: str, cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path) -> dict:
+    """Train one arm from the shared initial weights, export it, and run extraction on it."""
+    import torch
+
+    from memorization.extraction import ExtractionConfig, extract, trained
+    from memorization.goldfish import GoldfishConfig
+    from memorization.mixture import atomic_write_json
+    from memorization.models import build_model
+    from memorization.train import TrainConfig, Trainer
+
+    arm_dir = out / arm
+    done = arm_dir / "arm_result.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    t, g, x, progress = cfg.training, cfg.goldfish, cfg.extraction, not cfg.output.no_progress
+    gf = GoldfishConfig(k=g.k, h=g.h, strategy=g.strategy, seed=0) if arm == "goldfish" else GoldfishConfig(k=0)
+    model = build_model(cfg.model.size, len(tokenizer), init=cfg.model.init, seed=t.seed, max_seq=cfg.data.seq_len,
+                        runtime=rt)  # each rank builds and fills only its own shards
+    tcfg = TrainConfig(batch_size=t.batch_size, micro_batch=t.micro_batch, steps=t.steps or None, lr=t.lr,
+                       warmup_steps=warmup_steps(cfg, mixture.num_steps), weight_decay=t.weight_decay,
+                       grad_clip=t.grad_clip, eval_every=t.eval_every, checkpoint_every=t.checkpoint_every,
+                       compile=t.compile, async_checkpoint=t.async_checkpoint,
+                       activation_checkpointing=t.activation_checkpointing, overlap=cfg.execution.overlap,
+                       grad_reduce_dtype=cfg.execution.grad_reduce_dtype, seed=t.seed, wandb=cfg.output.wandb,
+                       progress=progress, goldfish=gf)
+    trainer = Trainer(model, mixture.input_ids, mixture.doc_ids, mixture.val_ids, tcfg, arm_dir, rt, run_name=arm,
+                      row_context=mixture.row_context)
+    train = trainer.fit(resume=cfg.output.resume)
+    model = trainer.model
+    rt.export_hf(model, arm_dir / "model", tokenizer, dtype=getattr(torch, cfg.output.export_dtype))
+    ecfg = ExtractionConfig(prefix_len=x.prefix, suffix_len=x.suffix, all_but_suffix=x.prefix_mode == "all-but-suffix",
+                            batch_size=x.batch)
+    on_gpu = rt.device.type == "cuda"
+    with torch.autocast("cuda", dtype=torch.bfloat16) if on_gpu else torch.autocast("cpu", enabled=False):
+        ext = extract(model, mixture.targets, ecfg, tokenizer, progress=progress and rt.is_main)
+    drop = [h["goldfish_drop_frac"] for h in train["history"]]
+    result = {
+        **ext["overall"],
+        "val_loss": train["val_loss"],
+        "final_train_loss": train["final_train_loss"],
+        "steps": train["steps"],
+        "train_seconds": train["train_seconds"],  # of the whole run, also when it was resumed
+        "goldfish": {"k": gf.k, "h": gf.h, "strategy": gf.strategy},
+        "goldfish_drop_frac": sum(drop) / len(drop),
+        "by_exposure": ext["by_exposure"],
+        # for the paired test: the trained targets, as in the overall rates (not the exposure-0 controls)
+        "exact_by_target": {d["id"]: d["exact_match"] for d in trained(ext["documents"])},
+        "loss_curve": [h["loss"] for h in train["history"]],
+    }
+    if rt.is_main:
+        atomic_write_json(arm_dir / "extraction.json", ext)
+        atomic_write_json(done, result)
+    return result
+
+
+def write_report(out: Path, results: dict) -> None:
+    """``results.json``, ``results.md`` and ``results.png`` of a finished run, each written whole or not at all."""
+    from memorization.mixture import atomic_write_json
+    from memorization.report import plot_arms, results_markdown
+
+    atomic_write_json(out / "results.json", results)
+    md = results_markdown(results)
+    tmp = out / ".results.md.tmp"
+    tmp.write_text(md)
+    tmp.replace(out / "results.md")
+    plot_arms(results, out / "results.png")
+
+
+def run_experiment(cfg: ExperimentConfig) -> dict | None:
+    """Run the experiment ``cfg`` (resolved here if it is not) and return its results (``results.json``'s
+    content); with ``execution.plan``, print the plan and return None.
+
+    Every bad setting is refused (a :class:`~memorization.experiment.config.ConfigError`) before any model
+    or data work; later failures (the corpus too small, a --resume whose data changed) are SystemExits
+    saying what to do.  A run stopped by SIGUSR1 after a checkpoint raises ``SystemExit(EXIT_INTERRUPTED)``.
+    The run directory gets ``config.yaml`` (this config, without --resume/--overwrite), ``run_config.json``,
+    ``manifest.json``, one directory per arm and the report.
+    """
+    from dataclasses import replace
+
+    cfg = resolve(cfg)
+    validate(cfg)
+    if cfg.execution.plan:
+        print_plan(cfg)
+        return None
+    from memorization.corpus import corpus_fingerprint, data_checksums, load_documents
+    from memorization.mixture import atomic_write_json, build_mixture
+    from memorization.models import check_size_runs_here
+
+    t = cfg.training
+    tokenizer = load_run_tokenizer(cfg)
+    rt = make_runtime(cfg)
+    local_rows = rt.local_batch_rows(t.batch_size)
+    micro = t.micro_batch or local_rows
+    check_size_runs_here(run_shape(cfg, tokenizer), rt.device, parse_grid(cfg.execution.grid), seq=cfg.data.seq_len,
+                         micro_batch=micro, activation_checkpointing=t.activation_checkpointing,
+                         micro_steps=max(1, local_rows // micro), grad_reduce_dtype=cfg.execution.grad_reduce_dtype)
+    try:
+        docs = load_documents(cfg.data.corpus, text_field=cfg.data.text_field)
+    except (ValueError, FileNotFoundError) as e:
+        raise SystemExit(f"error: --corpus: {e}") from None
+    targets = read_targets(cfg.data.targets, targets_text_field(cfg)) if cfg.data.targets else None
+    try:
+        mixture = build_mixture(docs, tokenizer, mixture_config(cfg), target_texts=targets,
+                                meta={"corpus": cfg.data.corpus, "tokenizer": cfg.data.tokenizer,
+                                      "corpus_fingerprint": corpus_fingerprint(docs),
+                                      **data_checksums(cfg.data.corpus, tokenizer)})
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
+    out = Path(cfg.output.out)
+    if cfg.output.overwrite:  # only now: a run refused above leaves the old one in place
+        if rt.is_main and out.exists():
+            remove_run(out)
+        rt.barrier()  # no rank writes into an arm directory that rank 0 is still deleting
+    else:
+        check_same_data(out, mixture)
+    out.mkdir(parents=True, exist_ok=True)
+    if rt.is_main:
+        atomic_write_json(out / "run_config.json", settings(cfg))
+        rerun = replace(cfg, output=replace(cfg.output, resume=False, overwrite=False))
+        tmp = out / f".{CONFIG_FILE}.tmp"
+        tmp.write_text(dump_config(rerun))
+        tmp.replace(out / CONFIG_FILE)
+        mixture.save_manifest(out / "manifest.json")
+    results = {"settings": settings(cfg), "num_steps": mixture.num_steps,
+               "num_targets": len(mixture.targets), "skipped_targets": mixture.meta["skipped_short_targets"],
+               "skipped_overlapping_targets": mixture.meta["skipped_overlapping_targets"],
+               "arms": {}}
+    from memorization.train import EXIT_INTERRUPTED, TrainingInterrupted
+
+    try:
+        for arm in arms_to_train(cfg):
+            results["arms"][arm] = run_arm(arm, cfg, rt, mixture, tokenizer, out)
+    except TrainingInterrupted as e:
+        if rt.is_main:
+            print(f"interrupted: {e} (--resume)", file=sys.stderr)
+        raise SystemExit(EXIT_INTERRUPTED) from None
+    by_target = [results["arms"].get(a, {}).get("exact_by_target") for a in ARMS]
+    if all(by_target):  # both arms, scored on the same targets (arm results of older runs lack it)
+        from memorization.stats import paired_exact_test
+
+        results["paired_exact_match"] = paired_exact_test(*by_target)
+    if rt.is_main:
+        write_report(out, results)
+        print((out / "results.md").read_text())
+    return results
