@@ -46,6 +46,9 @@ def test_small_run_writes_results_for_both_arms(tmp_path):
     assert (out / "results.png").stat().st_size > 1000
     manifest = json.loads((out / "manifest.json").read_text())
     assert all(len(t["steps"]) == 2 for t in manifest["targets"])
+    from memorization.corpus import PYDOCS_SHA256, TOKENIZER_SHA256  # the data the run was built from
+
+    assert (manifest["corpus_sha256"], manifest["tokenizer_sha256"]) == (PYDOCS_SHA256, TOKENIZER_SHA256)
     assert res["arms"].keys() == {"standard", "goldfish"}
     # the exported HF checkpoint, read back by eval/extract.py, gives the same extraction numbers
     for arm in ("standard", "goldfish"):
