@@ -1,6 +1,7 @@
 """A resumable grid of memorize runs (sizes x exposures x Goldfish k x h) and its aggregation.
 
-One *cell* is one ``recipes/memorize.py`` run: a model size, one exposure count (every target
+One *cell* is one experiment (:func:`memorization.experiment.run_experiment`, what
+``recipes/memorize.py`` runs): a model size, one exposure count (every target
 of the run is seen that many times) and one Goldfish setting (k, h), named
 ``<size>-e<exposures>-k<k>-h<h>`` (``<size>-e<exposures>-standard`` without a k >= 2).  The standard arm is shared: for a (size,
 exposures) pair the first Goldfish setting runs with ``--arms both`` (standard + goldfish,
@@ -28,8 +29,6 @@ The aggregated ``results.json`` holds every cell record and a flat table of *row
 from __future__ import annotations
 
 import contextlib
-import functools
-import importlib.util
 import io
 import itertools
 import json
@@ -43,16 +42,17 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from memorization.experiment import ExperimentConfig, run_experiment
+from memorization.experiment.cli import build_parser, config_from_argv, explicit_values, to_argv
 from memorization.mixture import atomic_write_json
 from memorization.train import EXIT_INTERRUPTED
 
 log = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[1]
-MEMORIZE_PY = REPO / "recipes" / "memorize.py"
 HPC_CODE_PY = REPO / "eval" / "hpc_code.py"
 
-#: memorize options the sweep sets itself per cell; refused as pass-through options.
+#: memorize options the sweep sets itself per cell (:meth:`Cell.config`); refused as pass-through options.
 RESERVED_OPTIONS = ("--size", "--exposures", "--goldfish-k", "--goldfish-h", "--arms", "--out", "--resume",
                     "--overwrite", "--plan", "--gpus", "--machine")
 
@@ -91,8 +91,17 @@ class Cell:
     def arm_names(self) -> tuple[str, ...]:
         return {"both": ("standard", "goldfish"), "standard": ("standard",), "goldfish": ("goldfish",)}[self.arms]
 
+    def config(self, base: ExperimentConfig, out: Path) -> ExperimentConfig:
+        """``base`` (the pass-through options' config) with this cell's size, exposures, Goldfish setting and
+        arms, run in ``out`` without progress bars."""
+        return replace(base, model=replace(base.model, size=self.size),
+                       data=replace(base.data, exposures=str(self.exposures)),
+                       goldfish=replace(base.goldfish, k=self.goldfish_k, h=self.goldfish_h, arms=self.arms),
+                       output=replace(base.output, out=str(out), no_progress=True))
+
     def memorize_argv(self, out: Path, extra: Sequence[str] = ()) -> list[str]:
-        """The memorize.py command line of this cell (without ``--resume``/``--overwrite``)."""
+        """The memorize.py command line equivalent to this cell's config (without ``--resume``/``--overwrite``):
+        what its ``cell.json`` records, to read and to rerun by hand."""
         return ["--size", self.size, "--exposures", str(self.exposures), "--goldfish-k", str(self.goldfish_k),
                 "--goldfish-h", str(self.goldfish_h), "--arms", self.arms, "--out", str(out), *extra]
 
@@ -194,7 +203,6 @@ def adopt_standard_arms(cells: Sequence[Cell], root: Path) -> list[Cell]:
 def check_passthrough(extra: Sequence[str]) -> list[str]:
     """Refuse memorize options the sweep sets itself, and unknown ones (via memorize's parser)."""
     extra = list(extra)
-    memorize = load_memorize()
     known = memorize_option_strings()
     for tok in extra:
         name = tok.split("=", 1)[0]
@@ -212,35 +220,21 @@ def check_passthrough(extra: Sequence[str]) -> list[str]:
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
-            memorize.parse_args(extra + ["--out", "unused"])
+            explicit_values(extra)
     except SystemExit:
         msg = err.getvalue().strip().splitlines()
         why = msg[-1].split(" error: ", 1)[-1] if msg else "invalid"  # argparse's "prog: error: ..." prefix dropped
         raise SweepError(f"bad memorize option in {' '.join(extra)!r}: {why}") from None
+    try:
+        config_from_argv(extra)  # a --config file: read and checked before any cell
+    except SystemExit as e:
+        raise SweepError(str(e.code).removeprefix("error: ")) from None
     return extra
 
 
-_MEMORIZE = None
-@functools.lru_cache(maxsize=1)
 def memorize_option_strings() -> frozenset[str]:
     """Every option string of memorize's parser (``--steps``, ``-h``, ...)."""
-    return frozenset(o for a in load_memorize().build_parser()._actions for o in a.option_strings)
-
-
-def load_memorize():
-    """``recipes/memorize.py`` as a module (it is a script, not a package member)."""
-    global _MEMORIZE
-    if _MEMORIZE is None:
-        if "memorize" in sys.modules and getattr(sys.modules["memorize"], "__file__", None) == str(MEMORIZE_PY):
-            _MEMORIZE = sys.modules["memorize"]
-        else:
-            spec = importlib.util.spec_from_file_location("_sweep_memorize", MEMORIZE_PY)
-            mod = importlib.util.module_from_spec(spec)
-            assert spec.loader is not None
-            sys.modules["_sweep_memorize"] = mod
-            spec.loader.exec_module(mod)
-            _MEMORIZE = mod
-    return _MEMORIZE
+    return frozenset(o for a in build_parser()._actions for o in a.option_strings)
 
 
 # --------------------------------------------------------------------------- evaluations
@@ -387,10 +381,12 @@ def _cell_done(path: Path) -> dict | None:
 
 
 def run_cell(cell: Cell, root: Path, extra: Sequence[str], opts: EvalOptions,
-             memorize_main: Callable[[list[str]], dict | None] | None = None) -> dict:
+             run: Callable[[ExperimentConfig], dict | None] | None = None) -> dict:
     """Run (or resume) one cell and its evaluations; returns its record (also in ``cell.json``).
 
-    Never raises for a failing run (except ``KeyboardInterrupt``): the error is recorded.
+    ``extra`` are memorize options (:func:`check_passthrough`), parsed into the config every cell starts from;
+    ``run`` runs a config (default :func:`~memorization.experiment.run_experiment`).  Never raises for a failing
+    run (except ``KeyboardInterrupt`` and the SIGUSR1 stop): the error is recorded.
     """
     cell_dir = root / "cells" / cell.name
     record_path = cell_dir / "cell.json"
@@ -406,18 +402,21 @@ def run_cell(cell: Cell, root: Path, extra: Sequence[str], opts: EvalOptions,
         with contextlib.suppress(OSError, json.JSONDecodeError):
             prev = json.loads(record_path.read_text())
     attempts = int((prev or {}).get("attempts", 0)) + 1
-    memorize_main = memorize_main or load_memorize().main
+    run = run or run_experiment
+    cfg = cell.config(config_from_argv(extra), cell_dir)
     if (cell_dir / "run_config.json").exists():
         argv.append("--resume")
+        cfg = replace(cfg, output=replace(cfg.output, resume=True))
     elif cell_dir.exists() and any(cell_dir.iterdir()):
         argv.append("--overwrite")  # failed/died before memorize recorded its settings: nothing to keep
+        cfg = replace(cfg, output=replace(cfg.output, overwrite=True))
     rec: dict[str, Any] = {"cell": asdict(cell), "name": cell.name, "dir": str(cell_dir.relative_to(root)),
                            "memorize_argv": argv, "attempts": attempts, "eval_options": _opts_key(opts),
                            "started_at": time.time()}
     t0 = time.perf_counter()
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # memorize prints its markdown table
-            results = memorize_main(argv)
+            results = run(cfg)
         if not results or not results.get("arms"):
             raise RuntimeError("memorize returned no results")
         arms = {}
@@ -552,7 +551,7 @@ def passthrough_of(record: dict) -> list[str]:
 
 def run_sweep(cells: Sequence[Cell], root: Path, extra: Sequence[str], opts: EvalOptions, meta: dict,
               progress: bool = True,
-              memorize_main: Callable[[list[str]], dict | None] | None = None) -> tuple[dict, SweepSummary]:
+              run: Callable[[ExperimentConfig], dict | None] | None = None) -> tuple[dict, SweepSummary]:
     """Run every cell in order (finished ones are skipped), aggregating after each; returns (results, summary)."""
     from tqdm.auto import tqdm
 
@@ -563,7 +562,7 @@ def run_sweep(cells: Sequence[Cell], root: Path, extra: Sequence[str], opts: Eva
     bar = tqdm(cells, desc="sweep", unit="cell", disable=not progress)
     for cell in bar:
         bar.set_postfix_str(cell.name)
-        rec = run_cell(cell, root, extra, opts, memorize_main=memorize_main)
+        rec = run_cell(cell, root, extra, opts, run=run)
         if rec["cached"]:
             summary.cached.append(cell.name)
         else:
@@ -578,42 +577,10 @@ def run_sweep(cells: Sequence[Cell], root: Path, extra: Sequence[str], opts: Eva
 # --------------------------------------------------------------------------- Slurm jobs
 
 
-def _load_job_generator():
-    path = REPO / "recipes" / "jobs" / "generate.py"
-    name = "_sweep_jobs_generate"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    sys.modules[name] = mod  # dataclasses look their module up in sys.modules
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def _pop_option(extra: list[str], name: str) -> str | None:
-    """Remove ``name VALUE`` / ``name=VALUE`` from ``extra``; returns the (last) value."""
-    val = None
-    out: list[str] = []
-    i = 0
-    while i < len(extra):
-        tok = extra[i]
-        if tok == name and i + 1 < len(extra):
-            val, i = extra[i + 1], i + 2
-            continue
-        if tok.startswith(name + "="):
-            val, i = tok.split("=", 1)[1], i + 1
-            continue
-        out.append(tok)
-        i += 1
-    extra[:] = out
-    return val
-
-
 def emit_jobs(cells: Sequence[Cell], out_dir: Path, machine: str, extra: Sequence[str], *,
               gpus: int | None = None, nodes: int | None = None, account: str = "ACCOUNT",
               time_limit: str = "02:00:00", run_root: str = "runs/sweep-jobs") -> list[Path]:
-    """One Slurm script per cell via ``recipes/jobs/generate.py``'s :func:`generate_job`.
+    """One Slurm script per cell via :func:`memorization.jobs.generate_job`.
 
     Scripts go to ``out_dir/<size>-e<exposures>-.../`` (generate names a job by size, machine,
     k and GPUs only, so each cell gets its own directory and run root).  Also writes
@@ -621,24 +588,19 @@ def emit_jobs(cells: Sequence[Cell], out_dir: Path, machine: str, extra: Sequenc
     ``--batch-size`` of ``extra`` become the job's sequence length and global batch; the other
     options are appended to the memorize command.
     """
-    gen = _load_job_generator()
-    extra = list(extra)
-    kwargs: dict[str, Any] = {}
-    seq = _pop_option(extra, "--seq-len")
-    batch = _pop_option(extra, "--batch-size")
-    mb = _pop_option(extra, "--micro-batch")
-    if seq is not None:
-        kwargs["seq"] = int(seq)
-    if batch is not None:
-        kwargs["global_batch"] = int(batch)
-    if mb is not None:
-        kwargs["micro_batch"] = int(mb)
+    from memorization.jobs import generate_job
+
+    values = explicit_values(extra)
+    kwargs = {arg: values.pop(key) for key, arg in (("seq_len", "seq"), ("batch_size", "global_batch"),
+                                                     ("micro_batch", "micro_batch")) if key in values}
+    config = build_parser().parse_args(list(extra)).config
+    extra = (["--config", config] if config else []) + to_argv(values)
     paths, index = [], []
     for cell in cells:
         args = [*extra, "--goldfish-h", str(cell.goldfish_h)]
         if cell.arms != "both":
             args += ["--arms", cell.arms]
-        path = gen.generate_job(machine, cell.size, gpus=gpus, nodes=nodes, goldfish_k=cell.goldfish_k,
+        path = generate_job(machine, cell.size, gpus=gpus, nodes=nodes, goldfish_k=cell.goldfish_k,
                                 exposures=cell.exposures, time=time_limit, account=account,
                                 out_dir=str(out_dir / cell.name), run_root=f"{run_root}/{cell.name}",
                                 extra_args=" ".join(shlex.quote(a) for a in args), **kwargs)

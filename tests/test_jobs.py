@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from memorization import jobs as gen
+
 REPO = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("jobs_generate", REPO / "recipes" / "jobs" / "generate.py")
-gen = importlib.util.module_from_spec(_spec)
-sys.modules["jobs_generate"] = gen
-_spec.loader.exec_module(gen)
+cli = importlib.util.module_from_spec(_spec)  # the command line; the generator is memorization.jobs
+_spec.loader.exec_module(cli)
 
 MACHINE_ENV = {
     "frontier": ["NCCL_NET_GDR_LEVEL=3", "FI_CXI_ATS=0", "MIOPEN_USER_DB_PATH", "module load rocm",
@@ -131,14 +132,14 @@ def test_generate_job_api_and_cli(tmp_path, capsys):
     assert path.exists() and path.name == "mem-8b-alps-gf0-8g.sbatch"
     assert len(gen.paper_matrix()) == 3 * 3
     out = tmp_path / "all"
-    assert gen.main(["--all", "--out-dir", str(out), "--run-root", str(tmp_path / "runs")]) == 0
+    assert cli.main(["--all", "--out-dir", str(out), "--run-root", str(tmp_path / "runs")]) == 0
     files = sorted(out.glob("*.sbatch"))
     assert len(files) == 9
     assert {f.name for f in files} >= {"mem-405b-frontier-gf4-1024g.sbatch", "mem-8b-alps-gf4-16g.sbatch"}
     r = subprocess.run([sys.executable, str(REPO / "recipes/jobs/generate.py"), "--help"], capture_output=True,
                        text=True)
     assert r.returncode == 0 and "--goldfish-k" in r.stdout
-    assert gen.main(["--machine", "alps", "--size", "405b", "--gpus", "4", "--out-dir", str(tmp_path)]) == 2
+    assert cli.main(["--machine", "alps", "--size", "405b", "--gpus", "4", "--out-dir", str(tmp_path)]) == 2
     assert "smallest GPU count" in capsys.readouterr().err
 
 

@@ -13,6 +13,7 @@ sys.path.insert(0, str(REPO / "recipes"))
 import sweep as sweep_cli  # noqa: E402
 
 from memorization import sweep as sw  # noqa: E402
+from memorization.experiment import run_experiment  # noqa: E402
 
 MICRO = ["--num-targets", "4", "--num-nonmembers", "2", "--steps", "12", "--prefix", "10", "--suffix", "10",
          "--seq-len", "64", "--checkpoint-every", "5"]
@@ -85,19 +86,18 @@ def micro(tmp_path_factory):
     """First invocation interrupted inside the e4 cell, second completes it, third re-runs nothing."""
     out = tmp_path_factory.mktemp("sweep")
     cells = sw.expand_grid("tiny", "2,4,100000", "0,4")
-    real = sw.load_memorize().main
-    calls: list[list[str]] = []
+    calls = []
 
-    def interrupted(argv):
-        calls.append(argv)
-        res = real(argv)
-        if "tiny-e4-k4-h13" in argv[argv.index("--out") + 1]:
+    def interrupted(cfg):
+        calls.append(cfg)
+        res = run_experiment(cfg)
+        if "tiny-e4-k4-h13" in cfg.output.out:
             raise KeyboardInterrupt  # e.g. Ctrl-C after training, during the evaluations
         return res
 
     with pytest.raises(KeyboardInterrupt):
         sw.run_sweep(cells, out, MICRO, sw.EvalOptions(mia=True), {"command": "test"}, progress=False,
-                     memorize_main=interrupted)
+                     run=interrupted)
     state = {
         "after_interrupt": {c.name: (out / "cells" / c.name / "cell.json").exists() for c in cells},
         "interrupted_results": (out / "cells" / "tiny-e4-k4-h13" / "results.json").exists(),
@@ -235,19 +235,19 @@ def test_stop_signal_stops_the_sweep_and_leaves_the_cell_to_resume(tmp_path):
     cells = sw.expand_grid("tiny", "2,4", "4")
     seen = []
 
-    def stopped(argv):
-        seen.append(argv)
+    def stopped(cfg):
+        seen.append(cfg)
         raise SystemExit(EXIT_INTERRUPTED)
 
     with pytest.raises(SystemExit) as e:
-        sw.run_sweep(cells, tmp_path, MICRO, sw.EvalOptions(), {}, progress=False, memorize_main=stopped)
+        sw.run_sweep(cells, tmp_path, MICRO, sw.EvalOptions(), {}, progress=False, run=stopped)
     assert e.value.code == EXIT_INTERRUPTED and len(seen) == 1  # the second cell never started
     assert not list(tmp_path.glob("cells/*/cell.json"))  # nothing recorded: the next run resumes the cell
 
-    def refused(argv):
+    def refused(cfg):
         raise SystemExit("error: --lr must be > 0")
 
-    rec = sw.run_cell(cells[0], tmp_path, MICRO, sw.EvalOptions(), memorize_main=refused)
+    rec = sw.run_cell(cells[0], tmp_path, MICRO, sw.EvalOptions(), run=refused)
     assert rec["status"] == "error" and rec["error"] == "SystemExit: error: --lr must be > 0"
 
 
@@ -258,21 +258,21 @@ def test_finished_cell_is_not_reused_for_other_memorize_options(tmp_path):
     opts = sw.EvalOptions()
     calls = []
 
-    def fake(argv):
-        calls.append(argv)
-        out = Path(argv[argv.index("--out") + 1])
+    def fake(cfg):
+        calls.append(cfg)
+        out = Path(cfg.output.out)
         (out / "standard").mkdir(parents=True, exist_ok=True)
         (out / "run_config.json").write_text("{}")
         (out / "standard" / "sweep_eval.json").write_text(json.dumps({"options": sw._opts_key(opts)}))
-        return {"arms": {"standard": {"steps": int(argv[argv.index("--steps") + 1])}}}
+        return {"arms": {"standard": {"steps": cfg.training.steps}}}
 
-    assert not sw.run_cell(cell, tmp_path, ["--steps", "12"], opts, memorize_main=fake)["cached"]
-    assert sw.run_cell(cell, tmp_path, ["--steps", "12"], opts, memorize_main=fake)["cached"]
+    assert not sw.run_cell(cell, tmp_path, ["--steps", "12"], opts, run=fake)["cached"]
+    assert sw.run_cell(cell, tmp_path, ["--steps", "12"], opts, run=fake)["cached"]
     moved = tmp_path.parent / (tmp_path.name + "-moved")
     tmp_path.rename(moved)
-    assert sw.run_cell(cell, moved, ["--steps", "12"], opts, memorize_main=fake)["cached"]
-    rec = sw.run_cell(cell, moved, ["--steps", "24"], opts, memorize_main=fake)
-    assert not rec["cached"] and len(calls) == 2 and "--resume" in calls[-1]
+    assert sw.run_cell(cell, moved, ["--steps", "12"], opts, run=fake)["cached"]
+    rec = sw.run_cell(cell, moved, ["--steps", "24"], opts, run=fake)
+    assert not rec["cached"] and len(calls) == 2 and calls[-1].output.resume
     assert rec["arms"]["standard"]["memorize"]["steps"] == 24
 
 

@@ -25,10 +25,10 @@ def test_abbreviated_passthrough_is_refused(extra):
 
 def _fake_memorize(calls):
     """memorize's --resume contract: a run started with other --arms/--goldfish-k is refused."""
-    def main(argv):
-        calls.append(argv)
-        out = Path(argv[argv.index("--out") + 1])
-        arms, k = argv[argv.index("--arms") + 1], int(argv[argv.index("--goldfish-k") + 1])
+    def main(cfg):
+        calls.append(cfg)
+        out = Path(cfg.output.out)
+        arms, k = cfg.goldfish.arms, cfg.goldfish.k
         cfg = out / "run_config.json"
         if cfg.exists() and json.loads(cfg.read_text()) != {"arms": arms, "goldfish_k": k}:
             raise SystemExit("error: --resume with settings that differ from the run")
@@ -50,17 +50,17 @@ OPTS = sw.EvalOptions(device="cpu")
 
 
 def test_extended_grid_keeps_the_standard_arm_where_it_was_trained(tmp_path):
-    calls: list[list[str]] = []
+    calls = []
     fake = _fake_memorize(calls)
     first = sw.expand_grid("tiny", "2", "0,4")
     for c in first:
-        assert sw.run_cell(c, tmp_path, [], OPTS, memorize_main=fake)["status"] == "ok"
+        assert sw.run_cell(c, tmp_path, [], OPTS, run=fake)["status"] == "ok"
     # the same sweep with k=2 added in front: k=4 keeps its (finished) standard arm, k=2 runs Goldfish only
     cells = sw.adopt_standard_arms(sw.expand_grid("tiny", "2", "0,2,4"), tmp_path)
     assert [(c.name, c.arms) for c in cells] == [("tiny-e2-k2-h13", "goldfish"), ("tiny-e2-k4-h13", "both")]
-    recs = [sw.run_cell(c, tmp_path, [], OPTS, memorize_main=fake) for c in cells]
+    recs = [sw.run_cell(c, tmp_path, [], OPTS, run=fake) for c in cells]
     assert [r["status"] for r in recs] == ["ok", "ok"] and recs[1]["cached"]
-    assert sum("both" in a for a in calls) == 1  # one standard arm per (size, exposures), trained once
+    assert sum(c.goldfish.arms == "both" for c in calls) == 1  # one standard arm per (size, exposures), trained once
     # and a grid without the first k: a cell not started yet takes the standard arm
     cells = sw.adopt_standard_arms(sw.expand_grid("tiny", "2", "0,2,8"), tmp_path)
     assert [(c.name, c.arms) for c in cells] == [("tiny-e2-k2-h13", "goldfish"), ("tiny-e2-k8-h13", "both")]
@@ -69,11 +69,11 @@ def test_extended_grid_keeps_the_standard_arm_where_it_was_trained(tmp_path):
 
 
 def test_run_sweep_adopts_the_standard_arm(tmp_path):
-    calls: list[list[str]] = []
+    calls = []
     fake = _fake_memorize(calls)
-    sw.run_sweep(sw.expand_grid("tiny", "2", "0,4"), tmp_path, [], OPTS, {}, progress=False, memorize_main=fake)
+    sw.run_sweep(sw.expand_grid("tiny", "2", "0,4"), tmp_path, [], OPTS, {}, progress=False, run=fake)
     res, summary = sw.run_sweep(sw.expand_grid("tiny", "2", "0,2,4"), tmp_path, [], OPTS, {}, progress=False,
-                                memorize_main=fake)
+                                run=fake)
     assert not summary.failed and summary.cached == ["tiny-e2-k4-h13"]
     assert sorted((r["arm"], r["k"]) for r in res["rows"]) == [("goldfish", 2), ("goldfish", 4), ("standard", 0)]
 

@@ -29,7 +29,7 @@ import difflib
 import math
 import types
 import typing
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -338,7 +338,3 @@ def dump_config(cfg: ExperimentConfig) -> str:
     """``cfg`` as YAML that :func:`load_config` reads back to the same config."""
     return yaml.safe_dump(to_dict(cfg), sort_keys=False)
 
-
-def defaults_of(section: str) -> dict[str, Any]:
-    """Each field's default in ``section`` (for help texts)."""
-    return {f.name: f.default for f in fields(_section_type(section)) if f.default is not MISSING}
