@@ -321,6 +321,7 @@ def build_mixture(
     cfg: MixtureConfig,
     target_texts: Sequence[str] | None = None,
     meta: dict | None = None,
+    token_ids: Sequence[Sequence[int]] | None = None,
 ) -> Mixture:
     """Build the training stream, validation rows, targets and non-members (deterministic in ``cfg.seed``).
 
@@ -332,12 +333,21 @@ def build_mixture(
     (unless ``skip_short_targets``), when a user target shares an :data:`OVERLAP_NGRAM`-token span
     with an earlier one (unless ``skip_overlapping_targets``), when the target set is empty, or
     when the corpus cannot fill the stream.
+
+    ``token_ids``, if given, are the documents already tokenized (``token_ids[i]`` is
+    :func:`tokenize_with_bos` of ``docs[i]``, e.g. by ``datasets.map`` in
+    :func:`memorization.token_store.prepare_store`): the mixture is then the one built from the text.
     """
     rng = random.Random(cfg.seed)
     eos = tokenizer.eos_token_id
     order = list(range(len(docs)))
     rng.shuffle(order)
-    doc_ids = tokenize_with_bos(tokenizer, [docs[i] for i in order])
+    if token_ids is None:
+        doc_ids = tokenize_with_bos(tokenizer, [docs[i] for i in order])
+    else:
+        if len(token_ids) != len(docs):
+            raise ValueError(f"token_ids holds {len(token_ids)} documents, docs {len(docs)}: give one per document")
+        doc_ids = [[int(t) for t in token_ids[i]] for i in order]
     long_enough = [i for i, ids in enumerate(doc_ids) if len(ids) >= cfg.min_target_tokens]
 
     skipped: list[str] = []

@@ -132,22 +132,37 @@ def _check_numbers(cfg: TrainConfig) -> None:
         raise ValueError("TrainConfig: " + "; ".join(bad))
 
 
-def _check_stream(rows: torch.Tensor, doc_ids: torch.Tensor, val_rows: torch.Tensor, vocab: int | None) -> None:
-    """Refuse a stream that would fail only mid-run or at the final validation, with an unclear error (on a GPU, a
-    device-side assert): document ids not one per token, token ids outside the model's vocabulary."""
-    if tuple(doc_ids.shape) != tuple(rows.shape):
-        raise ValueError(f"doc_ids has shape {tuple(doc_ids.shape)}, the rows {tuple(rows.shape)}: give one "
-                         "document id per token (Mixture.doc_ids)")
+def _token_range(t) -> tuple[int, int] | None:
+    """``(min, max)`` of a stream's token ids: a stored view's recorded ``token_range`` (nothing read), a
+    tensor's own values; None for an empty one or one without values (fake or meta tensors)."""
+    if not isinstance(t, torch.Tensor):  # a view of a prepared token store (memorization.token_store)
+        lo, hi = t.token_range
+        return None if hi < lo else (int(lo), int(hi))
     from torch._guards import detect_fake_mode
 
     # (a memory trace runs the trainer on fake tensors, which have shapes but no values to read)
-    readable = detect_fake_mode((rows, val_rows)) is None and "meta" not in (rows.device.type, val_rows.device.type)
+    if not t.numel() or detect_fake_mode((t,)) is not None or t.device.type == "meta":
+        return None
+    return int(t.min()), int(t.max())
+
+
+def _check_stream(rows, doc_ids, val_rows, vocab: int | None) -> None:
+    """Refuse a stream that would fail only mid-run or at the final validation, with an unclear error (on a GPU, a
+    device-side assert): document ids not one per token, token ids outside the model's vocabulary.
+
+    ``rows`` may be a tensor or a row view of a token store (``memorization.token_store.StoredArray``: ``shape``,
+    ``dtype``, ``token_range`` and ``view[a:b]`` -> tensor); a view is checked by the token range recorded when
+    the store was written, so no row of it is read here."""
+    if tuple(doc_ids.shape) != tuple(rows.shape):
+        raise ValueError(f"doc_ids has shape {tuple(doc_ids.shape)}, the rows {tuple(rows.shape)}: give one "
+                         "document id per token (Mixture.doc_ids)")
     for name, t in (("rows", rows), ("val_rows", val_rows)):
         if t.dtype not in TOKEN_DTYPES:
             raise ValueError(f"{name} must hold integer token ids in one of {[str(d) for d in TOKEN_DTYPES]}, "
                              f"got {t.dtype}: convert it, e.g. rows.long()")
-        if readable and vocab is not None and t.numel() and not (0 <= int(t.min()) and int(t.max()) < vocab):
-            raise ValueError(f"{name} hold token ids in [{int(t.min())}, {int(t.max())}], outside the model's "
+        span = _token_range(t) if vocab is not None else None
+        if span is not None and not (0 <= span[0] and span[1] < vocab):
+            raise ValueError(f"{name} hold token ids in [{span[0]}, {span[1]}], outside the model's "
                              f"vocabulary [0, {vocab}): tokenize with the model's tokenizer, or build the model "
                              "with a vocabulary that covers it")
 
@@ -196,7 +211,11 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 class Trainer:
     """Trains ``model`` on ``rows`` (N, L) with per-token document ids ``doc_ids`` (N, L) (for Goldfish);
     ``row_context`` (the mixture's) lets Goldfish hash each row's first labels from the stream
-    tokens before it (:class:`~memorization.goldfish.RowContext`)."""
+    tokens before it (:class:`~memorization.goldfish.RowContext`).
+
+    ``rows``, ``doc_ids`` and the context's arrays may be tensors or the memory-mapped views of a prepared
+    token store (:func:`memorization.token_store.open_store`): each step reads only its own ``B`` rows, and
+    construction reads none (the token range is the store's recorded one)."""
 
     def __init__(self, model: torch.nn.Module, rows: torch.Tensor, doc_ids: torch.Tensor, val_rows: torch.Tensor,
                  cfg: TrainConfig, out_dir: str | Path, runtime: Runtime | None = None, run_name: str = "run",
