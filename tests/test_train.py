@@ -26,11 +26,18 @@ def _trainer(tmp, gf=GoldfishConfig(k=0), **kw):
     return Trainer(build_model("tiny", 4096, seed=0), rows, docs, val, cfg, tmp, run_name="t")
 
 
+@pytest.fixture(scope="module")
+def plain_run(tmp_path_factory):
+    """The default trainer's uninterrupted 12-step run, trained once for the tests that compare with it (the same
+    computation in the same process each time: its curve is what every one of them would get)."""
+    return _trainer(tmp_path_factory.mktemp("plain")).fit()
+
+
 @pytest.mark.parametrize("background", [False, True], ids=["blocking-save", "async-save"])
-def test_interrupted_run_resumes_on_the_same_loss_curve(tmp_path, background):
+def test_interrupted_run_resumes_on_the_same_loss_curve(tmp_path, background, plain_run):
     """Also with async_checkpoint: the state is snapshotted when the save starts, although the
-    next step changes it while the files are written."""
-    full = _trainer(tmp_path / "a", async_checkpoint=background).fit()
+    next step changes it while the files are written (the uninterrupted curve is the same with either save)."""
+    full = plain_run
     ref = [h["loss"] for h in full["history"]]
     assert len(ref) == 12 and ref[-1] < ref[0]
 
@@ -48,7 +55,13 @@ def test_interrupted_run_resumes_on_the_same_loss_curve(tmp_path, background):
 
 
 def test_resume_refuses_a_checkpoint_of_a_different_run(tmp_path):
-    _trainer(tmp_path / "a").fit()
+    def stop(rec):  # a checkpoint of the 12-step run (step 4) is all the refusal needs
+        if rec["step"] == 5:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        _trainer(tmp_path / "a").fit(on_step=stop)
+    assert (tmp_path / "a" / "checkpoint" / "LATEST").read_text() == "step_0000004"
     rows, docs, val = _data(n_rows=64)
     cfg = TrainConfig(batch_size=4, checkpoint_every=4, progress=False)
     t = Trainer(build_model("tiny", 4096, seed=0), rows, docs, val, cfg, tmp_path / "a")
@@ -97,20 +110,20 @@ def test_wandb_run_is_resumed_not_restarted(tmp_path, monkeypatch):
         if rec["step"] == 5:
             raise Interrupt
 
-    with pytest.raises(Interrupt):
-        _trainer(tmp_path).fit(on_step=boom)
-    _trainer(tmp_path).fit(resume=True)
+    with pytest.raises(Interrupt):  # 6 steps: the checkpoint at step 4 is resumed once
+        _trainer(tmp_path, steps=6).fit(on_step=boom)
+    _trainer(tmp_path, steps=6).fit(resume=True)
     assert "id" not in inits[0] and inits[1]["id"] == "run0" and inits[1]["resume"] == "allow"
     assert inits[1]["mode"] == "offline"
 
 
 def test_final_step_is_validated_once(tmp_path):
-    t = _trainer(tmp_path, eval_every=6)
+    t = _trainer(tmp_path, eval_every=3, steps=6)
     calls = []
     validate = t.validate
     t.validate = lambda: calls.append(t.step) or validate()
     res = t.fit()
-    assert calls == [6, 12] and res["val_loss"] == res["history"][-1]["val_loss"]
+    assert calls == [3, 6] and res["val_loss"] == res["history"][-1]["val_loss"]
 
 
 def test_bad_warmup_and_validation_sizes_are_caught_up_front(tmp_path):
@@ -135,9 +148,9 @@ def test_settings_that_would_train_wrongly_are_refused(tmp_path, setting, match)
     assert not any(tmp_path.iterdir())
 
 
-def test_goldfish_drops_about_one_in_k_and_changes_training(tmp_path):
+def test_goldfish_drops_about_one_in_k_and_changes_training(tmp_path, plain_run):
     res_gf = _trainer(tmp_path / "g", gf=GoldfishConfig(k=4, h=3)).fit()
-    res_st = _trainer(tmp_path / "s").fit()
+    res_st = plain_run
     drop = sum(h["goldfish_drop_frac"] for h in res_gf["history"]) / 12
     assert 0.2 < drop < 0.3
     assert all(h["goldfish_drop_frac"] == 0 for h in res_st["history"])
@@ -196,13 +209,13 @@ def test_tokens_per_s_has_no_spikes_at_checkpoints_and_evals(tmp_path):
 
 
 @pytest.mark.parametrize("signal_after", [5, 6])
-def test_sigusr1_checkpoints_then_stops_and_resume_continues_the_curve(tmp_path, signal_after):
+def test_sigusr1_checkpoints_then_stops_and_resume_continues_the_curve(tmp_path, signal_after, plain_run):
     import os
     import signal
 
     from memorization.train import TrainingInterrupted
 
-    ref = [h["loss"] for h in _trainer(tmp_path / "a").fit()["history"]]
+    ref = [h["loss"] for h in plain_run["history"]]
 
     def send_signal(rec):
         if rec["step"] == signal_after:
@@ -226,9 +239,9 @@ def test_sigusr1_checkpoints_then_stops_and_resume_continues_the_curve(tmp_path,
     assert [h["step"] for h in resumed["history"]] == list(range(1, 13))
 
 
-def test_activation_checkpointing_keeps_the_loss_curve(tmp_path):
+def test_activation_checkpointing_keeps_the_loss_curve(tmp_path, plain_run):
     """Recomputing each layer in backward changes memory, not the math."""
-    ref = [h["loss"] for h in _trainer(tmp_path / "a").fit()["history"]]
+    ref = [h["loss"] for h in plain_run["history"]]
     t = _trainer(tmp_path / "b", activation_checkpointing=True)
     assert all(layer.gradient_checkpointing for layer in t.model.model.layers)
     got = [h["loss"] for h in t.fit()["history"]]
