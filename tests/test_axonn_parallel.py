@@ -3,7 +3,7 @@
 Each worker launch runs *all* checks for several grids inside one process group
 (see tests/axonn_workers/grid_checks.py): logits, loss and every gathered
 gradient within 1e-5 relative of the serial model, clip_grad_norm_, a Linear
-stack with biases, greedy generate, 20 AdamW steps following the serial loss
+stack with biases, greedy generate, 10 AdamW steps following the serial loss
 curve, and overlap on == overlap off.
 """
 from __future__ import annotations
