@@ -19,6 +19,7 @@ API: :func:`make_job` (a :class:`JobSpec` -> :class:`Job`, nothing written), :fu
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import shlex
@@ -30,6 +31,9 @@ from pathlib import Path
 from axonn.planner import (GRAD_REDUCE_BYTES, Grid, MachineProfile, MemoryConfig, PlanError,
                            divisibility_problem, load_profile, memory_per_gpu, plan, resolve_shape)
 from axonn.presets import ModelShape
+from memorization.experiment.config import (Data, ExperimentConfig, Model, Output, Training, dump_config, flat,
+                                            load_config, resolve)
+from memorization.experiment.preflight import NOT_CHECKED, OK, SIZE_PLACEHOLDER, Check, preflight
 
 REPO = Path(__file__).resolve().parents[1]
 TEMPLATES = REPO / "recipes" / "jobs" / "templates"
@@ -77,15 +81,31 @@ PAPER_SIZES = ("8b", "70b", "405b")
 PAPER_MACHINES = ("frontier", "alps", "perlmutter")
 
 
+def job_defaults() -> ExperimentConfig:
+    """The experiment a job runs unless its config or flags say otherwise: memorize.py's defaults with the
+    job-scale ones -- the 8b, rows of 2,048 tokens, 128 rows a step, each target seen once (the paper's
+    headline: a single pass), activation checkpointing, background checkpoints, bf16 exported models."""
+    return ExperimentConfig(model=Model(size="8b"),
+                            data=Data(seq_len=2048, exposures="1"),
+                            training=Training(batch_size=128, activation_checkpointing=True, async_checkpoint=True),
+                            output=Output(export_dtype="bfloat16"))
+
+
+def load_job_config(path: str | Path) -> ExperimentConfig:
+    """The experiment config file ``path`` over :func:`job_defaults` (fields it leaves out keep the job's
+    defaults); a :class:`~memorization.experiment.config.ConfigError` names a bad key or value."""
+    return load_config(path, base=job_defaults())
+
+
 @lru_cache(maxsize=None)
-def _tokenizer_rows(tokenizer: str | None) -> int | None:
-    """Embedding rows memorize.py gives the model of ``tokenizer`` (None: its built-in one), or None (with a
-    note) when the tokenizer cannot be loaded here: a path only the compute nodes see."""
-    from memorization.corpus import DEFAULT_TOKENIZER, load_tokenizer
+def _tokenizer_rows(tokenizer: str) -> int | None:
+    """Embedding rows memorize.py gives the model of ``tokenizer``, or None (with a note) when the tokenizer
+    cannot be loaded here: a path only the compute nodes see."""
+    from memorization.corpus import load_tokenizer
     from memorization.models import padded_vocab
 
     try:
-        return padded_vocab(len(load_tokenizer(tokenizer or DEFAULT_TOKENIZER)))
+        return padded_vocab(len(load_tokenizer(tokenizer)))
     except (OSError, ValueError) as e:
         print(f"note: --tokenizer {tokenizer} cannot be loaded here ({e}); planning with the preset's vocabulary",
               file=sys.stderr)
@@ -94,7 +114,12 @@ def _tokenizer_rows(tokenizer: str | None) -> int | None:
 
 @dataclass(frozen=True)
 class JobSpec:
-    """One training job. ``gpus`` or ``nodes`` (``None`` for both: the paper default for the size)."""
+    """One training job. ``gpus`` or ``nodes`` (``None`` for both: the paper default for the size).
+
+    ``experiment`` is the rest of the experiment (corpus, targets, tokenizer, steps, learning rate, ...;
+    default :func:`job_defaults`); the fields here override it, and ``extra_args`` (memorize flags) override
+    both.  The job runs the composed, resolved config (:meth:`run_config`), written next to its script.
+    """
 
     machine: str
     size: str
@@ -102,7 +127,7 @@ class JobSpec:
     nodes: int | None = None
     goldfish_k: int = 4
     arms: str = "both"           # memorize.py --arms: both (its default), standard or goldfish
-    exposures: int = 100
+    exposures: int | str = 1     # the paper's headline: every target seen once ("1,4,16": groups)
     time: str = "02:00:00"
     account: str = "ACCOUNT"     # placeholder: replace or pass --account
     out_dir: str = "recipes/jobs/out"
@@ -118,23 +143,59 @@ class JobSpec:
     checkpoint_minutes: float = 30.0  # checkpoint interval in wall time (converted with the predicted step)
     fs_gbps: float | None = None      # checkpoint write GB/s per node (None: the machine's assumption)
     init: str | None = None      # HF checkpoint to fine-tune; "{size}" in it becomes the size (8b, 70b, ...)
-    extra_args: str = ""         # appended verbatim to the memorize.py command
+    extra_args: str = ""         # memorize flags over all of the above (folded into the job's config)
+    experiment: ExperimentConfig | None = None  # the rest of the run (None: job_defaults())
 
     @property
     def name(self) -> str:
         return f"mem-{self.size}-{self.machine}-gf{self.goldfish_k}-{self.total_gpus()}g"
 
+    def run_config(self, grid: tuple[int, int, int, int] | None = None, micro_batch: int | None = None,
+                   checkpoint_every: int | None = None, out: str | None = None) -> ExperimentConfig:
+        """The resolved experiment this job runs: ``experiment`` (default :func:`job_defaults`), this spec's
+        fields, then ``extra_args``; ``{size}`` in ``--init`` becomes the size; with the job's execution
+        settings when given (grid, micro-batch, checkpoint interval, ``out`` with ``resume``)."""
+        from memorization.experiment.cli import config_from_argv
+
+        base = self.experiment or job_defaults()
+        cfg = replace(
+            base, model=replace(base.model, size=self.size, init=self.init if self.init is not None else base.model.init),
+            data=replace(base.data, exposures=str(self.exposures), seq_len=self.seq),
+            goldfish=replace(base.goldfish, k=self.goldfish_k, arms=self.arms),
+            training=replace(base.training, batch_size=self.global_batch, micro_batch=self.micro_batch,
+                             activation_checkpointing=self.activation_checkpointing,
+                             async_checkpoint=self.async_checkpoint,
+                             checkpoint_every=base.training.checkpoint_every if checkpoint_every is None
+                             else checkpoint_every),
+            execution=replace(base.execution, grad_reduce_dtype=self.grad_reduce_dtype))
+        if self.extra_args:
+            cfg = config_from_argv(shlex.split(self.extra_args), base=cfg)
+        if cfg.model.init:
+            cfg = replace(cfg, model=replace(cfg.model, init=cfg.model.init.replace(SIZE_PLACEHOLDER, self.size)))
+        if grid is not None:
+            cfg = replace(cfg, execution=replace(cfg.execution, grid=",".join(map(str, grid))),
+                          training=replace(cfg.training, micro_batch=micro_batch))
+        if out is not None:
+            cfg = replace(cfg, output=replace(cfg.output, out=out, resume=True, overwrite=False))
+        return resolve(cfg)
+
     def shape(self) -> ModelShape:
-        """The model the job trains, which the planner prices: the preset's layers, and its vocabulary with
-        ``init`` (a Llama 3.1 checkpoint: 128,256 rows); without ``init``, the vocabulary of the run's tokenizer
-        (``--tokenizer`` in ``extra_args``, else memorize.py's built-in one: 4,096 rows), padded as memorize.py
-        pads it, so step time, memory and checkpoint interval describe that model (an 8b of 7.0 B parameters)."""
+        """The model the job trains, which the planner prices: with ``--init`` the checkpoint's shape and
+        vocabulary where this machine sees it (Llama 3.1's 128,256 rows), else the preset's; without it the
+        preset's layers with the vocabulary of the run's tokenizer (memorize.py's built-in one: 4,096 rows),
+        padded as memorize.py pads it, so step time, memory and checkpoint interval describe that model (an 8b
+        of 7.0 B parameters)."""
+        from memorization.models import model_config
+
         preset = resolve_shape(self.size)
-        if self.init is not None:
-            return preset
-        args = shlex.split(self.extra_args)
-        given = [v for k, v in zip(args, args[1:]) if k == "--tokenizer"]
-        vocab = _tokenizer_rows(given[-1] if given else None)
+        cfg = self.run_config()
+        if cfg.model.init is not None:
+            init = check_init(cfg.model.init, self.size)
+            if not Path(init).exists():
+                return preset
+            got = ModelShape.from_llama_config(model_config(None, 0, init=init), name=preset.name)
+            return replace(preset, vocab=got.vocab) if got.vocab != preset.vocab else preset
+        vocab = _tokenizer_rows(cfg.data.tokenizer)
         if vocab is None or vocab == preset.vocab:
             return preset
         return replace(preset, name=f"{preset.name} (vocabulary {vocab})", vocab=vocab)
@@ -169,11 +230,20 @@ class Job:
     path: Path
     log_dir: Path
     stop: StopPlan
+    config: ExperimentConfig     # the resolved experiment the script runs (written to config_path)
+    config_path: Path
+    shape: ModelShape            # the model planned
+    memory_bytes: float | None   # predicted peak per GPU (None: not priced)
 
     def write(self) -> Path:
-        """Write the script (and create the Slurm log directory it names)."""
+        """Write the script and its config next to it (and create the Slurm log directory it names); no
+        checks (:func:`write_job` checks first)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.config_path.with_name(f".{self.config_path.name}.tmp")
+        tmp.write_text(f"# the experiment of {self.path.name} (recipes/jobs/generate.py), resolved\n"
+                       + dump_config(self.config))
+        tmp.replace(self.config_path)
         self.path.write_text(self.text)
         self.path.chmod(0o755)
         return self.path
@@ -217,8 +287,10 @@ class StopPlan:
     grace_s: int  # how long the batch shell waits for the tasks before requeueing
 
 
-def stop_plan(spec: JobSpec, step_s: float | None, nodes: int, fs_gbps: float) -> StopPlan:
-    save_s = STATE_BYTES_PER_PARAM * spec.shape().num_params() / nodes / (fs_gbps * 1e9)
+def stop_plan(spec: JobSpec, step_s: float | None, nodes: int, fs_gbps: float,
+              shape: ModelShape | None = None) -> StopPlan:
+    """The :class:`StopPlan` of ``spec`` (its model ``shape``, default ``spec.shape()``) at ``step_s``."""
+    save_s = STATE_BYTES_PER_PARAM * (shape or spec.shape()).num_params() / nodes / (fs_gbps * 1e9)
     step = step_s if step_s is not None else 60.0  # a hand grid the planner cannot price: assume a slow step
     stop_s = 3 * step + (2 if spec.async_checkpoint else 1) * save_s + 30
     lead = spec.signal_lead_s if spec.signal_lead_s is not None else max(120, 60 * math.ceil(stop_s / 60))
@@ -241,8 +313,14 @@ def make_job(spec: JobSpec) -> Job:
         raise ValueError(f"--time {spec.time!r}: use [D-]HH:MM:SS or minutes")
     if spec.checkpoint_minutes <= 0 or (spec.fs_gbps is not None and spec.fs_gbps <= 0):
         raise ValueError("checkpoint_minutes and fs_gbps must be positive")
-    if spec.goldfish_k < 0 or spec.goldfish_k == 1 or spec.exposures <= 0:  # memorize.py refuses k = 1 at start
-        raise ValueError(f"goldfish_k must be 0 (standard loss) or >= 2, got {spec.goldfish_k}; exposures > 0")
+    if spec.goldfish_k < 0 or spec.goldfish_k == 1:  # memorize.py refuses k = 1 at start
+        raise ValueError(f"goldfish_k must be 0 (standard loss) or >= 2, got {spec.goldfish_k}")
+    try:
+        exposures = [int(x) for x in str(spec.exposures).split(",")]
+    except ValueError:
+        exposures = [-1]
+    if min(exposures) < 0 or max(exposures) == 0:
+        raise ValueError(f"exposures {spec.exposures!r}: give a count >= 1 (or a comma list of counts >= 0, one >= 1)")
     if spec.arms not in ARMS or (spec.arms == "goldfish" and spec.goldfish_k == 0):
         raise ValueError(f"arms {spec.arms!r}: choose one of {', '.join(ARMS)} ('goldfish' needs goldfish_k >= 2)")
     nodes = max(1, gpus // cfg.gpus_per_node)
@@ -265,7 +343,7 @@ def make_job(spec: JobSpec) -> Job:
                    f"{grid[0]}×{grid[3]}×{mb}")
         if why:  # the trainer refuses it at start: say so now, not after the queue
             raise ValueError(f"grid {','.join(map(str, grid))}: {why}")
-        check_hand_grid_memory(spec, Grid(*grid), mb, load_profile(cfg.profile))
+        memory = check_hand_grid_memory(spec, Grid(*grid), mb, load_profile(cfg.profile), shape)
         note = "grid given by hand"
         try:  # the planner's price of this grid, if it considers it at all
             predicted = next((e.step_time_s for e in ranking(mb).ranked if tuple(e.grid) == grid), None)
@@ -274,9 +352,10 @@ def make_job(spec: JobSpec) -> Job:
     else:
         best = ranking(spec.micro_batch).best
         grid, mb, predicted = tuple(best.grid), best.micro_batch, best.step_time_s
+        memory = best.memory_per_gpu_bytes
         note = (f"planner: {predicted:.2f} s/step, {best.tflops_per_gpu:.0f} TFLOP/s/GPU, "
                 f"{best.memory_per_gpu_bytes / 1024**3:.1f} GiB/GPU")
-    stop = stop_plan(spec, predicted, nodes, spec.fs_gbps or cfg.fs_gbps_per_node)
+    stop = stop_plan(spec, predicted, nodes, spec.fs_gbps or cfg.fs_gbps_per_node, shape)
     if time_limit_s(spec.time) < stop.signal_lead_s + 600:
         raise ValueError(f"--time {spec.time} leaves under 10 minutes of training before the USR1 "
                          f"{stop.signal_lead_s} s ahead of the limit: ask for more time")
@@ -286,27 +365,18 @@ def make_job(spec: JobSpec) -> Job:
     # Slurm opens --output before the script runs: an absolute directory that write() creates
     log_dir = Path(spec.run_root) / "logs"
     log_dir = log_dir if log_dir.is_absolute() else REPO / log_dir
-    args = ["--size", spec.size, "--grid", ",".join(map(str, grid)), "--goldfish-k", str(spec.goldfish_k),
-            "--exposures", str(spec.exposures), "--seq-len", str(spec.seq), "--batch-size", str(spec.global_batch),
-            "--micro-batch", str(mb), "--out", run_dir, "--resume", "--export-dtype", "bfloat16",
-            "--checkpoint-every", str(stop.checkpoint_every)]
-    if spec.arms != "both":  # memorize.py's default: the standard arm, and the Goldfish one when k >= 2
-        args += ["--arms", spec.arms]
-    args.append("--activation-checkpointing" if spec.activation_checkpointing else "--no-activation-checkpointing")
-    args += ["--grad-reduce-dtype", spec.grad_reduce_dtype]
-    if spec.async_checkpoint:
-        args.append("--async-checkpoint")
-    if spec.init:
-        args += ["--init", check_init(spec.init.replace("{size}", spec.size), spec.size)]
+    run = spec.run_config(grid, mb, stop.checkpoint_every, run_dir)
+    config_path = (Path(spec.out_dir) / f"{spec.name}.yaml").resolve()
+    # the job decides only how it executes; the experiment is the config file
+    args = ["--config", str(config_path), "--grid", ",".join(map(str, grid)), "--micro-batch", str(mb),
+            "--out", run_dir, "--resume"]
     odd = next((a for a in args if shlex.quote(a) != a), None)
     if odd is not None:  # shlex.quote would wrap it in single quotes, which cannot go inside bash -c '...'
         raise ValueError(f"{odd!r}: paths and values in a job script must not contain spaces, quotes or other "
                          "shell characters (they go inside bash -c '...'); use a path without them")
     train_args = " ".join(args)
-    if spec.extra_args:
-        train_args += " " + spec.extra_args
-    if "'" in train_args or "'" in cfg.task_prelude:
-        raise ValueError("extra_args must not contain single quotes (they go inside bash -c '...')")
+    if "'" in cfg.task_prelude:
+        raise ValueError("the machine's task prelude must not contain single quotes (it goes inside bash -c '...')")
     values = {
         "HEADER": f"generated by recipes/jobs/generate.py: {spec.size} on {gpus} {spec.machine} GPUs, "
                   f"goldfish k={spec.goldfish_k}, grid D,R,C,Z={','.join(map(str, grid))}",
@@ -315,7 +385,8 @@ def make_job(spec: JobSpec) -> Job:
         "CHECKPOINT_GRACE": str(stop.grace_s),
         "LOG_DIR": str(log_dir), "REPO": str(REPO), "RUN_DIR": run_dir,
         "GRID": ",".join(map(str, grid)), "PLAN_NOTE": note, "SRUN_FLAGS": cfg.srun_flags,
-        "TRAIN_ARGS": train_args, "CONSTRAINT": cfg.constraint,
+        "TRAIN_ARGS": train_args, "CONSTRAINT": cfg.constraint, "CONFIG": str(config_path),
+        "SETTINGS": " ".join(shlex.quote(a) for a in settings_argv(run)),
     }
     text = (TEMPLATES / cfg.template).read_text() + (TEMPLATES / "launch.part").read_text()
     text = text.replace("exec python recipes/memorize.py", f"{cfg.task_prelude}exec python recipes/memorize.py")
@@ -325,15 +396,34 @@ def make_job(spec: JobSpec) -> Job:
     if left:
         raise RuntimeError(f"template placeholders left unfilled: {left}")
     path = Path(spec.out_dir) / f"{spec.name}.sbatch"
-    return Job(spec, text, nodes, tpn, gpus, grid, mb, predicted, path, log_dir, stop)
+    return Job(spec, text, nodes, tpn, gpus, grid, mb, predicted, path, log_dir, stop, run, config_path, shape,
+               memory)
 
 
-def check_hand_grid_memory(spec: JobSpec, grid: Grid, micro_batch: int, prof: MachineProfile) -> None:
-    """Refuse a hand grid whose predicted peak per GPU the trainer's start-up check refuses even on an empty
-    device (it would fail after the queue wait); warn when it is over the planner's usable memory only."""
+#: settings a script's header always names (with every other one that is not memorize.py's default)
+HEADER_SETTINGS = ("size", "init", "goldfish_k", "exposures", "seq_len", "batch_size", "steps", "lr", "checkpoint_every",
+                   "warmup_steps", "weight_decay", "corpus", "tokenizer", "grad_reduce_dtype")
+
+
+def settings_argv(cfg: ExperimentConfig) -> list[str]:
+    """What ``cfg`` computes as memorize flags, for a reader of the script: :data:`HEADER_SETTINGS` and every
+    other setting that differs from memorize.py's default (not the execution flags the script passes)."""
+    from memorization.experiment.cli import to_argv
+
+    default = flat(resolve(ExperimentConfig()))
+    skip = ("grid", "micro_batch", "out", "resume", "overwrite", "plan", "gpus", "machine")
+    return to_argv({k: v for k, v in flat(cfg).items()
+                    if k not in skip and v is not None and (k in HEADER_SETTINGS or v != default.get(k))})
+
+
+def check_hand_grid_memory(spec: JobSpec, grid: Grid, micro_batch: int, prof: MachineProfile,
+                           shape: ModelShape | None = None) -> float:
+    """The predicted peak per GPU of a hand grid (bytes); refused when the trainer's start-up check refuses
+    it even on an empty device (it would fail after the queue wait); a warning when it is over the planner's
+    usable memory only."""
     from memorization.models import PREFLIGHT_FRACTION  # memorize.py's start-up check (check_size_runs_here)
 
-    shape = spec.shape()
+    shape = shape or spec.shape()
     steps = spec.global_batch // (grid.data * grid.depth * micro_batch)
     mem = memory_per_gpu(shape, grid, spec.seq, micro_batch, spec.activation_checkpointing,
                          MemoryConfig(grad_reduce_bytes=GRAD_REDUCE_BYTES[spec.grad_reduce_dtype]),
@@ -354,6 +444,7 @@ def check_hand_grid_memory(spec: JobSpec, grid: Grid, micro_batch: int, prof: Ma
         print(f"warning: grid {text} needs ~{mem / gib:.1f} GiB per GPU, over the planner's "
               f"{prof.usable_memory_bytes / gib:.1f} GiB usable on {prof.name}: it may run out of memory",
               file=sys.stderr)
+    return mem
 
 
 def check_init(path: str, size: str) -> str:
@@ -377,18 +468,77 @@ def check_init(path: str, size: str) -> str:
     return path
 
 
-def write_job(spec: JobSpec) -> Path:
-    """Render and write ``spec``'s script; returns its path."""
-    return make_job(spec).write()
+class JobRefused(ValueError):
+    """A job whose experiment would fail when it starts: ``checks`` say what failed and how to fix it."""
+
+    def __init__(self, job: Job, checks: list[Check]):
+        self.job, self.checks = job, checks
+        failed = "\n".join("  " + c.line() for c in checks if c.failed)
+        super().__init__(f"{job.spec.name} would fail when it starts:\n{failed}")
+
+
+def check_job(job: Job) -> list[Check]:
+    """The pre-flight checks of ``job`` (:func:`~memorization.experiment.preflight.preflight` of its exact
+    config, paths read as the job reads them: relative to the checkout), plus the model it plans and the
+    memory its grid needs on the machine's GPUs.  Nothing written."""
+    prof = load_profile(machine_config(job.spec.machine).profile)
+    with contextlib.chdir(REPO):  # the job runs there (cd "$AXONN_REPO")
+        checks = preflight(job.config, shape=job.shape)
+    init = job.config.model.init
+    size = (f"{job.spec.size}: {job.shape.num_params() / 1e9:.2f} B parameters, {job.shape.vocab:,}-row vocabulary"
+            + (f" (the --init checkpoint's shape)" if init and Path(init).exists() else
+               " (the preset's: --init not visible here)" if init else " (the run's tokenizer's)"))
+    checks.append(Check("model", OK, size))
+    if job.memory_bytes is None:
+        checks.append(Check("memory", NOT_CHECKED, "no price for this grid"))
+    else:
+        checks.append(Check("memory", OK, f"~{job.memory_bytes / 1024**3:.1f} GiB per GPU at grid "
+                            f"{','.join(map(str, job.grid))}, micro-batch {job.micro_batch}, of "
+                            f"{prof.memory_gib:g} GiB on {prof.name}"))
+    return checks
+
+
+def write_job(spec: JobSpec, check: bool = True) -> Path:
+    """Render ``spec``'s script, run its pre-flight checks (``check``; :func:`check_job`) and write script and
+    config; returns the script's path.  A failed check raises :class:`JobRefused` and writes nothing; a check
+    that cannot be made here is a note on stderr."""
+    job = make_job(spec)
+    if check:
+        checks = check_job(job)
+        if any(c.failed for c in checks):
+            raise JobRefused(job, checks)
+        for c in checks:
+            if c.status == NOT_CHECKED:
+                print(f"note: {job.spec.name}: {c.name} not checked: {c.detail}", file=sys.stderr)
+    return job.write()
 
 
 def generate_job(machine: str, size: str, gpus: int | None = None, nodes: int | None = None,
-                 goldfish_k: int = 4, **kwargs) -> Path:
+                 goldfish_k: int = 4, check: bool = True, **kwargs) -> Path:
     """Emit one job script for the given arguments (the sweep entry point); returns its path.
 
-    ``kwargs`` are the other :class:`JobSpec` fields (exposures, time, account, out_dir, seq, ...).
+    ``kwargs`` are the other :class:`JobSpec` fields (exposures, time, account, out_dir, seq, ...); ``check``
+    as in :func:`write_job`.
     """
-    return write_job(JobSpec(machine=machine, size=size, gpus=gpus, nodes=nodes, goldfish_k=goldfish_k, **kwargs))
+    return write_job(JobSpec(machine=machine, size=size, gpus=gpus, nodes=nodes, goldfish_k=goldfish_k, **kwargs),
+                     check=check)
+
+
+def spec_from_experiment(experiment: ExperimentConfig, machine: str, **job) -> JobSpec:
+    """The :class:`JobSpec` that runs ``experiment`` (e.g. :func:`load_job_config`'s) on ``machine``: its
+    size, init, Goldfish k and arms, exposures, row length, batch, micro-batch, activation checkpointing,
+    gradient dtype and checkpoint mode come from the experiment unless ``job`` gives them (``None``: not
+    given); ``job``'s other keys are the job's own fields (gpus, time, account, ...)."""
+    e, d = experiment, job_defaults()
+    mirrored = dict(size=e.model.size, init=e.model.init, goldfish_k=e.goldfish.k, arms=e.goldfish.arms,
+                    exposures=e.data.exposures, seq=e.data.seq_len or d.data.seq_len,
+                    global_batch=e.training.batch_size or d.training.batch_size, micro_batch=e.training.micro_batch,
+                    activation_checkpointing=(d.training.activation_checkpointing
+                                              if e.training.activation_checkpointing is None
+                                              else e.training.activation_checkpointing),
+                    grad_reduce_dtype=e.execution.grad_reduce_dtype, async_checkpoint=e.training.async_checkpoint)
+    given = {k: v for k, v in job.items() if v is not None}
+    return JobSpec(machine=machine, **{**mirrored, **given}, experiment=experiment)
 
 
 def paper_matrix(base: JobSpec | None = None, machines=PAPER_MACHINES, sizes=PAPER_SIZES) -> list[JobSpec]:

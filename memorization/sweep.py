@@ -92,9 +92,11 @@ class Cell:
         return {"both": ("standard", "goldfish"), "standard": ("standard",), "goldfish": ("goldfish",)}[self.arms]
 
     def config(self, base: ExperimentConfig, out: Path) -> ExperimentConfig:
-        """``base`` (the pass-through options' config) with this cell's size, exposures, Goldfish setting and
-        arms, run in ``out`` without progress bars."""
-        return replace(base, model=replace(base.model, size=self.size),
+        """``base`` (the pass-through options' config) with this cell's size (also for ``{size}`` in its
+        ``--init``: each size's checkpoint), exposures, Goldfish setting and arms, run in ``out`` without
+        progress bars."""
+        init = base.model.init.replace("{size}", self.size) if base.model.init else None  # each size's checkpoint
+        return replace(base, model=replace(base.model, size=self.size, init=init),
                        data=replace(base.data, exposures=str(self.exposures)),
                        goldfish=replace(base.goldfish, k=self.goldfish_k, h=self.goldfish_h, arms=self.arms),
                        output=replace(base.output, out=str(out), no_progress=True))
@@ -580,15 +582,20 @@ def run_sweep(cells: Sequence[Cell], root: Path, extra: Sequence[str], opts: Eva
 def emit_jobs(cells: Sequence[Cell], out_dir: Path, machine: str, extra: Sequence[str], *,
               gpus: int | None = None, nodes: int | None = None, account: str = "ACCOUNT",
               time_limit: str = "02:00:00", run_root: str = "runs/sweep-jobs") -> list[Path]:
-    """One Slurm script per cell via :func:`memorization.jobs.generate_job`.
+    """One Slurm script per cell via :mod:`memorization.jobs` (each running its resolved config, written
+    next to it).
 
     Scripts go to ``out_dir/<size>-e<exposures>-.../`` (generate names a job by size, machine,
     k and GPUs only, so each cell gets its own directory and run root).  Also writes
     ``out_dir/jobs.json`` (cell -> script) and ``out_dir/submit_all.sh``.  ``--seq-len`` and
     ``--batch-size`` of ``extra`` become the job's sequence length and global batch; the other
-    options are appended to the memorize command.
+    options (and ``--config``) are the rest of each job's experiment.  ``{size}`` in ``--init`` becomes each
+    cell's size, and the job is planned with that checkpoint's shape and vocabulary (the preset's where this
+    machine does not see it).  Each job's pre-flight checks run (:func:`memorization.jobs.check_job`): a
+    failed one is a warning on stderr naming the job and the fix (the script is still written; check one
+    with ``recipes/jobs/generate.py --check --config <its .yaml>``).
     """
-    from memorization.jobs import generate_job
+    from memorization.jobs import JobSpec, check_job, make_job
 
     values = explicit_values(extra)
     kwargs = {arg: values.pop(key) for key, arg in (("seq_len", "seq"), ("batch_size", "global_batch"),
@@ -600,10 +607,14 @@ def emit_jobs(cells: Sequence[Cell], out_dir: Path, machine: str, extra: Sequenc
         args = [*extra, "--goldfish-h", str(cell.goldfish_h)]
         if cell.arms != "both":
             args += ["--arms", cell.arms]
-        path = generate_job(machine, cell.size, gpus=gpus, nodes=nodes, goldfish_k=cell.goldfish_k,
-                                exposures=cell.exposures, time=time_limit, account=account,
-                                out_dir=str(out_dir / cell.name), run_root=f"{run_root}/{cell.name}",
-                                extra_args=" ".join(shlex.quote(a) for a in args), **kwargs)
+        job = make_job(JobSpec(machine=machine, size=cell.size, gpus=gpus, nodes=nodes, goldfish_k=cell.goldfish_k,
+                               exposures=cell.exposures, time=time_limit, account=account,
+                               out_dir=str(out_dir / cell.name), run_root=f"{run_root}/{cell.name}",
+                               extra_args=" ".join(shlex.quote(a) for a in args), **kwargs))
+        for c in check_job(job):
+            if c.failed:
+                print(f"warning: {cell.name}: the job would fail when it starts: {c.line()}", file=sys.stderr)
+        path = job.write()
         paths.append(path)
         index.append({"cell": cell.name, **asdict(cell), "script": str(path)})
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -128,11 +128,15 @@ def test_bad_job_inputs(tmp_path):
 
 
 def test_generate_job_api_and_cli(tmp_path, capsys):
-    path = gen.generate_job("alps", "8b", gpus=8, goldfish_k=0, out_dir=str(tmp_path), run_root=str(tmp_path))
+    path = gen.generate_job("alps", "8b", gpus=8, goldfish_k=0, out_dir=str(tmp_path), run_root=str(tmp_path),
+                            extra_args="--steps 1")  # the built-in corpus fills 1 step of 128 x 2048
     assert path.exists() and path.name == "mem-8b-alps-gf0-8g.sbatch"
+    assert path.with_suffix(".yaml").exists()
     assert len(gen.paper_matrix()) == 3 * 3
     out = tmp_path / "all"
-    assert cli.main(["--all", "--out-dir", str(out), "--run-root", str(tmp_path / "runs")]) == 0
+    config = tmp_path / "one-step.yaml"
+    config.write_text("training: {steps: 1}\n")
+    assert cli.main(["--all", "--config", str(config), "--out-dir", str(out), "--run-root", str(tmp_path / "runs")]) == 0
     files = sorted(out.glob("*.sbatch"))
     assert len(files) == 9
     assert {f.name for f in files} >= {"mem-405b-frontier-gf4-1024g.sbatch", "mem-8b-alps-gf4-16g.sbatch"}
@@ -168,26 +172,6 @@ def test_init_checkpoint_per_size_checked_where_visible(tmp_path, capsys):
     assert "not visible here" in capsys.readouterr().err
 
 
-SRUN_SHIM = r'''#!/usr/bin/env python3
-"""srun for one machine: --ntasks (or --nodes x --ntasks-per-node) copies of the command, each with
-SLURM_PROCID/LOCALID/NTASKS set (and one thread each); SIGUSR1 and SIGTERM are relayed to every
-task, as srun does."""
-import os, signal, subprocess, sys
-args, opts = sys.argv[1:], {}
-while args and args[0].startswith("-"):
-    key, _, val = args.pop(0).partition("=")
-    opts[key] = val
-n = int(opts.get("--ntasks") or int(opts.get("--nodes", 1)) * int(opts.get("--ntasks-per-node", 1)))
-procs = [subprocess.Popen(args, env={**os.environ, "SLURM_PROCID": str(i), "SLURM_LOCALID": str(i),
-                                     "SLURM_NTASKS": str(n), "SLURM_NTASKS_PER_NODE": str(n),
-                                     "OMP_NUM_THREADS": "1"})  # 2 CPU cores here, not 7 per task
-         for i in range(n)]
-relay = lambda sig, frame: [p.send_signal(sig) for p in procs]
-signal.signal(signal.SIGUSR1, relay)
-signal.signal(signal.SIGTERM, relay)
-codes = [p.wait() for p in procs]
-sys.exit(next((c for c in codes if c), 0))
-'''
 SCONTROL_SHIM = """#!/bin/bash
 case "$1" in
   show) echo localhost ;;
@@ -196,62 +180,8 @@ esac
 """
 
 
-@pytest.mark.timeout(600)
-@pytest.mark.parametrize("machine", ["frontier", pytest.param("alps", marks=pytest.mark.slow),
-                                     pytest.param("perlmutter", marks=pytest.mark.slow)])
-def test_generated_script_checkpoints_on_usr1_requeues_and_resumes(machine, tmp_path):
-    """The generated batch script itself, run by bash with srun/scontrol/module shims on this machine
-    (2 CPU ranks, the tiny preset): USR1 to the batch shell reaches every rank, which checkpoint after
-    the same step and exit 75; the shell asks Slurm to requeue; the same script run again resumes from
-    that checkpoint and finishes the run."""
-    import os
-    import signal
-    import time
-
-    venv = Path(sys.prefix)
-    if not (venv / "bin" / "activate").exists():
-        pytest.skip("needs the project's virtual environment (scripts/setup.sh)")
-    shims = tmp_path / "bin"
-    shims.mkdir()
-    for name, text in (("srun", SRUN_SHIM.replace("/usr/bin/env python3", sys.executable)),
-                       ("scontrol", SCONTROL_SHIM), ("module", "#!/bin/bash\nexit 0\n")):
-        (shims / name).write_text(text)
-        (shims / name).chmod(0o755)
-    extra = ("--steps 100 --num-targets 4 --num-nonmembers 2 --prefix 10 --suffix 10 --arms standard "
-             "--no-progress --checkpoint-every 5")  # later flags win: a checkpoint soon, to know training runs
-    job = gen.make_job(gen.JobSpec(machine=machine, size="tiny", gpus=2, seq=64, global_batch=4, exposures=2,
-                                   time="00:30:00", out_dir=str(tmp_path), run_root=str(tmp_path / "runs"),
-                                   extra_args=extra))
-    path = job.write()
-    run_dir = tmp_path / "runs" / job.spec.name
-    requeued = tmp_path / "requeued"
-    env = {**os.environ, "PATH": f"{shims}:{os.environ['PATH']}", "AXONN_VENV": str(venv), "AXONN_REPO": str(REPO),
-           "SLURM_JOB_ID": str(40000 + os.getpid() % 1000), "SLURM_JOB_NODELIST": "localhost",
-           "SLURM_JOB_NUM_NODES": "1", "USER": os.environ.get("USER", "ci"), "SHIM_REQUEUED": str(requeued),
-           "WANDB_MODE": "disabled", "AXONN_TIMEOUT": "240"}
-    log = tmp_path / "first.log"
-    with open(log, "w") as out:
-        shell = subprocess.Popen(["bash", str(path)], env=env, stdout=out, stderr=subprocess.STDOUT)
-        latest = run_dir / "standard" / "checkpoint" / "LATEST"
-        deadline = time.time() + 300
-        while not latest.exists() and shell.poll() is None and time.time() < deadline:
-            time.sleep(0.1)
-        assert latest.exists(), log.read_text()[-3000:]
-        shell.send_signal(signal.SIGUSR1)  # what Slurm does --signal-lead seconds before the limit
-        code = shell.wait(timeout=job.stop.grace_s + 60)
-    text = log.read_text()
-    assert code == 75, text[-3000:]
-    assert "USR1: time limit near, checkpoint + requeue" in text
-    assert requeued.read_text().split() == [env["SLURM_JOB_ID"]]
-    stopped_at = int(latest.read_text().split("_")[1])
-    assert 5 <= stopped_at < 100 and not (run_dir / "results.json").exists()
-    # the requeued job: the same script, the same command, --resume picks up the checkpoint
-    second = subprocess.run(["bash", str(path)], env={**env, "SLURM_RESTART_COUNT": "1"}, capture_output=True,
-                            text=True, timeout=500)
-    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
-    assert f"standard: resumed at step {stopped_at} of 100" in second.stdout + second.stderr
-    result = json.loads((run_dir / "results.json").read_text())["arms"]["standard"]
-    assert result["steps"] == 100 and len(result["loss_curve"]) == 100
+# The generated script run end to end under simulated Slurm (sbatch/srun/scontrol shims in tests/slurm_shims):
+# tests/test_job_rehearsal.py.
 
 
 FAKE_SRUN = """#!/bin/bash
@@ -334,6 +264,103 @@ def test_a_path_the_script_cannot_quote_is_named(tmp_path):
     refused = r"'.*my runs/mem-8b-alps-gf4-16g': paths and values .* must not contain spaces"
     with pytest.raises(ValueError, match=refused):
         gen.make_job(gen.JobSpec(machine="alps", size="8b", out_dir=str(tmp_path), run_root=str(tmp_path / "my runs")))
-    with pytest.raises(ValueError, match="extra_args must not contain single quotes"):
-        gen.make_job(gen.JobSpec(machine="alps", size="8b", out_dir=str(tmp_path), run_root=str(tmp_path),
-                                 extra_args="--targets 'my docs'"))
+    # memorize flags are folded into the job's config file: quoting them is fine
+    job = gen.make_job(gen.JobSpec(machine="alps", size="8b", out_dir=str(tmp_path), run_root=str(tmp_path),
+                                   extra_args="--targets 'my docs'"))
+    assert job.config.data.targets == "my docs"
+
+
+# --------------------------------------------------------------------------- the job's config and pre-flight
+
+
+def test_generator_refuses_a_job_that_would_fail_and_check_says_why(tmp_path, capsys):
+    """The built-in corpus cannot fill 1000 steps of 128 rows x 2048 tokens: refused before a script is written
+    (memorize.py would say it only once the job started); --check prints every check and exits 1; one step fits."""
+    out = tmp_path / "jobs"
+    assert cli.main(["--size", "8b", "--out-dir", str(out), "--run-root", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert "would fail when it starts" in err and "corpus too small for 1000 steps: its 401018 background tokens" in err
+    assert not out.exists() or not list(out.iterdir())
+    assert cli.main(["--size", "8b", "--check", "--run-root", str(tmp_path / "runs")]) == 1
+    printed = capsys.readouterr().out
+    assert "[failed] corpus" in printed and "[ok] tokenizer" in printed and "[ok] memory" in printed
+    config = tmp_path / "one-step.yaml"
+    config.write_text("training: {steps: 1}\n")
+    assert cli.main(["--size", "8b", "--check", "--config", str(config), "--run-root", str(tmp_path / "runs")]) == 0
+    printed = capsys.readouterr().out
+    assert "[ok] corpus: --corpus builtin:pydocs fills 1 steps of 128 rows x 2048 tokens" in printed
+    assert "1 of 1 job(s) passed" in printed and not out.exists()
+
+
+def test_job_runs_its_resolved_config_with_only_execution_flags(tmp_path):
+    """--config gives the experiment, flags override it; the script runs memorize.py --config <the resolved
+    config next to it> plus grid, micro-batch, out and resume only; the file reads back to the job's config."""
+    import shlex
+
+    from memorization.experiment.config import load_config
+
+    config = tmp_path / "exp.yaml"
+    config.write_text("training: {steps: 1, lr: 1.0e-4}\ndata: {exposures: 2}\ngoldfish: {k: 8}\n")
+    assert cli.main(["--machine", "alps", "--size", "8b", "--gpus", "16", "--config", str(config), "--exposures", "1",
+                     "--out-dir", str(tmp_path / "jobs"), "--run-root", str(tmp_path / "runs")]) == 0
+    script = tmp_path / "jobs" / "mem-8b-alps-gf8-16g.sbatch"
+    written = script.with_suffix(".yaml")
+    line = next(x for x in script.read_text().splitlines() if "exec python recipes/memorize.py" in x)
+    argv = shlex.split(line.split("exec python recipes/memorize.py", 1)[1].rstrip("' &"))
+    flags = [a for a in argv if a.startswith("--")]
+    assert flags == ["--config", "--grid", "--micro-batch", "--out", "--resume"] and argv[1] == str(written)
+    cfg = load_config(written)
+    assert (cfg.training.lr, cfg.training.steps, cfg.data.exposures, cfg.goldfish.k) == (1e-4, 1, "1", 8)
+    assert (cfg.data.seq_len, cfg.training.batch_size, cfg.model.size) == (2048, 128, "8b")
+    assert cfg.output.out == str(tmp_path / "runs" / "mem-8b-alps-gf8-16g") and cfg.execution.grid == argv[3]
+    assert "--lr 0.0001" in script.read_text()  # the header names the settings for a reader
+
+
+def test_init_checked_for_tokenizer_and_planned_with_its_vocabulary(tmp_path, capsys):
+    """A visible --init is planned with its own vocabulary and its tokenizer is checked against it; an invisible
+    one is 'not checked' (never silently passed); {size} where no size fills it is refused."""
+    from test_job_rehearsal import save_tiny_llama
+
+    from memorization.experiment.config import ExperimentConfig, Model, resolve
+    from memorization.experiment.preflight import preflight
+
+    base = dict(machine="frontier", size="tiny", gpus=2, seq=64, global_batch=4, out_dir=str(tmp_path),
+                run_root=str(tmp_path / "runs"), extra_args="--steps 5 --num-targets 4 --num-nonmembers 2 "
+                "--prefix 8 --suffix 8")
+    small = save_tiny_llama(tmp_path / "small-tiny", vocab_size=1024, tokenizer=False)
+    shipped = REPO / "data" / "pydocs" / "tokenizer-bpe4096"  # 4,096 tokens: more than the checkpoint's rows
+    mismatch = {**base, "extra_args": base["extra_args"] + f" --tokenizer {shipped}"}
+    job = gen.make_job(gen.JobSpec(**mismatch, init=str(tmp_path / "small-{size}")))
+    assert job.shape.vocab == 1024 and job.config.model.init == str(small)
+    checks = {c.name: c for c in gen.check_job(job)}
+    assert checks["tokenizer"].failed and "1024" in checks["tokenizer"].detail
+    with pytest.raises(gen.JobRefused, match=r"\[failed\] tokenizer"):
+        gen.write_job(gen.JobSpec(**mismatch, init=str(small)))
+    own = save_tiny_llama(tmp_path / "own-tiny")
+    checks = {c.name: c.status for c in gen.check_job(gen.make_job(gen.JobSpec(**base, init=str(own))))}
+    assert set(checks.values()) == {"ok"}, checks
+    hidden = {c.name: c for c in gen.check_job(gen.make_job(gen.JobSpec(**base, init="/nowhere/{size}")))}
+    assert hidden["init"].status == hidden["tokenizer"].status == hidden["corpus"].status == "not checked"
+    assert "not visible here" in hidden["init"].detail
+    nosize = preflight(resolve(ExperimentConfig(model=Model(init="/models/Llama-3.1-{size}"))))
+    assert nosize[0].failed and "{size} has no size to fill" in nosize[0].detail
+
+
+def test_sweep_emit_jobs_maps_size_in_init_and_plans_its_vocabulary(tmp_path):
+    """recipes/sweep.py --init '/models/Llama-3.1-{size}' --emit-jobs: each size's job gets its own checkpoint
+    and is planned with the Llama 3.1 vocabulary (128,256 rows), not the built-in tokenizer's 4,096."""
+    from memorization.experiment.config import load_config
+
+    spec = importlib.util.spec_from_file_location("sweep_cli", REPO / "recipes" / "sweep.py")
+    sweep_cli = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep_cli)
+    res = sweep_cli.main(["--sizes", "8b,70b", "--exposures", "1", "--goldfish-k", "4", "--emit-jobs", "frontier",
+                          "--out", str(tmp_path / "s"), "--run-root", str(tmp_path / "runs"), "--steps", "1",
+                          "--init", "/nowhere/Llama-3.1-{size}"])
+    for path in res["jobs"]:
+        size = path.parent.name.split("-")[0]
+        cfg = load_config(path.with_suffix(".yaml"))
+        assert cfg.model.init == f"/nowhere/Llama-3.1-{size}" and "{size}" not in path.read_text()
+        assert "vocabulary" not in path.read_text().split("grid D,R,C,Z")[0]  # planned as the preset (128,256 rows)
+    assert gen.JobSpec(machine="frontier", size="8b", extra_args="--init /nowhere/Llama-3.1-{size}").shape().vocab \
+        == 128256

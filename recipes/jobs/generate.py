@@ -10,9 +10,20 @@ the environment the machine needs, one ``srun`` task per GPU, ``MASTER_ADDR`` fr
 node of ``$SLURM_JOB_NODELIST``, and checkpoint/resume on requeue (``#SBATCH --requeue``,
 ``--signal=B:USR1@...``, a fixed ``--out`` directory and ``--resume``).
 
-    python recipes/jobs/generate.py --machine frontier --size 405b --gpus 1024 --goldfish-k 4
-    python recipes/jobs/generate.py --all --account ABC123 --out-dir jobs/   # the paper matrix
-    python recipes/jobs/generate.py --all --init '/lustre/models/Llama-3.1-{size}'  # fine-tuning, as the paper
+The experiment is a memorize config (``--config FILE.yaml``: corpus, targets, tokenizer, steps, learning
+rate, ...; the flags below override it, and fields neither gives keep the job defaults: the 8b, rows of 2,048
+tokens, 128 rows a step, each target seen once). The job runs ``recipes/memorize.py --config <the resolved
+config, written next to the script>`` plus only what the job decides: ``--grid``, ``--micro-batch``, ``--out``,
+``--resume``. Before a script is written, the experiment's own checks run for the job's exact configuration:
+the config is valid, the corpus fills the steps with the targets, the tokenizer fits the ``--init``
+checkpoint's vocabulary, the checkpoint has the size's shape, the grid divides the model, its memory fits the
+machine's GPUs. A failure refuses the job with the reason and the fix; a check that needs data this machine
+cannot see (an ``--init`` only the compute nodes mount) is reported as not checked. ``--check`` runs the checks
+alone and prints them (exit status 1 when one fails).
+
+    python recipes/jobs/generate.py --machine frontier --size 405b --gpus 1024 --config recipes/configs/X.yaml
+    python recipes/jobs/generate.py --all --config X.yaml --init '/lustre/models/Llama-3.1-{size}' --check
+    python recipes/jobs/generate.py --all --account ABC123 --out-dir jobs/ --config X.yaml  # the paper matrix
 
 With ``--init`` each rank reads only the rows of the checkpoint its shards need (no process holds
 the full model; ``memorization.models.build_model``).
@@ -32,7 +43,10 @@ if str(REPO) not in sys.path:  # runnable as a plain script from anywhere
 from axonn.cli import HelpFormatter  # noqa: E402
 from axonn.grid import parse_grid  # noqa: E402
 from axonn.planner import GRAD_REDUCE_BYTES, PlanError  # noqa: E402
-from memorization.jobs import ARMS, MACHINES, JobSpec, make_job, paper_matrix  # noqa: E402
+from memorization.experiment.config import ConfigError  # noqa: E402
+from memorization.experiment.preflight import NOT_CHECKED  # noqa: E402
+from memorization.jobs import (ARMS, MACHINES, JobRefused, check_job, job_defaults, load_job_config,  # noqa: E402
+                               make_job, paper_matrix, spec_from_experiment)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,33 +54,48 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=HelpFormatter,
                                 epilog="examples:\n  python recipes/jobs/generate.py --machine frontier --size 405b "
                                        "--gpus 1024\n  python recipes/jobs/generate.py --all --account ABC123")
+    p.add_argument("--config", metavar="FILE.yaml", default=None,
+                   help="the experiment: a memorize config (sections model, data, goldfish, training, ...; see "
+                        "recipes/memorize.py --help); the flags below override it; fields neither gives keep the "
+                        "job defaults (8b, --seq 2048, --global-batch 128, --exposures 1)")
+    p.add_argument("--check", action="store_true",
+                   help="run the pre-flight checks of each job (config, corpus fills the steps, tokenizer, --init "
+                        "shape and vocabulary, grid, memory) and print them; write nothing; exit status 1 when one "
+                        "fails (checks that need data not visible here are listed as not checked)")
     p.add_argument("--machine", choices=list(MACHINES), default="frontier",
                    help="target system (its Slurm template and planner profile)")
-    p.add_argument("--size", default="8b", help="model preset (8b, 70b, 405b, ...)")
+    p.add_argument("--size", default=None, help="model preset (8b, 70b, 405b, ...; default: the config's, else 8b)")
     p.add_argument("--gpus", type=int, help="total GPUs (GCDs on Frontier); default: the paper's count")
     p.add_argument("--nodes", type=int, help="nodes instead of --gpus")
-    p.add_argument("--goldfish-k", type=int, default=4, help="Goldfish k (0 = standard loss; default 4)")
-    p.add_argument("--arms", default="both", choices=ARMS,
+    p.add_argument("--goldfish-k", type=int, default=None,
+                   help="Goldfish k (0 = standard loss; default: the config's, else 4)")
+    p.add_argument("--arms", default=None, choices=ARMS,
                    help="memorize.py --arms: both (default: the standard arm, and the Goldfish one when k >= 2, "
                         "paired in one report), or one arm alone")
-    p.add_argument("--exposures", type=int, default=100, help="times each target document is seen")
+    p.add_argument("--exposures", default=None,
+                   help="times each target document is seen (a comma list splits the targets into groups); "
+                        "default: the config's, else 1 (the paper's headline: a single pass)")
     p.add_argument("--time", default="02:00:00", help="wall time per allocation (requeues continue)")
     p.add_argument("--account", default="ACCOUNT", help="allocation/project to charge (placeholder by default)")
     p.add_argument("--out-dir", default="recipes/jobs/out", help="where to write the .sbatch files")
     p.add_argument("--run-root", default="runs/jobs", help="runs' checkpoint/log root (fixed per job)")
-    p.add_argument("--seq", type=int, default=2048, help="sequence length (default 2048)")
-    p.add_argument("--global-batch", type=int, default=128, help="sequences per optimizer step (default 128)")
-    p.add_argument("--micro-batch", type=int, default=None, help="per GPU (default: the planner's)")
+    p.add_argument("--seq", type=int, default=None,
+                   help="sequence length (memorize --seq-len; default: the config's, else 2048)")
+    p.add_argument("--global-batch", type=int, default=None,
+                   help="sequences per optimizer step (memorize --batch-size; default: the config's, else 128)")
+    p.add_argument("--micro-batch", type=int, default=None,
+                   help="per GPU (default: the config's, else the planner's)")
     p.add_argument("--grid", default=None, help="D,R,C,Z instead of the planner's best grid")
     p.add_argument("--init", default=None, help="Hugging Face checkpoint (safetensors) to fine-tune, as the paper "
                    "does; '{size}' in the path becomes each job's size, e.g. /models/Llama-3.1-{size} with --all. "
                    "Checked against the size's shape where this machine sees it. Default: random init")
-    p.add_argument("--no-activation-checkpointing", action="store_true",
-                   help="plan and train without per-layer activation checkpointing")
-    p.add_argument("--grad-reduce-dtype", default="fp32", choices=sorted(GRAD_REDUCE_BYTES),
-                   help="sum gradients over depth and data in bf16 (half the bytes; planned and trained so)")
-    p.add_argument("--async-checkpoint", action=argparse.BooleanOptionalAction, default=True,
-                   help="write checkpoints in the background while training continues (default on: each "
+    p.add_argument("--activation-checkpointing", action=argparse.BooleanOptionalAction, default=None,
+                   help="plan and train with per-layer activation checkpointing (default: the config's, else on)")
+    p.add_argument("--grad-reduce-dtype", default=None, choices=sorted(GRAD_REDUCE_BYTES),
+                   help="sum gradients over depth and data in bf16 (half the bytes; planned and trained so); "
+                        "default: the config's, else fp32")
+    p.add_argument("--async-checkpoint", action=argparse.BooleanOptionalAction, default=None,
+                   help="write checkpoints in the background while training continues (default: the config's, else on: each "
                         "rank needs host memory for its share of the state, a few GB at the planned grids)")
     p.add_argument("--checkpoint-minutes", type=float, default=30.0,
                    help="wall time between checkpoints (turned into --checkpoint-every with the predicted step "
@@ -86,28 +115,50 @@ def main(argv: list[str] | None = None) -> int:
         grid = parse_grid(a.grid) if a.grid else None
     except ValueError as e:
         p.error(f"--grid: {e}")
-    spec = JobSpec(machine=a.machine, size=a.size, gpus=a.gpus, nodes=a.nodes, goldfish_k=a.goldfish_k,
-                   arms=a.arms, exposures=a.exposures, time=a.time, account=a.account, out_dir=a.out_dir,
-                   run_root=a.run_root,
-                   seq=a.seq, global_batch=a.global_batch, micro_batch=a.micro_batch, grid=grid,
-                   activation_checkpointing=not a.no_activation_checkpointing,
-                   grad_reduce_dtype=a.grad_reduce_dtype, async_checkpoint=a.async_checkpoint, init=a.init,
-                   checkpoint_minutes=a.checkpoint_minutes, signal_lead_s=a.signal_lead, fs_gbps=a.fs_gbps)
+    try:
+        experiment = load_job_config(a.config) if a.config else job_defaults()
+    except ConfigError as e:
+        print(e.code, file=sys.stderr)
+        return 2
+    spec = spec_from_experiment(
+        experiment, a.machine, size=a.size, gpus=a.gpus, nodes=a.nodes, goldfish_k=a.goldfish_k, arms=a.arms,
+        exposures=a.exposures, time=a.time, account=a.account, out_dir=a.out_dir, run_root=a.run_root, seq=a.seq,
+        global_batch=a.global_batch, micro_batch=a.micro_batch, grid=grid,
+        activation_checkpointing=a.activation_checkpointing, grad_reduce_dtype=a.grad_reduce_dtype,
+        async_checkpoint=a.async_checkpoint, init=a.init, checkpoint_minutes=a.checkpoint_minutes,
+        signal_lead_s=a.signal_lead, fs_gbps=a.fs_gbps)
     specs = paper_matrix(spec) if a.all else [spec]
+    failed = 0
     try:
         for s in specs:
             job = make_job(s)
+            step = f"{job.predicted_step_s:.2f} s/step" if job.predicted_step_s else "grid by hand"
+            summary = (f"nodes={job.nodes} tasks={job.tasks} grid={','.join(map(str, job.grid))} "
+                       f"mb={job.micro_batch} ({step}; checkpoint every {job.stop.checkpoint_every} steps, "
+                       f"USR1 {job.stop.signal_lead_s} s ahead)")
+            checks = check_job(job)
+            if a.check:
+                print(f"{job.spec.name}: {summary}")
+                for c in checks:
+                    print(f"  {c.line()}")
+                failed += any(c.failed for c in checks)
+                continue
+            if any(c.failed for c in checks):
+                raise JobRefused(job, checks)
+            for c in checks:
+                if c.status == NOT_CHECKED:
+                    print(f"note: {job.spec.name}: {c.name} not checked: {c.detail}", file=sys.stderr)
             if a.print and not a.all:
                 print(job.text)
                 continue
-            path = job.write()
-            step = f"{job.predicted_step_s:.2f} s/step" if job.predicted_step_s else "grid by hand"
-            print(f"{path}  nodes={job.nodes} tasks={job.tasks} grid={','.join(map(str, job.grid))} "
-                  f"mb={job.micro_batch} ({step}; checkpoint every {job.stop.checkpoint_every} steps, "
-                  f"USR1 {job.stop.signal_lead_s} s ahead)")
+            print(f"{job.write()}  {summary}")
     except (PlanError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if a.check:
+        print(f"{len(specs) - failed} of {len(specs)} job(s) passed the checks" + (
+            "; fix the failed ones (each says how) before generating" if failed else ""))
+        return 1 if failed else 0
     return 0
 
 

@@ -1,0 +1,118 @@
+"""Rehearsal of generated jobs under a simulated Slurm (the shims in tests/slurm_shims: sbatch, srun, scontrol,
+module): a script from recipes/jobs/generate.py runs on this machine with 4 CPU ranks (gloo), fine-tuning a
+tiny Llama saved with transformers (``--init``, with the shipped BPE tokenizer next to it) on the built-in
+corpus (the prepared token store does not exist yet).  USR1 mid-run -> every rank checkpoints and exits 75 ->
+``scontrol requeue`` -> the sbatch shim runs the job again -> it resumes and finishes; its results equal an
+uninterrupted run's of the same job (same grid, same computation: exactly)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from memorization import jobs as gen
+
+REPO = Path(__file__).resolve().parents[1]
+SHIMS = REPO / "tests" / "slurm_shims"
+STEPS = 16
+
+
+def save_tiny_llama(path: Path, vocab_size: int | None = None, tokenizer: bool = True) -> Path:
+    """A random ``tiny``-preset Llama saved with transformers (safetensors) at ``path``, with the built-in
+    BPE tokenizer next to it (``tokenizer``); ``vocab_size`` overrides the preset's 4,096 rows."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    from axonn.presets import get_preset
+    from memorization.corpus import load_tokenizer
+
+    torch.manual_seed(0)
+    LlamaForCausalLM(get_preset("tiny").llama_config(vocab_size)).save_pretrained(path, safe_serialization=True)
+    if tokenizer:
+        load_tokenizer().save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_init(tmp_path_factory) -> Path:
+    return save_tiny_llama(tmp_path_factory.mktemp("init") / "Llama-tiny")
+
+
+def _job(machine: str, root: Path, init: Path) -> gen.Job:
+    extra = (f"--steps {STEPS} --num-targets 4 --num-nonmembers 2 --prefix 8 --suffix 8 --extract-batch 4 "
+             "--no-progress --checkpoint-every 2 --eval-every 0")
+    spec = gen.JobSpec(machine=machine, size="tiny", gpus=4, seq=64, global_batch=8, exposures=2,
+                       time="00:30:00", out_dir=str(root / "jobs"), run_root=str(root / "runs"), init=str(init),
+                       extra_args=extra)
+    path = gen.write_job(spec)  # pre-flight checks included
+    job = gen.make_job(spec)
+    assert job.path == path and "--config" in job.text
+    return job
+
+
+def _sbatch(job: gen.Job, root: Path, job_id: int) -> subprocess.Popen:
+    env = {**os.environ, "PATH": f"{SHIMS}:{os.environ['PATH']}", "AXONN_VENV": sys.prefix, "AXONN_REPO": str(REPO),
+           "SLURM_JOB_ID": str(job_id), "SLURM_SHIM_STATE": str(root / "slurm"), "USER": os.environ.get("USER", "ci"),
+           "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "AXONN_TIMEOUT": "240"}
+    return subprocess.Popen([str(SHIMS / "sbatch"), str(job.path)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def _arms(run_dir: Path) -> dict:
+    arms = json.loads((run_dir / "results.json").read_text())["arms"]
+    return {a: {k: v for k, v in r.items() if k != "train_seconds"} for a, r in arms.items()}
+
+
+_REFERENCE: dict[str, dict] = {}
+
+
+def reference(machine: str, root: Path, init: Path) -> dict:
+    """The uninterrupted run of the same job (once per machine and session)."""
+    if machine not in _REFERENCE:
+        job = _job(machine, root, init)
+        p = _sbatch(job, root, 31000 + os.getpid() % 1000)
+        out, _ = p.communicate(timeout=500)
+        assert p.returncode == 0, out + job.log_dir.joinpath(f"{job.spec.name}-{31000 + os.getpid() % 1000}.out").read_text()[-3000:]
+        _REFERENCE[machine] = _arms(Path(job.config.output.out))
+    return _REFERENCE[machine]
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("machine", ["frontier", pytest.param("alps", marks=pytest.mark.slow),
+                                     pytest.param("perlmutter", marks=pytest.mark.slow)])
+def test_rehearsal_usr1_requeue_resume_equals_uninterrupted(machine, tiny_init, tmp_path):
+    """sbatch (shim) runs the generated script; USR1 once the first checkpoint exists; the script forwards it,
+    all 4 ranks checkpoint after the same step and exit 75, the shell requeues, the shim reruns the job
+    (SLURM_RESTART_COUNT=1), which resumes there and finishes: results.json's arms (loss curve, val loss,
+    extraction numbers) equal the uninterrupted job's exactly."""
+    job = _job(machine, tmp_path, tiny_init)
+    run_dir = Path(job.config.output.out)
+    assert job.tasks == 4 and job.config.model.init == str(tiny_init)
+    job_id = 32000 + os.getpid() % 1000
+    p = _sbatch(job, tmp_path, job_id)
+    latest = run_dir / "standard" / "checkpoint" / "LATEST"
+    deadline = time.time() + 300
+    while not latest.exists() and p.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    log = job.log_dir / f"{job.spec.name}-{job_id}.out"
+    assert latest.exists(), log.read_text()[-3000:] if log.exists() else ""
+    p.send_signal(signal.SIGUSR1)  # Slurm: --signal=B:USR1@lead to the batch shell
+    out, _ = p.communicate(timeout=600)
+    text = log.read_text()
+    assert p.returncode == 0, out + text[-4000:]
+    assert "USR1: time limit near, checkpoint + requeue" in text and "srun exited with 75" in text
+    assert f"job {job_id} (restart 1)" in text
+    resumed = [line for line in text.splitlines() if "standard: resumed at step" in line]
+    assert resumed, text[-4000:]
+    stopped_at = int(resumed[0].split("resumed at step ")[1].split()[0])
+    assert 2 <= stopped_at < STEPS
+    got = _arms(run_dir)
+    want = reference(machine, tmp_path / "reference", tiny_init)
+    assert set(got) == {"standard", "goldfish"}
+    assert got == want
