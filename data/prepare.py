@@ -8,6 +8,7 @@ store.json with the fingerprints of corpus, targets and tokenizer; a run naming 
 refused with the command that prepares the right store (memorization/token_store.py).
 
     python data/prepare.py --out runs/store                      # the default experiment's mixture
+    python data/prepare.py --config recipes/configs/paper/llama3.1-8b.yaml --out /scratch/store-8b --num-proc 32
     python data/prepare.py --corpus my.jsonl --tokenizer /models/Llama-3.1-8B --seq-len 2048 \\
         --batch-size 128 --steps 5000 --exposures 16 --num-proc 16 --out /scratch/store
 """
@@ -25,8 +26,17 @@ if str(_REPO) not in sys.path:  # runnable from a checkout without installation
 from axonn.cli import HelpFormatter  # noqa: E402
 
 
+#: what --config decides (the experiment's fields); with --config only --out, --num-proc and --overwrite are given
+MIXTURE_FLAGS = ("corpus", "text_field", "targets", "tokenizer", "seq_len", "batch_size", "steps", "exposures",
+                 "num_targets", "num_nonmembers", "val_docs", "prefix", "suffix", "min_target_tokens",
+                 "max_target_tokens", "skip_short_targets", "skip_overlapping_targets", "seed")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter, allow_abbrev=False)
+    p.add_argument("--config", help="an experiment config (recipes/memorize.py --config): prepare exactly the "
+                   "store its run needs -- corpus, targets, tokenizer (with model.init, the checkpoint's own) and "
+                   "mixture; --out defaults to its data.store. The other data flags below are then refused")
     p.add_argument("--corpus", default="builtin:pydocs",
                    help="background corpus: builtin:pydocs, a local .jsonl/.json/.parquet/.csv/.txt file or "
                         "directory (also one written by datasets' save_to_disk), or a Hugging Face hub dataset name")
@@ -57,20 +67,47 @@ def parser() -> argparse.ArgumentParser:
                    help="skip (and count) targets sharing a 32-token span with an earlier one")
     p.add_argument("--seed", type=int, default=0, help="the mixture's seed (the experiment's --seed)")
     p.add_argument("--num-proc", type=int, default=1, help="processes tokenizing the corpus (datasets.map num_proc)")
-    p.add_argument("--out", required=True, help="the store's directory (written whole, then renamed into place)")
+    p.add_argument("--out", help="the store's directory (written whole, then renamed into place); required "
+                   "unless --config names a data.store")
     p.add_argument("--overwrite", action="store_true", help="replace an existing store at --out")
     return p
 
 
+def from_config(args: argparse.Namespace, argv: list[str]) -> tuple:
+    """(corpus, tokenizer spec, MixtureConfig, targets, targets path, text field, out) of ``--config``."""
+    from memorization.experiment.config import load_config, resolve
+    from memorization.experiment.data import mixture_config, read_targets, targets_text_field, tokenizer_spec
+
+    flags = [f"--{k.replace('_', '-')}" for k in MIXTURE_FLAGS]
+    given = [f for f in flags if any(a == f or a.startswith(f + "=") for a in argv)]
+    if given:
+        raise SystemExit(f"error: --config decides the store's data and mixture; drop {', '.join(given)} (or "
+                         "change the config)")
+    cfg = resolve(load_config(args.config))
+    out = args.out or cfg.data.store
+    if not out:
+        raise SystemExit(f"error: --config {args.config} names no data.store: pass --out")
+    d = cfg.data
+    targets = read_targets(d.targets, targets_text_field(cfg)) if d.targets else None
+    return d.corpus, tokenizer_spec(cfg), mixture_config(cfg), targets, d.targets, d.text_field, out
+
+
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
     args = parser().parse_args(argv)
     from memorization.mixture import MixtureConfig
-    from memorization.token_store import StoreError, prepare_store, store_info
 
+    if args.config:
+        corpus, tokenizer, cfg, targets, targets_path, text_field, out = from_config(args, argv)
+        prepare(corpus, tokenizer, cfg, targets, targets_path, text_field, out, args)
+        return
+    if not args.out:
+        raise SystemExit("error: --out is required (or --config naming a data.store)")
     try:
         exposures = tuple(int(x) for x in args.exposures.split(","))
     except ValueError:
-        raise SystemExit(f"error: --exposures {args.exposures!r}: give an integer or a comma list of integers") from None
+        raise SystemExit(f"error: --exposures {args.exposures!r}: give an integer or a comma list of integers"
+                         ) from None
     try:
         cfg = MixtureConfig(seq_len=args.seq_len, batch_size=args.batch_size, exposures=exposures,
                             num_targets=args.num_targets, num_nonmembers=args.num_nonmembers, val_docs=args.val_docs,
@@ -85,10 +122,17 @@ def main(argv: list[str] | None = None) -> None:
         from memorization.experiment.data import read_targets  # (the experiment's reader: the same documents)
 
         targets = read_targets(args.targets, args.text_field)
+    prepare(args.corpus, args.tokenizer, cfg, targets, args.targets, args.text_field, args.out, args)
+
+
+def prepare(corpus: str, tokenizer: str, cfg, targets, targets_path, text_field: str, out: str,
+            args: argparse.Namespace) -> None:
+    from memorization.token_store import StoreError, prepare_store, store_info
+
     t0 = time.perf_counter()
     try:
-        out = prepare_store(args.corpus, args.tokenizer, cfg, args.out, targets=targets, targets_path=args.targets,
-                            text_field=args.text_field, num_proc=args.num_proc, overwrite=args.overwrite)
+        out = prepare_store(corpus, tokenizer, cfg, out, targets=targets, targets_path=targets_path,
+                            text_field=text_field, num_proc=args.num_proc, overwrite=args.overwrite)
     except (StoreError, ValueError, FileNotFoundError, OSError) as e:
         raise SystemExit(f"error: {e}") from None
     info = store_info(out)

@@ -203,3 +203,58 @@ def test_the_recorded_token_range_is_checked_against_the_model(stores, tmp_path)
 def test_an_existing_store_is_kept_unless_overwrite(stores, tmp_path):
     with pytest.raises(StoreError, match="--overwrite"):
         prepare_store(DEFAULT_CORPUS, DEFAULT_TOKENIZER, CFG, stores[1])
+
+
+# ---- the experiment on a store: data/prepare.py --config, then memorize --store ----------------------------
+
+RUN_YAML = """\
+data: {num_targets: 2, num_nonmembers: 2, exposures: "2", seq_len: 64, store: STORE}
+training: {steps: 6, checkpoint_every: 0}
+goldfish: {arms: standard}
+extraction: {prefix: 10, suffix: 10, batch: 4}
+output: {no_progress: true}
+"""
+
+
+def _script(name: str):
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / name
+    spec = importlib.util.spec_from_file_location(path.stem + "_script", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_run_on_the_store_its_config_prepares_gives_the_in_memory_runs_results(tmp_path):
+    """`data/prepare.py --config run.yaml` prepares the store the config's run names; memorize on it trains and
+    extracts exactly as the same run building its mixture in memory (same rows: the same computation), and
+    records the same data checksums in its manifest."""
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(RUN_YAML.replace("STORE", str(tmp_path / "store")))
+    _script("data/prepare.py").main(["--config", str(cfg)])
+    memorize = _script("recipes/memorize.py")
+    on_store = memorize.main(["--config", str(cfg), "--out", str(tmp_path / "a")])
+    in_memory = memorize.main(["--config", str(cfg), "--store", "", "--out", str(tmp_path / "b")])
+    a, b = on_store["arms"]["standard"], in_memory["arms"]["standard"]
+    for key in ("loss_curve", "val_loss", "exact_by_target", "token_match", "rouge_l"):
+        assert a[key] == b[key], key
+    man = [json.loads((tmp_path / d / "manifest.json").read_text()) for d in ("a", "b")]
+    for key in ("targets", "nonmembers", "corpus_fingerprint", "corpus_sha256", "tokenizer_sha256"):
+        assert man[0][key] == man[1][key], key
+
+
+def test_a_run_whose_store_is_missing_or_of_other_settings_is_refused_with_the_prepare_command(tmp_path):
+    from memorization.experiment.config import ConfigError
+
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(RUN_YAML.replace("STORE", str(tmp_path / "store")))
+    memorize = _script("recipes/memorize.py")
+    with pytest.raises(ConfigError, match=r"--store .*store does not exist: prepare it with `python data/prepare.py"):
+        memorize.main(["--config", str(cfg), "--out", str(tmp_path / "a")])
+    assert not (tmp_path / "a").exists()
+    _script("data/prepare.py").main(["--config", str(cfg)])
+    with pytest.raises(SystemExit, match=r"error: --store: .*exposures.*python data/prepare\.py .*--exposures 3"):
+        memorize.main(["--config", str(cfg), "--exposures", "3", "--out", str(tmp_path / "a")])
+    with pytest.raises(SystemExit, match=r"--config decides the store's data and mixture; drop --seq-len"):
+        _script("data/prepare.py").main(["--config", str(cfg), "--seq-len", "128", "--out", str(tmp_path / "s2")])

@@ -78,6 +78,7 @@ class Data:
     skip_short_targets: bool = _opt("--skip-short-targets", False)
     skip_overlapping_targets: bool = _opt("--skip-overlapping-targets", False)
     seq_len: int | None = _opt("--seq-len", aliases=("sequence_length", "seq"))
+    store: str | None = _opt("--store", aliases=("token_store",))
 
 
 @dataclass(frozen=True)

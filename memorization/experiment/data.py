@@ -79,14 +79,37 @@ def warmup_steps(cfg: ExperimentConfig, num_steps: int) -> int:
     return fine_tune_warmup(num_steps) if w is None else w
 
 
+def tokenizer_spec(cfg: ExperimentConfig) -> str:
+    """Where the run's tokenizer comes from: ``--tokenizer``, or with ``--init`` and no ``--tokenizer`` the
+    checkpoint's directory."""
+    from memorization.corpus import DEFAULT_TOKENIZER
+
+    init = cfg.model.init
+    return init if init and cfg.data.tokenizer == DEFAULT_TOKENIZER else cfg.data.tokenizer
+
+
+def open_run_store(cfg: ExperimentConfig, tokenizer, targets: list[str] | None):
+    """The mixture of the token store ``--store``, memory-mapped (:func:`memorization.token_store.open_store`),
+    after checking it was prepared from this run's corpus, tokenizer, targets and mixture settings; a
+    SystemExit with the ``data/prepare.py`` command that makes the right store otherwise."""
+    from memorization.token_store import StoreError, open_store
+
+    try:
+        return open_store(cfg.data.store, corpus=cfg.data.corpus, tokenizer=tokenizer, config=mixture_config(cfg),
+                          target_texts=targets, text_field=cfg.data.text_field, tokenizer_spec=tokenizer_spec(cfg),
+                          targets_path=cfg.data.targets)
+    except (StoreError, ValueError) as e:
+        raise SystemExit(f"error: --store: {e}") from None
+
+
 def load_run_tokenizer(cfg: ExperimentConfig):
-    """The run's tokenizer (with ``--init`` and no ``--tokenizer``, the checkpoint's own), checked against
-    the ``--init`` checkpoint's vocabulary; every failure a SystemExit saying what to do."""
-    from memorization.corpus import DEFAULT_TOKENIZER, load_tokenizer
+    """The run's tokenizer (:func:`tokenizer_spec`), checked against the ``--init`` checkpoint's vocabulary;
+    every failure a SystemExit saying what to do."""
+    from memorization.corpus import load_tokenizer
     from memorization.models import check_same_vocab, check_tokenizer_fits
 
     init = cfg.model.init
-    spec = init if init and cfg.data.tokenizer == DEFAULT_TOKENIZER else cfg.data.tokenizer
+    spec = tokenizer_spec(cfg)
     try:
         tokenizer = load_tokenizer(spec)
     except (OSError, ValueError) as e:

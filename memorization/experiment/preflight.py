@@ -122,10 +122,19 @@ def _check_corpus(cfg: ExperimentConfig, tokenizer) -> Check:
     if tokenizer is None:
         return Check("corpus", NOT_CHECKED, "needs the tokenizer (above) to count the corpus's tokens")
     from memorization.corpus import load_documents
-    from memorization.experiment.data import mixture_config, read_targets, targets_text_field
+    from memorization.experiment.data import mixture_config, open_run_store, read_targets, targets_text_field
     from memorization.mixture import build_mixture
 
     d, t = cfg.data, cfg.training
+    if d.store:  # the prepared store the job will memory-map: of this corpus, tokenizer, targets and settings
+        try:
+            targets = read_targets(d.targets, targets_text_field(cfg)) if d.targets else None
+            mixture = open_run_store(cfg, tokenizer, targets)
+        except (SystemExit, ValueError, OSError) as e:
+            return Check("corpus", FAILED, _message(e))
+        return Check("corpus", OK, f"--store {d.store} holds {mixture.num_steps} steps of {t.batch_size} rows x "
+                     f"{d.seq_len} tokens of --corpus {d.corpus} with {len(mixture.targets)} targets (exposures "
+                     f"{d.exposures})")
     try:
         docs = load_documents(d.corpus, text_field=d.text_field)
         targets = read_targets(d.targets, targets_text_field(cfg)) if d.targets else None

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from memorization.experiment.config import ExperimentConfig, dump_config, resolve, settings
-from memorization.experiment.data import (check_same_data, load_run_tokenizer, mixture_config, read_targets,
-                                          targets_text_field, warmup_steps)
+from memorization.experiment.data import (check_same_data, load_run_tokenizer, mixture_config, open_run_store,
+                                          read_targets, targets_text_field, warmup_steps)
 from memorization.experiment.plan import print_plan, run_shape
 from memorization.experiment.validate import parse_grid, validate
 
@@ -143,18 +143,21 @@ def run_experiment(cfg: ExperimentConfig) -> dict | None:
     check_size_runs_here(run_shape(cfg, tokenizer), rt.device, parse_grid(cfg.execution.grid), seq=cfg.data.seq_len,
                          micro_batch=micro, activation_checkpointing=t.activation_checkpointing,
                          micro_steps=max(1, local_rows // micro), grad_reduce_dtype=cfg.execution.grad_reduce_dtype)
-    try:
-        docs = load_documents(cfg.data.corpus, text_field=cfg.data.text_field)
-    except (ValueError, FileNotFoundError) as e:
-        raise SystemExit(f"error: --corpus: {e}") from None
     targets = read_targets(cfg.data.targets, targets_text_field(cfg)) if cfg.data.targets else None
-    try:
-        mixture = build_mixture(docs, tokenizer, mixture_config(cfg), target_texts=targets,
-                                meta={"corpus": cfg.data.corpus, "tokenizer": cfg.data.tokenizer,
-                                      "corpus_fingerprint": corpus_fingerprint(docs),
-                                      **data_checksums(cfg.data.corpus, tokenizer)})
-    except ValueError as e:
-        raise SystemExit(f"error: {e}") from None
+    if cfg.data.store:
+        mixture = open_run_store(cfg, tokenizer, targets)
+    else:
+        try:
+            docs = load_documents(cfg.data.corpus, text_field=cfg.data.text_field)
+        except (ValueError, FileNotFoundError) as e:
+            raise SystemExit(f"error: --corpus: {e}") from None
+        try:
+            mixture = build_mixture(docs, tokenizer, mixture_config(cfg), target_texts=targets,
+                                    meta={"corpus": cfg.data.corpus, "tokenizer": cfg.data.tokenizer,
+                                          "corpus_fingerprint": corpus_fingerprint(docs),
+                                          **data_checksums(cfg.data.corpus, tokenizer)})
+        except ValueError as e:
+            raise SystemExit(f"error: {e}") from None
     out = Path(cfg.output.out)
     if cfg.output.overwrite:  # only now: a run refused above leaves the old one in place
         if rt.is_main and out.exists():

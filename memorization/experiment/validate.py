@@ -86,6 +86,13 @@ def validate(cfg: ExperimentConfig) -> None:
 
     if d.corpus != DEFAULT_CORPUS and looks_local(d.corpus) and not Path(d.corpus).expanduser().exists():
         raise ConfigError(f"error: --corpus {d.corpus} does not exist")
+    from memorization.token_store import STORE_FILE
+
+    if d.store and not (Path(d.store).expanduser() / STORE_FILE).exists():
+        what = f"holds no finished token store (no {STORE_FILE})" if Path(d.store).expanduser().exists() \
+            else "does not exist"
+        raise ConfigError(f"error: --store {d.store} {what}: prepare it with `python data/prepare.py --config "
+                          f"<this run's config.yaml> --out {d.store}` (or run without --store)")
     if x.prefix < 1 or x.suffix < 1:
         raise ConfigError("error: --prefix and --suffix must be >= 1")
     _check_training_numbers(cfg)
