@@ -1,9 +1,9 @@
 """Rehearsal of generated jobs under a simulated Slurm (the shims in tests/slurm_shims: sbatch, srun, scontrol,
 module): a script from recipes/jobs/generate.py runs on this machine with 4 CPU ranks (gloo), fine-tuning a
-tiny Llama saved with transformers (``--init``, with the shipped BPE tokenizer next to it) on the built-in
-corpus (the prepared token store does not exist yet).  USR1 mid-run -> every rank checkpoints and exits 75 ->
-``scontrol requeue`` -> the sbatch shim runs the job again -> it resumes and finishes; its results equal an
-uninterrupted run's of the same job (same grid, same computation: exactly)."""
+tiny Llama saved with transformers (``--init``, with the shipped BPE tokenizer next to it) on a token store
+prepared from the built-in corpus with that checkpoint's tokenizer (``--store``).  USR1 mid-run -> every rank
+checkpoints and exits 75 -> ``scontrol requeue`` -> the sbatch shim runs the job again -> it resumes and
+finishes; its results equal an uninterrupted run's of the same job (same grid, same computation: exactly)."""
 from __future__ import annotations
 
 import json
@@ -44,9 +44,22 @@ def tiny_init(tmp_path_factory) -> Path:
     return save_tiny_llama(tmp_path_factory.mktemp("init") / "Llama-tiny")
 
 
-def _job(machine: str, root: Path, init: Path) -> gen.Job:
+@pytest.fixture(scope="module")
+def store(tiny_init, tmp_path_factory) -> Path:
+    """The token store of the jobs' mixture (as data/prepare.py writes it), tokenized with the checkpoint's own
+    tokenizer: the jobs' ranks memory-map it instead of tokenizing the corpus."""
+    from memorization.corpus import DEFAULT_CORPUS
+    from memorization.mixture import MixtureConfig
+    from memorization.token_store import prepare_store
+
+    cfg = MixtureConfig(seq_len=64, batch_size=8, exposures=(2,), num_targets=4, num_nonmembers=2, num_steps=STEPS,
+                        min_target_tokens=16, seed=0)
+    return prepare_store(DEFAULT_CORPUS, str(tiny_init), cfg, tmp_path_factory.mktemp("store") / "store")
+
+
+def _job(machine: str, root: Path, init: Path, store: Path) -> gen.Job:
     extra = (f"--steps {STEPS} --num-targets 4 --num-nonmembers 2 --prefix 8 --suffix 8 --extract-batch 4 "
-             "--no-progress --checkpoint-every 2 --eval-every 0")
+             f"--no-progress --checkpoint-every 2 --eval-every 0 --store {store}")
     spec = gen.JobSpec(machine=machine, size="tiny", gpus=4, seq=64, global_batch=8, exposures=2,
                        time="00:30:00", out_dir=str(root / "jobs"), run_root=str(root / "runs"), init=str(init),
                        extra_args=extra)
@@ -72,13 +85,14 @@ def _arms(run_dir: Path) -> dict:
 _REFERENCE: dict[str, dict] = {}
 
 
-def reference(machine: str, root: Path, init: Path) -> dict:
+def reference(machine: str, root: Path, init: Path, store: Path) -> dict:
     """The uninterrupted run of the same job (once per machine and session)."""
     if machine not in _REFERENCE:
-        job = _job(machine, root, init)
-        p = _sbatch(job, root, 31000 + os.getpid() % 1000)
+        job = _job(machine, root, init, store)
+        job_id = 31000 + os.getpid() % 1000
+        p = _sbatch(job, root, job_id)
         out, _ = p.communicate(timeout=500)
-        assert p.returncode == 0, out + job.log_dir.joinpath(f"{job.spec.name}-{31000 + os.getpid() % 1000}.out").read_text()[-3000:]
+        assert p.returncode == 0, out + job.log_dir.joinpath(f"{job.spec.name}-{job_id}.out").read_text()[-3000:]
         _REFERENCE[machine] = _arms(Path(job.config.output.out))
     return _REFERENCE[machine]
 
@@ -86,14 +100,14 @@ def reference(machine: str, root: Path, init: Path) -> dict:
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("machine", ["frontier", pytest.param("alps", marks=pytest.mark.slow),
                                      pytest.param("perlmutter", marks=pytest.mark.slow)])
-def test_rehearsal_usr1_requeue_resume_equals_uninterrupted(machine, tiny_init, tmp_path):
+def test_rehearsal_usr1_requeue_resume_equals_uninterrupted(machine, tiny_init, store, tmp_path):
     """sbatch (shim) runs the generated script; USR1 once the first checkpoint exists; the script forwards it,
     all 4 ranks checkpoint after the same step and exit 75, the shell requeues, the shim reruns the job
     (SLURM_RESTART_COUNT=1), which resumes there and finishes: results.json's arms (loss curve, val loss,
     extraction numbers) equal the uninterrupted job's exactly."""
-    job = _job(machine, tmp_path, tiny_init)
+    job = _job(machine, tmp_path, tiny_init, store)
     run_dir = Path(job.config.output.out)
-    assert job.tasks == 4 and job.config.model.init == str(tiny_init)
+    assert job.tasks == 4 and job.config.model.init == str(tiny_init) and job.config.data.store == str(store)
     job_id = 32000 + os.getpid() % 1000
     p = _sbatch(job, tmp_path, job_id)
     latest = run_dir / "standard" / "checkpoint" / "LATEST"
@@ -113,6 +127,6 @@ def test_rehearsal_usr1_requeue_resume_equals_uninterrupted(machine, tiny_init, 
     stopped_at = int(resumed[0].split("resumed at step ")[1].split()[0])
     assert 2 <= stopped_at < STEPS
     got = _arms(run_dir)
-    want = reference(machine, tmp_path / "reference", tiny_init)
+    want = reference(machine, tmp_path / "reference", tiny_init, store)
     assert set(got) == {"standard", "goldfish"}
     assert got == want
