@@ -1,14 +1,9 @@
 #!/usr/bin/env python
 """Generate Slurm batch scripts for the memorization experiments on Frontier, Alps and Perlmutter.
 
-Each script trains one model size via ``recipes/memorize.py``: by default both arms, the standard loss and
-Goldfish (``--goldfish-k 4``), on the same mixture, seed and initial weights, so its report holds the paired
-comparison (McNemar); ``--goldfish-k 0`` trains the standard arm alone and ``--arms`` picks one arm. It runs on the
-4D grid the planner (:mod:`axonn.planner`) ranks fastest for
-that machine and GPU count (passed as ``--grid D,R,C,Z``, with the planner's micro-batch), with
-the environment the machine needs, one ``srun`` task per GPU, ``MASTER_ADDR`` from the first
-node of ``$SLURM_JOB_NODELIST``, and checkpoint/resume on requeue (``#SBATCH --requeue``,
-``--signal=B:USR1@...``, a fixed ``--out`` directory and ``--resume``).
+Each script trains one model size with ``recipes/memorize.py`` (both arms by default, paired in one report)
+on the 4D grid the planner ranks fastest for the machine and GPU count, one ``srun`` task per GPU, with
+checkpoint/resume on requeue (how: :mod:`memorization.jobs` and docs/planner.md, "Job scripts").
 
 The experiment is a memorize config (``--config FILE.yaml``: corpus, targets, tokenizer, steps, learning
 rate, ...; the flags below override it, and fields neither gives keep the job defaults: the 8b, rows of 2,048
@@ -24,9 +19,6 @@ alone and prints them (exit status 1 when one fails).
     python recipes/jobs/generate.py --machine frontier --size 405b --gpus 1024 --config recipes/configs/X.yaml
     python recipes/jobs/generate.py --all --config X.yaml --init '/lustre/models/Llama-3.1-{size}' --check
     python recipes/jobs/generate.py --all --account ABC123 --out-dir jobs/ --config X.yaml  # the paper matrix
-
-With ``--init`` each rank reads only the rows of the checkpoint its shards need (no process holds
-the full model; ``memorization.models.build_model``).
 
 The generator itself is the library module :mod:`memorization.jobs`; this is its command line.
 """
