@@ -11,7 +11,8 @@ import pytest
 from axonn.cli import HelpFormatter
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPTS = sorted(str(p.relative_to(REPO)) for d in ("recipes", "recipes/jobs", "eval", "benchmarks")
+SCRIPT_DIRS = ("recipes", "recipes/jobs", "eval", "benchmarks", "data", "data/pydocs")
+SCRIPTS = sorted(str(p.relative_to(REPO)) for d in SCRIPT_DIRS
                  for p in (REPO / d).glob("*.py") if p.name not in ("__init__.py", "common.py"))
 MODULES = [["axonn.planner"], ["axonn.planner", "calibrate"], ["axonn.convert"]]
 

@@ -31,6 +31,7 @@ from typing import Iterable
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))  # runnable from a checkout without installation
 
+from axonn.cli import HelpFormatter  # noqa: E402
 from memorization.corpus import PYDOCS_SHA256, SHIPPED_CORPUS, SHIPPED_TOKENIZER, train_bpe_tokenizer  # noqa: E402
 
 SKIP_DIRS = {"site-packages", "test", "tests", "idlelib", "lib2to3", "tkinter", "turtledemo", "ensurepip"}
@@ -87,7 +88,7 @@ def corpus_bytes() -> bytes:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                formatter_class=HelpFormatter,
                                 epilog=__doc__.split("\n\n", 1)[1])
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--check", action="store_true", help="compare this Python's corpus with the shipped one")
