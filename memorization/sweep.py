@@ -591,9 +591,9 @@ def emit_jobs(cells: Sequence[Cell], out_dir: Path, machine: str, extra: Sequenc
     ``--batch-size`` of ``extra`` become the job's sequence length and global batch; the other
     options (and ``--config``) are the rest of each job's experiment.  ``{size}`` in ``--init`` becomes each
     cell's size, and the job is planned with that checkpoint's shape and vocabulary (the preset's where this
-    machine does not see it).  Each job's pre-flight checks run (:func:`memorization.jobs.check_job`): a
-    failed one is a warning on stderr naming the job and the fix (the script is still written; check one
-    with ``recipes/jobs/generate.py --check --config <its .yaml>``).
+    machine does not see it).  Every job's pre-flight checks run (:func:`memorization.jobs.check_job`) before
+    any script is written: a failed one refuses the whole grid (:class:`SweepError` naming each job and the
+    fix), as the generator refuses one job.
     """
     from memorization.jobs import JobSpec, check_job, make_job
 
@@ -602,7 +602,7 @@ def emit_jobs(cells: Sequence[Cell], out_dir: Path, machine: str, extra: Sequenc
                                                      ("micro_batch", "micro_batch")) if key in values}
     config = build_parser().parse_args(list(extra)).config
     extra = (["--config", config] if config else []) + to_argv(values)
-    paths, index = [], []
+    jobs, failed = [], []
     for cell in cells:
         args = [*extra, "--goldfish-h", str(cell.goldfish_h)]
         if cell.arms != "both":
@@ -611,9 +611,12 @@ def emit_jobs(cells: Sequence[Cell], out_dir: Path, machine: str, extra: Sequenc
                                exposures=cell.exposures, time=time_limit, account=account,
                                out_dir=str(out_dir / cell.name), run_root=f"{run_root}/{cell.name}",
                                extra_args=" ".join(shlex.quote(a) for a in args), **kwargs))
-        for c in check_job(job):
-            if c.failed:
-                print(f"warning: {cell.name}: the job would fail when it starts: {c.line()}", file=sys.stderr)
+        failed += [f"{cell.name}: {c.line()}" for c in check_job(job) if c.failed]
+        jobs.append((cell, job))
+    if failed:
+        raise SweepError("these jobs would fail when they start; no script was written:\n  " + "\n  ".join(failed))
+    paths, index = [], []
+    for cell, job in jobs:
         path = job.write()
         paths.append(path)
         index.append({"cell": cell.name, **asdict(cell), "script": str(path)})

@@ -186,21 +186,33 @@ def test_report_only_rebuilds_without_running(micro, tmp_path):
 # --------------------------------------------------------------------------- jobs and CLI
 
 
+EMIT = ["--sizes", "8b", "--exposures", "50,100", "--goldfish-k", "0,4,8", "--emit-jobs", "frontier", "--account",
+        "ABC", "--seq-len", "256", "--batch-size", "8", "--num-targets", "2", "--steps", "100"]
+
+
 def test_emit_jobs_writes_one_script_per_cell(tmp_path):
-    res = sweep_cli.main(["--sizes", "8b", "--exposures", "50,100", "--goldfish-k", "0,4,8", "--emit-jobs",
-                          "frontier", "--account", "ABC", "--out", str(tmp_path / "s"), "--run-root",
-                          str(tmp_path / "runs"), "--seq-len", "1024", "--steps", "100"])
+    res = sweep_cli.main([*EMIT, "--out", str(tmp_path / "s"), "--run-root", str(tmp_path / "runs")])
     paths = res["jobs"]
     assert len(paths) == 4 and all(p.exists() for p in paths)
     texts = {p.parent.name: p.read_text() for p in paths}
     k4 = texts["8b-e50-k4-h13"]
-    assert "--goldfish-k 4" in k4 and "--exposures 50" in k4 and "--steps 100" in k4 and "--seq-len 1024" in k4
+    assert "--goldfish-k 4" in k4 and "--exposures 50" in k4 and "--steps 100" in k4 and "--seq-len 256" in k4
     assert "--arms" not in k4 and "#SBATCH -A ABC" in k4 or "ABC" in k4
     assert "--arms goldfish" in texts["8b-e100-k8-h13"]
     index = json.loads((tmp_path / "s" / "jobs" / "jobs.json").read_text())
     assert [j["cell"] for j in index] == ["8b-e50-k4-h13", "8b-e50-k8-h13", "8b-e100-k4-h13", "8b-e100-k8-h13"]
     assert (tmp_path / "s" / "jobs" / "submit_all.sh").read_text().count("sbatch ") == 4
     assert not (tmp_path / "s" / "cells").exists()  # nothing ran locally
+
+
+def test_emit_jobs_refuses_a_grid_whose_jobs_would_fail_and_writes_nothing(tmp_path):
+    """The built-in corpus cannot fill 100 steps of 128 rows x 1,024 tokens: every job would die at start, so the
+    sweep names each failing job and writes no script (as the generator refuses one job)."""
+    argv = [*EMIT, "--batch-size", "128", "--seq-len", "1024", "--out", str(tmp_path / "s")]
+    with pytest.raises(SystemExit, match=r"(?s)no script was written.*8b-e50-k4-h13: \[failed\] corpus: .*corpus too "
+                       r"small for 100 steps"):
+        sweep_cli.main(argv)
+    assert not (tmp_path / "s" / "jobs").exists()
 
 
 def test_help_explains_every_flag():
