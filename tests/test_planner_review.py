@@ -1,32 +1,14 @@
 """Planner and job generator against what the trainer accepts and what a job script asks it to do."""
 from __future__ import annotations
 
-import importlib.util
 import re
-import shlex
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from axonn.planner import Grid, PlanError, divisibility_problem, enumerate_grids, load_profile, plan
 from axonn.presets import get_preset
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _load(name: str, path: Path):
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-gen = _load("jobs_generate", REPO / "recipes" / "jobs" / "generate.py")
+from memorization import jobs as gen
 
 
 def _fake_grid(data=1, depth=1, row=1, col=1):
@@ -75,11 +57,11 @@ def test_a_depth_three_hand_grid_gets_a_script(tmp_path):
     assert job.grid == (1, 4, 1, 3) and "--grid 1,4,1,3" in job.text and job.nodes == 3
 
 
-def _memorize_args(job_text: str):
-    memorize = _load("memorize_cli", REPO / "recipes" / "memorize.py")
-    train_args = re.search(r"exec python recipes/memorize\.py ([^']*)'", job_text).group(1)
-    args = memorize.parse_args(shlex.split(train_args))
-    return args, memorize.arms_to_train(args)
+def _arms(job) -> tuple[int, list[str]]:
+    """The Goldfish k of the experiment a job runs (its resolved config) and the arms it trains."""
+    from memorization.experiment.run import arms_to_train
+
+    return job.config.goldfish.k, arms_to_train(job.config)
 
 
 def test_the_paper_matrix_trains_each_arm_once(tmp_path):
@@ -88,11 +70,11 @@ def test_the_paper_matrix_trains_each_arm_once(tmp_path):
     base = gen.JobSpec(machine="frontier", size="8b", out_dir=str(tmp_path), run_root=str(tmp_path))
     trained = []
     for spec in gen.paper_matrix(base, machines=("frontier", "alps"), sizes=("8b", "70b")):
-        args, arms = _memorize_args(gen.make_job(spec).text)
-        trained.append((spec.machine, spec.size, args.goldfish_k, tuple(arms)))
+        k, arms = _arms(gen.make_job(spec))
+        trained.append((spec.machine, spec.size, k, tuple(arms)))
     assert trained == [(m, s, 4, ("standard", "goldfish")) for m in ("frontier", "alps") for s in ("8b", "70b")]
-    assert _memorize_args(gen.make_job(gen.JobSpec(**{**base.__dict__, "arms": "goldfish"})).text)[1] == ["goldfish"]
-    assert _memorize_args(gen.make_job(gen.JobSpec(**{**base.__dict__, "goldfish_k": 0})).text)[1] == ["standard"]
+    assert _arms(gen.make_job(gen.JobSpec(**{**base.__dict__, "arms": "goldfish"})))[1] == ["goldfish"]
+    assert _arms(gen.make_job(gen.JobSpec(**{**base.__dict__, "goldfish_k": 0})))[1] == ["standard"]
     with pytest.raises(ValueError, match="'goldfish' needs goldfish_k >= 2"):
         gen.make_job(gen.JobSpec(**{**base.__dict__, "arms": "goldfish", "goldfish_k": 0}))
 
