@@ -49,6 +49,7 @@ def test_world2_each_axis_alone() -> None:
     _run(2, ["1,2,1,1", "1,1,2,1", "1,1,1,2", "2,1,1,1"], timeout=280, env={"AXONN_RS_FALLBACK": "1"})
 
 
+@pytest.mark.slow  # (42 s; the default suite runs 8-rank grids of all four axes in the compiled-model test)
 @pytest.mark.timeout(400)
 def test_world8_axes_together() -> None:
     _run(8, ["1,2,2,2", "2,2,2,1"], timeout=380)

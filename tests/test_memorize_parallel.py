@@ -34,9 +34,14 @@ def _launch(launcher: list[str], grid: str, out: Path, extra: tuple[str, ...] = 
 
 
 def _same_run(a: dict, b: dict) -> None:
+    """The parallel run follows the serial one: the loss curve and held-out loss to fp32 summation-order
+    rounding (1e-5), the extraction rates within one target's worth (greedy decoding of two computations: a
+    near-tie in the logits may take the other branch under another CPU's rounding)."""
     assert b["loss_curve"] == pytest.approx(a["loss_curve"], rel=1e-5)
     assert b["val_loss"] == pytest.approx(a["val_loss"], rel=1e-5)
-    assert b["token_match"] == a["token_match"] and b["exact_match"] == a["exact_match"]
+    one_target = 1 / len(a["exact_by_target"])
+    assert abs(b["exact_match"] - a["exact_match"]) <= one_target + 1e-12
+    assert abs(b["token_match"] - a["token_match"]) <= one_target + 1e-12
 
 
 def _torchrun(n: int) -> list[str]:

@@ -21,6 +21,7 @@ launcher = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(launcher)
 
 
+@pytest.mark.slow  # (20 s of 4-rank measurements; the rescoring test below checks the model in the default suite)
 @pytest.mark.timeout(240)
 def test_planner_validation_measures_every_grid(tmp_path: Path) -> None:
     out = tmp_path / "pv"
