@@ -49,14 +49,15 @@ def _torchrun(n: int) -> list[str]:
 
 
 def test_row_and_depth_grid_follows_serial(serial, tmp_path):
-    """With activation checkpointing (each rank keeps half of every layer input, row = 2, and regathers it) and
-    torch.compile (the model code between axonn's collectives compiled, the collectives eager)."""
-    _same_run(serial, _launch(_torchrun(4), "1,2,1,2", tmp_path / "r", ("--activation-checkpointing", "--compile")))
+    """With activation checkpointing (each rank keeps half of every layer input, row = 2, and regathers it)."""
+    _same_run(serial, _launch(_torchrun(4), "1,2,1,2", tmp_path / "r", ("--activation-checkpointing",)))
 
 
 @pytest.mark.slow
 def test_full_grid_of_eight_ranks_follows_serial(serial, tmp_path):
-    _same_run(serial, _launch(_torchrun(8), "1,2,2,2", tmp_path / "r"))
+    """Every axis at once, with torch.compile (the model code between axonn's collectives compiled, the
+    collectives eager; the default suite compiles parallel models in tests/test_axonn_parallel.py)."""
+    _same_run(serial, _launch(_torchrun(8), "1,2,2,2", tmp_path / "r", ("--compile",)))
 
 
 @pytest.mark.slow
