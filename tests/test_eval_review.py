@@ -209,7 +209,7 @@ def test_background_child_holding_the_pipe_does_not_make_a_finished_run_a_timeou
 def test_mpi_in_the_sandbox_runs_clean(tmp_path):
     """MPI ranks find each other's /proc/<pid> entries (UCX shared memory): no transport errors."""
     from memorization.hpc_code import load_suite
-    from memorization.hpc_code.harness import RunConfig, _env, _tool, build, mpiexec_flags
+    from memorization.hpc_code.harness import RunConfig, _tool, build, candidate_env, mpiexec_flags
     from memorization.hpc_code.sandbox import SandboxLimits, run_sandboxed
 
     (problem,), _ = load_suite(patterns=["reduce_array_sum_mpi"])
@@ -219,6 +219,6 @@ def test_mpi_in_the_sandbox_runs_clean(tmp_path):
     except FileNotFoundError:
         pytest.skip("no MPI")
     res = run_sandboxed([launcher, *mpiexec_flags(launcher), "-n", "2", "./prog", "n0", "20000", "1", "1"], tmp_path,
-                        SandboxLimits(timeout_s=30.0, memory_mb=0), _env(str(tmp_path), 1))
+                        SandboxLimits(timeout_s=30.0, memory_mb=0), candidate_env(str(tmp_path), 1))
     assert res.returncode == 0 and "HPC_RESULT n0 ok=1 workers=2" in res.stdout
     assert "ERROR" not in res.stdout + res.stderr, res.stdout + res.stderr

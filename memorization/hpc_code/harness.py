@@ -108,8 +108,9 @@ def mpiexec_flags(mpiexec: str) -> tuple[str, ...]:
     return ()
 
 
-def _env(workdir: str, threads: int) -> dict[str, str]:
-    """Minimal environment for candidates: no inherited secrets, fixed thread count."""
+def candidate_env(workdir: str, threads: int) -> dict[str, str]:
+    """The minimal environment a candidate runs in (C/OpenMP/MPI here, Python in :mod:`.humaneval`): no
+    inherited secrets, ``workdir`` as home and temporary directory, ``threads`` OpenMP threads."""
     path = os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"])
     return {
         "PATH": path,
@@ -122,7 +123,9 @@ def _env(workdir: str, threads: int) -> dict[str, str]:
     }
 
 
-def _tail(text: str, limit: int = 1500) -> str:
+def tail_text(text: str, limit: int = 1500) -> str:
+    """The last ``limit`` characters of ``text`` (stripped), with ``...`` before them when cut: what a report
+    keeps of a compiler's or a candidate's output."""
     text = text.strip()
     return text if len(text) <= limit else "..." + text[-limit:]
 
@@ -139,7 +142,7 @@ def build(problem: Problem, body: str, workdir: str, cfg: RunConfig) -> SandboxR
     compiler = _tool(cfg.mpicc if problem.model == "mpi" else cfg.cc)
     cmd = [compiler, *cfg.cflags, f"-I{problem.harness_dir}", "candidate.c",
            str(problem.driver_path), str(problem.harness_dir / main), "-o", "prog", "-lm"]
-    return run_sandboxed(cmd, workdir, cfg.build_limits, _env(workdir, 1))
+    return run_sandboxed(cmd, workdir, cfg.build_limits, candidate_env(workdir, 1))
 
 
 # mpiexec (hydra) reports a rank killed by a signal as "... (signal 11)" / "KILLED BY SIGNAL: 9"
@@ -168,16 +171,16 @@ def _classify_run(res: SandboxResult, nonce: str, workers: int) -> tuple[str, st
         what = f"killed by {sig}" if sig else f"exit code {res.returncode}"
         if sig in ("SIGSEGV", "SIGBUS", "SIGKILL", "SIGABRT"):
             what += " (crash, or memory limit exceeded)"
-        return "runtime_error", f"{what}: {_tail(res.stderr or res.stdout, 600)}", None
+        return "runtime_error", f"{what}: {tail_text(res.stderr or res.stdout, 600)}", None
     if line is None:
-        return "runtime_error", f"driver printed no result line: {_tail(res.stderr or res.stdout, 600)}", None
+        return "runtime_error", f"driver printed no result line: {tail_text(res.stderr or res.stdout, 600)}", None
     head, _, msg = line.partition(" msg=")
     try:
         fields = dict(tok.split("=", 1) for tok in head.split()[2:])
         parsed = {"ok": fields["ok"] == "1", "workers": int(fields["workers"]),
                   "baseline_s": float(fields["baseline_s"]), "candidate_s": float(fields["candidate_s"])}
     except (KeyError, ValueError):
-        return "runtime_error", f"malformed result line: {_tail(line, 600)}", None
+        return "runtime_error", f"malformed result line: {tail_text(line, 600)}", None
     if parsed["workers"] != workers:  # e.g. mpiexec from another MPI than mpicc: n singleton ranks
         return "runtime_error", f"ran with {parsed['workers']} worker(s), expected {workers}", None
     if not parsed["ok"]:
@@ -193,7 +196,7 @@ def evaluate_c(problem: Problem, body: str, cfg: RunConfig) -> SampleResult:
         if b.timed_out:
             return SampleResult("build_error", "compiler timed out")
         if b.returncode != 0 or not (Path(workdir) / "prog").exists():
-            return SampleResult("build_error", _tail(b.stderr or b.stdout))
+            return SampleResult("build_error", tail_text(b.stderr or b.stdout))
         n = problem.quick_size if cfg.quick else problem.size
         repeats = 1 if cfg.quick else cfg.repeats
         result = SampleResult("passed")
@@ -207,7 +210,7 @@ def evaluate_c(problem: Problem, body: str, cfg: RunConfig) -> SampleResult:
                         *memory_limited(args, limits.memory_mb)]
                 limits = replace(limits, memory_mb=0)
             threads = workers if problem.model == "openmp" else 1
-            res = run_sandboxed(args, workdir, limits, _env(workdir, threads))
+            res = run_sandboxed(args, workdir, limits, candidate_env(workdir, threads))
             status, msg, parsed = _classify_run(res, nonce, workers)
             if status != "passed":
                 return SampleResult(status, f"[{workers} worker(s)] {msg}")

@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from memorization.hpc_code.harness import SampleResult, _env, _tail
+from memorization.hpc_code.harness import SampleResult, candidate_env, tail_text
 from memorization.hpc_code.sandbox import SandboxLimits, run_sandboxed
 
 _BOOTSTRAP = r'''
@@ -82,12 +82,12 @@ def evaluate_python(problem: PyProblem, completion: str, limits: SandboxLimits, 
         (wd / "candidate.py").write_text(program)
         (wd / "bootstrap.py").write_text(_BOOTSTRAP)
         nonce = secrets.token_hex(8)
-        res = run_sandboxed([sys.executable, "-I", "bootstrap.py", nonce], workdir, limits, _env(workdir, 1))
+        res = run_sandboxed([sys.executable, "-I", "bootstrap.py", nonce], workdir, limits, candidate_env(workdir, 1))
         if res.timed_out:
             return SampleResult("timeout", f"killed after {res.wall_s:.1f}s")
         if res.output_exceeded:
             return SampleResult("runtime_error", "output limit exceeded")
-        err = _tail(res.stderr, 800)
+        err = tail_text(res.stderr, 800)
         if res.returncode == 3:
             return SampleResult("build_error", err)
         if res.returncode == 4:
