@@ -314,16 +314,21 @@ def tokenizer_sha256(tokenizer) -> str:
     return hashlib.sha256(backend.to_str().encode("utf-8")).hexdigest()
 
 
-def data_checksums(corpus: str, tokenizer) -> dict:
-    """What a manifest records of the data a run was built from: ``corpus_sha256`` (the default corpus's
-    checked :data:`PYDOCS_SHA256`, a local corpus file's sha256, ``None`` for a directory or hub dataset,
-    whose documents ``corpus_fingerprint`` covers) and ``tokenizer_sha256`` (:func:`tokenizer_sha256`)."""
+def corpus_sha256(corpus: str) -> str | None:
+    """The sha256 of a corpus's bytes: the default corpus's :data:`PYDOCS_SHA256` (checked by
+    :func:`build_default_corpus`), a local corpus file's, ``None`` for a directory or hub dataset (whose
+    documents ``corpus_fingerprint`` covers)."""
     if corpus == DEFAULT_CORPUS:
-        corpus_sha = sha256_file(build_default_corpus())
-    else:
-        path = Path(corpus).expanduser()
-        corpus_sha = sha256_file(path) if path.is_file() else None
-    return {"corpus_sha256": corpus_sha, "tokenizer_sha256": tokenizer_sha256(tokenizer)}
+        build_default_corpus()
+        return PYDOCS_SHA256
+    path = Path(corpus).expanduser()
+    return sha256_file(path) if path.is_file() else None
+
+
+def data_checksums(corpus: str, tokenizer) -> dict:
+    """What a manifest records of the data a run was built from: :func:`corpus_sha256` and
+    :func:`tokenizer_sha256`."""
+    return {"corpus_sha256": corpus_sha256(corpus), "tokenizer_sha256": tokenizer_sha256(tokenizer)}
 
 
 def load_tokenizer(spec: str = DEFAULT_TOKENIZER):

@@ -368,7 +368,7 @@ def check_store(header: dict, path: str | Path, corpus: str | None = None, token
     """Refuse (:class:`StoreMismatch`) a store whose header differs from what a run names; each argument
     left None is not checked, except ``target_texts``, which is checked whenever ``config`` is given (None:
     targets drawn from the corpus).  The message names what differs and the prepare command for this run."""
-    from .corpus import data_checksums, tokenizer_sha256
+    from .corpus import corpus_sha256, tokenizer_sha256
 
     stored_cfg = header["config"]
     fix_cfg = config or MixtureConfig(**{k: tuple(v) if k == "exposures" else v for k, v in stored_cfg.items()})
@@ -388,15 +388,16 @@ def check_store(header: dict, path: str | Path, corpus: str | None = None, token
     if corpus is not None and _corpus_key(corpus) != header.get("corpus_key"):
         problems.append(f"corpus {header['corpus']!r}, this run names {corpus!r}")
     elif corpus is not None and check_corpus_bytes and header.get("corpus_sha256") is not None:
-        now = data_checksums(corpus, tokenizer)["corpus_sha256"] if tokenizer is not None else None
+        now = corpus_sha256(corpus)
         if now is not None and now != header["corpus_sha256"]:
             problems.append(f"corpus {corpus!r} with sha256 {header['corpus_sha256'][:12]}..., the file now has "
                             f"{now[:12]}... (it changed since)")
     if text_field is not None and text_field != header.get("text_field"):
         problems.append(f"text field {header.get('text_field')!r}, this run reads {text_field!r}")
-    if tokenizer is not None and tokenizer_sha256(tokenizer) != header["tokenizer_sha256"]:
+    tok_sha = tokenizer_sha256(tokenizer) if tokenizer is not None else None
+    if tok_sha is not None and tok_sha != header["tokenizer_sha256"]:
         problems.append(f"tokenizer {header['tokenizer']!r} (sha256 {header['tokenizer_sha256'][:12]}...), this "
-                        f"run's tokenizer is another (sha256 {tokenizer_sha256(tokenizer)[:12]}...)")
+                        f"run's tokenizer is another (sha256 {tok_sha[:12]}...)")
     if config is not None:
         if texts_fingerprint(target_texts) != header.get("targets_fingerprint"):
             held = header.get("targets") or ("documents given" if header.get("targets_fingerprint") else None)
