@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Every GPU measurement the project still owes, in as few calls as a 30-minute lease allows.
 #
-#   bash benchmarks/gpu_runbook.sh throughput   # train_throughput at 4 x 2048: ours vs HF eager, fp32+autocast and bf16 (the README's row);
+#   bash benchmarks/gpu_runbook.sh throughput   # train_throughput at 4 x 2048: ours vs HF eager (fp32+autocast, bf16) and HF + compile;
 #                                               # the fused LM head + cross-entropy vs the checkpointed chunks at the 1b's shape;
 #                                               # the gradient clip inside fused AdamW vs its own pass (the 1b's parameters)
 #   bash benchmarks/gpu_runbook.sh check        # the CUDA tests (tests/test_gpu.py)
-#   bash benchmarks/gpu_runbook.sh attention    # ours with causal_sdpa vs ours with HF's compiled mask (flash or not)
+#   bash benchmarks/gpu_runbook.sh attention    # SDPA backends alone at the 1b's shape; ours with causal_sdpa vs HF's compiled
+#                                               # mask; the attention op our compiled step really calls (shapes, mask)
 #   bash benchmarks/gpu_runbook.sh batch        # ours and HF eager at 8 (and 16 on a >100 GiB GPU) x 2048: batching vs MFU
 #   bash benchmarks/gpu_runbook.sh profile      # where our step's time goes (top ops; gzipped Chrome trace in $OUT)
 #   bash benchmarks/gpu_runbook.sh autotune     # matmul layout autotuning on the 1b/8b Linear shapes, bf16
@@ -48,6 +49,8 @@ check)
     log "$PY" -m pytest -q -p no:cacheprovider tests/test_gpu.py
     ;;
 attention)
+    log "$PY" benchmarks/attention_backends.py --layout bthd --backends cudnn,flash
+    log "$PY" benchmarks/train_throughput.py --which ours --batch 4 --steps 3 --warmup 3 --profile 1
     log "$PY" benchmarks/train_throughput.py --which attention --batch 4 --steps 15
     ;;
 batch)
@@ -81,6 +84,6 @@ checkpoint)
     ;;
 esac
 echo "== $stage: summary"
-grep -E "FAILED|Error|passed|failed|speedup|MFU|peak memory|geomean|pays|configurations|^1b|^tiny|waits|stall" \
+grep -E "FAILED|Error|passed|failed|speedup|MFU|peak memory|geomean|pays|configurations|^1b|^tiny|waits|stall|attention op|^cudnn|^flash" \
     "$out/$stage.log" | tail -20
 exit "$status"

@@ -1,8 +1,10 @@
 #!/usr/bin/env python
 """Training throughput: our trainer (axonn grid 1x1x1x1, Goldfish k=4, chunked CE, fused AdamW,
-torch.compile, SDPA) against plain Hugging Face eager training, in the same run. Two HF baselines:
-fp32 weights with bf16 autocast (our trainer's numerics) and the model cast to bf16 (fewer bytes per
-step, so faster on a GPU); the 1.5x target is against the faster of the two.
+torch.compile, SDPA) against plain Hugging Face training, in the same run. Three HF baselines:
+fp32 weights with bf16 autocast (our trainer's numerics), the model cast to bf16 (fewer bytes per
+step, so faster on a GPU), and that bf16 model under ``torch.compile`` (``bf16-compile``: what a user
+gets from one line of HF + PyTorch); the 1.5x target is against the faster eager baseline, and the
+compiled one is printed beside it.
 
     python benchmarks/train_throughput.py                        # GPU: 1b preset, 4 x 2048 tokens, bf16
     python benchmarks/train_throughput.py --size tiny --seq 128 --batch 8 --steps 5   # CPU smoke run
@@ -45,11 +47,13 @@ def bench_shape(size: str):
     return dataclasses.replace(get_preset(size), vocab=padded_vocab(VOCAB))
 
 
-HF_WEIGHTS = ("fp32", "bf16")
+HF_WEIGHTS = ("fp32", "bf16", "bf16-compile")
 
 
 def hf_label(weights: str, dev: torch.device) -> str:
     """The name a HF baseline is printed under (autocast runs on CUDA only)."""
+    if weights == "bf16-compile":
+        return "HF + torch.compile (bf16 weights)"
     if weights == "bf16":
         return "HF eager (bf16 weights)"
     return "HF eager (fp32 weights + bf16 autocast)" if dev.type == "cuda" else "HF eager (fp32)"
@@ -63,11 +67,15 @@ def hf_trainer(size: str, rows: torch.Tensor, batch: int, dev: torch.device, wei
     too: fewer bytes per step, the usual "plain HF in bf16" and the stronger baseline on a GPU.
     REFERENCES.md's HF run of this shape (47.7k tok/s, 37% MFU, 24 GiB at 4 x 2048) fits this one: fp32
     weights, gradients and AdamW state alone would take 17.6 GB before any activation.
+    ``weights="bf16-compile"``: the bf16 model with ``model.compile()`` (its forward compiled by
+    ``torch.compile``, default mode; backward through AOTAutograd), the optimizer step left eager.
     """
     if weights not in HF_WEIGHTS:
         raise ValueError(f"HF weights must be one of {', '.join(HF_WEIGHTS)}, got {weights!r}")
-    dtype = torch.bfloat16 if weights == "bf16" else torch.float32
+    dtype = torch.float32 if weights == "fp32" else torch.bfloat16
     model = build_model(size, VOCAB, seed=0).to(dev, dtype=dtype)
+    if weights == "bf16-compile":
+        model.compile()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=dev.type == "cuda")
     autocast = dev.type == "cuda" and weights == "fp32"
     it = iter(range(10**9))
@@ -124,15 +132,34 @@ def profile(step, n: int, dev: torch.device, trace: str | None) -> None:
     from torch.profiler import ProfilerActivity, profile as torch_profile
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
-    with torch_profile(activities=acts) as prof:
+    with torch_profile(activities=acts, record_shapes=True) as prof:
         for _ in range(n):
             step()
         sync(dev)
     key = "self_cuda_time_total" if dev.type == "cuda" else "self_cpu_time_total"
     print(prof.key_averages().table(sort_by=key, row_limit=25))
+    print_attention_calls(prof)
     if trace:
         prof.export_chrome_trace(trace)
         print(f"chrome trace: {trace} (open in chrome://tracing or https://ui.perfetto.dev)")
+
+
+def print_attention_calls(prof) -> None:
+    """Print each distinct SDPA kernel op the profiled steps ran, with its input shapes and scalar arguments.
+
+    What to read: a 4-D mask input (``(B, 1, T, T)``) or K and V with as many heads as Q on a GQA model mean the
+    step lost causal flash attention (a materialised mask, ``is_causal=False``, K and V repeated to every head);
+    ``causal_sdpa`` exists to prevent exactly that (``memorization/attention.py``).
+    """
+    seen = set()
+    for e in prof.events():
+        if "scaled_dot_product" in e.name and "backward" not in e.name and e.input_shapes:
+            sig = (e.name, str(e.input_shapes))
+            if sig in seen:
+                continue
+            seen.add(sig)
+            scalars = [c for c in getattr(e, "concrete_inputs", []) if c not in (None, "", [])]
+            print(f"attention op {e.name}: input shapes {e.input_shapes}, scalars {scalars}")
 
 
 def main() -> None:
@@ -145,10 +172,11 @@ def main() -> None:
     p.add_argument("--which", default="both", choices=["both", "ours", "hf", "attention"],
                    help="what to run: ours and HF eager, one of them, or 'attention': ours with causal_sdpa "
                         "against ours with HF's sdpa mask path (memorization/attention.py)")
-    p.add_argument("--hf-weights", default="fp32,bf16",
-                   help="the HF eager baselines to run, comma-separated: fp32 (fp32 weights and AdamW state, bf16 "
-                        "autocast: our trainer's numerics) and/or bf16 (the model cast to bf16, no autocast); "
-                        "the speed-up target is against the faster one")
+    p.add_argument("--hf-weights", default="fp32,bf16,bf16-compile",
+                   help="the HF baselines to run, comma-separated: fp32 (fp32 weights and AdamW state, bf16 "
+                        "autocast: our trainer's numerics), bf16 (the model cast to bf16, no autocast), "
+                        "bf16-compile (that model under torch.compile); the 1.5x target is against the faster "
+                        "eager one")
     p.add_argument("--no-compile", action="store_true", help="do not torch.compile our step")
     p.add_argument("--activation-checkpointing", action="store_true", help="recompute activations in backward")
     p.add_argument("--peak-tflops", type=float, default=H100_BF16_PEAK / 1e12, help="peak for MFU")
@@ -189,13 +217,15 @@ def main() -> None:
     width = max(len(n) for n in res)
     for name, s in res.items():
         tps = tok / s
-        print(f"{name:{width}s}: {s * 1e3:8.1f} ms/step {tps:10.0f} tok/s  MFU {tps * fpt / (a.peak_tflops * 1e12):6.1%}")
+        mfu = tps * fpt / (a.peak_tflops * 1e12)
+        print(f"{name:{width}s}: {s * 1e3:8.1f} ms/step {tps:10.0f} tok/s  MFU {mfu:6.1%}")
     if a.which == "attention":
         print(f"speedup causal_sdpa / HF sdpa mask = {res['ours, HF sdpa mask'] / res['ours']:.2f}x")
     elif "ours" in res:
+        for name, s in res.items():
+            if name.startswith("HF"):
+                print(f"speedup ours / {name} = {s / res['ours']:.2f}x")
         hf = {n: s for n, s in res.items() if n.startswith("HF eager")}
-        for name, s in hf.items():
-            print(f"speedup ours / {name} = {s / res['ours']:.2f}x")
         if hf:
             name = min(hf, key=hf.get)
             print(f"speedup ours / fastest HF ({name}) = {hf[name] / res['ours']:.2f}x  "

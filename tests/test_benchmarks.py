@@ -94,6 +94,42 @@ def test_hf_baselines_train_in_the_precision_they_are_named_for(weights, dtype):
         hf_trainer("tiny", rows, 2, torch.device("cpu"), "fp16")
 
 
+def test_hf_compile_baseline_is_the_bf16_model_compiled():
+    """'bf16-compile' is the 'bf16' baseline with its forward under torch.compile (compiled on first call)."""
+    from benchmarks.train_throughput import VOCAB, hf_trainer
+
+    _, model = hf_trainer("tiny", torch.randint(3, VOCAB, (4, 32)), 2, torch.device("cpu"), "bf16-compile")
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert model._compiled_call_impl is not None
+
+
+def test_attention_backends_times_each_backend_on_the_presets_gqa_shape(monkeypatch, capsys):
+    """The GPU runbook's attention benchmark on CPU: the math and flash-for-CPU backends each print a line;
+    K and V keep the preset's KV heads (GQA) unless --repeat-kv."""
+    for extra, kv in (([], 2), (["--repeat-kv", "--layout", "bthd"], 4)):
+        monkeypatch.setattr(sys, "argv", ["attention_backends.py", "--size", "tiny", "--batch", "1", "--seq", "32",
+                                          "--backends", "math,flash", "--steps", "1", *extra])
+        runpy.run_path(str(Path(__file__).resolve().parents[1] / "benchmarks" / "attention_backends.py"),
+                       run_name="__main__")
+        out = capsys.readouterr().out
+        assert f"4 heads, {kv} kv heads" in out
+        assert re.search(r"math\s*:\s*\d+\.\d\d ms", out) and re.search(r"flash\s*:\s*\d+\.\d\d ms", out)
+
+
+def test_profile_reports_the_attention_op_with_its_kv_heads(capsys):
+    """print_attention_calls names the SDPA kernel op and its input shapes: here GQA K/V with 2 heads, no mask."""
+    from torch.profiler import profile
+
+    from benchmarks.train_throughput import print_attention_calls
+
+    q, kv = torch.randn(1, 4, 16, 8), torch.randn(1, 2, 16, 8)
+    with profile(record_shapes=True) as prof:
+        torch.nn.functional.scaled_dot_product_attention(q, kv, kv, is_causal=True, enable_gqa=True)
+    print_attention_calls(prof)
+    out = capsys.readouterr().out
+    assert "attention op aten::_scaled_dot_product" in out and "[1, 2, 16, 8]" in out
+
+
 def test_clip_step_runs_both_arms_and_prints_the_ratio(monkeypatch, capsys):
     """The benchmark the GPU runbook runs: both arms on the tiny preset's shapes, and its ratio line."""
     monkeypatch.setattr(sys, "argv", ["clip_step.py", "--size", "tiny", "--layers", "1", "--steps", "1",
