@@ -117,6 +117,16 @@ class Runtime:
         if self.grid.world_size > 1:
             torch.distributed.barrier()
 
+    def from_main(self, obj):
+        """``obj`` as rank 0 holds it, on every rank (a pickled broadcast: for small host objects, such as a
+        path or an error message that rank 0 alone produced)."""
+        if self.grid.world_size == 1:
+            return obj
+        box = [obj]
+        torch.distributed.broadcast_object_list(box, src=0, device=self.device if self.device.type == "cuda"
+                                                else None)
+        return box[0]
+
     # ---- checkpoints (sharded, atomic; see axonn.checkpoint) ----------------------------------
     def save_checkpoint(self, model: torch.nn.Module, opt: torch.optim.Optimizer, root: Path, extra: dict,
                         background: bool = False) -> Callable[[], None] | None:

@@ -27,6 +27,9 @@ model's vocabulary without reading the stream.  Asked with what the run names (`
 ``config``, ``target_texts``), ``open_store`` refuses a store of other data or settings, or one that cannot
 fill the steps asked for, with a ``StoreMismatch`` that names the difference and the ``prepare`` command
 that writes the right store.
+
+A run given no store uses :func:`ensure_cached_store`: the store of its inputs in the cache
+(``$GOLDFISH_CACHE/stores/<key>``, the key a hash of every input), prepared on first use.
 """
 from __future__ import annotations
 
@@ -111,7 +114,7 @@ def config_dict(cfg: MixtureConfig) -> dict:
     return json.loads(json.dumps(asdict(cfg)))
 
 
-def _corpus_key(spec: str) -> str:
+def corpus_key(spec: str) -> str:
     """A corpus spec as stored and compared: a local path made absolute, anything else as given."""
     from .corpus import looks_local
 
@@ -223,16 +226,24 @@ def write_store(out: str | Path, mixture: Mixture, identity: dict, vocab_size: i
     return out
 
 
+def auto_num_proc(num_docs: int) -> int:
+    """Tokenizing processes for ``num_docs`` documents when none is asked for: one below 20,000 documents
+    (the default corpus's 2,414 tokenize in about a second, less than starting workers takes), else up to 8
+    of this machine's cores."""
+    return 1 if num_docs < 20_000 else max(1, min(8, os.cpu_count() or 1))
+
+
 def prepare_store(corpus: str, tokenizer: str, cfg: MixtureConfig, out: str | Path,
                   targets: Sequence[str] | None = None, targets_path: str | None = None, text_field: str = "text",
-                  num_proc: int = 1, overwrite: bool = False, tokenizer_obj=None) -> Path:
+                  num_proc: int | None = 1, overwrite: bool = False, tokenizer_obj=None) -> Path:
     """Tokenize ``corpus`` once with ``tokenizer`` and write the token store of the mixture ``cfg`` to ``out``.
 
     ``corpus`` is a :func:`memorization.corpus.load_documents` spec (hub name, local jsonl/parquet/txt/arrow
     directory, ``builtin:pydocs``); ``tokenizer`` a :func:`memorization.corpus.load_tokenizer` spec (with a
     checkpoint, its directory: the run's ``--init``); ``targets`` the target documents' texts (None: targets
     drawn from the corpus), ``targets_path`` where they were read from (recorded, and used in messages).
-    ``tokenizer_obj`` (already loaded from ``tokenizer``) skips loading it again.  The mixture is exactly
+    ``tokenizer_obj`` (already loaded from ``tokenizer``) skips loading it again; ``num_proc`` None picks
+    :func:`auto_num_proc` of the corpus's size.  The mixture is exactly
     ``build_mixture(docs, tokenizer, cfg, target_texts)``'s; ``ValueError`` as build_mixture raises them."""
     from .corpus import corpus_fingerprint, data_checksums, load_documents, load_tokenizer, tokenizer_sha256
 
@@ -242,17 +253,73 @@ def prepare_store(corpus: str, tokenizer: str, cfg: MixtureConfig, out: str | Pa
     out = Path(out)
     with tempfile.TemporaryDirectory(dir=out.parent if out.parent.exists() else None,
                                      prefix=".tokenize-") as work:
-        token_ids = tokenize_corpus(docs, tok, num_proc=num_proc, work_dir=work)
+        workers = auto_num_proc(len(docs)) if num_proc is None else num_proc
+        token_ids = tokenize_corpus(docs, tok, num_proc=workers, work_dir=work)
         checks = data_checksums(corpus, tok)
         meta = {"corpus": corpus, "tokenizer": tokenizer, "corpus_fingerprint": corpus_fingerprint(docs), **checks}
         mixture = build_mixture(docs, tok, cfg, target_texts=target_texts, meta=meta, token_ids=token_ids)
         del token_ids
-    identity = {"corpus": corpus, "corpus_key": _corpus_key(corpus), "text_field": text_field,
+    identity = {"corpus": corpus, "corpus_key": corpus_key(corpus), "text_field": text_field,
                 "corpus_fingerprint": meta["corpus_fingerprint"], "corpus_sha256": checks["corpus_sha256"],
                 "tokenizer": tokenizer, "tokenizer_sha256": tokenizer_sha256(tok),
                 "targets": targets_path, "targets_fingerprint": texts_fingerprint(target_texts),
                 "command": prepare_command(out, corpus, tokenizer, cfg, targets_path, text_field)}
     return write_store(out, mixture, identity, vocab_size=len(tok), overwrite=overwrite)
+
+
+# ---- the cache: a store prepared on first use -------------------------------------------------------------
+CACHE_SUBDIR = "stores"  # under memorization.corpus.cache_dir()
+
+
+def _corpus_state(spec: str) -> Any:
+    """What identifies a corpus's bytes without reading its documents: the sha256 of the default corpus or a
+    local file, each file's name, size and modification time for a local directory, None for a hub dataset
+    (its name and the ``datasets`` cache version it)."""
+    from .corpus import corpus_sha256, visible_files
+
+    sha = corpus_sha256(spec)
+    if sha is not None:
+        return sha
+    p = Path(spec).expanduser()
+    if p.is_dir():
+        return [[str(f.relative_to(p)), f.stat().st_size, f.stat().st_mtime_ns] for f in visible_files(p)]
+    return None
+
+
+def cached_store_path(corpus: str, tokenizer, cfg: MixtureConfig, target_texts: Sequence[str] | None = None,
+                      text_field: str = "text") -> Path:
+    """Where the cache keeps the store of these inputs: ``<cache_dir>/stores/<key>``, the key a sha256 of the
+    store format, the corpus (:func:`corpus_key` and its bytes' state), the text field, the tokenizer's
+    :func:`~memorization.corpus.tokenizer_sha256`, the targets' fingerprint and the mixture config.  Any
+    change to one of them names another store; nothing is ever reused for other inputs."""
+    import hashlib
+
+    from .corpus import cache_dir, tokenizer_sha256
+
+    ident = {"version": STORE_VERSION, "corpus": corpus_key(corpus), "corpus_state": _corpus_state(corpus),
+             "text_field": text_field, "tokenizer_sha256": tokenizer_sha256(tokenizer),
+             "targets": texts_fingerprint(target_texts), "config": config_dict(cfg)}
+    key = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:20]
+    return cache_dir() / CACHE_SUBDIR / key
+
+
+def ensure_cached_store(corpus: str, tokenizer: str, cfg: MixtureConfig, tokenizer_obj,
+                        targets: Sequence[str] | None = None, targets_path: str | None = None,
+                        text_field: str = "text", num_proc: int | None = None) -> tuple[Path, bool]:
+    """The cached store of these inputs (:func:`cached_store_path`), prepared now (:func:`prepare_store`) if
+    the cache does not hold a complete one; ``(path, prepared)``.  A directory there without its
+    ``store.json`` (a crash mid-write of an older layout) is replaced; when another process finishes the same
+    store first, its copy is used.  ``ValueError`` as :func:`prepare_store` raises them."""
+    path = cached_store_path(corpus, tokenizer_obj, cfg, targets, text_field)
+    if (path / STORE_FILE).exists():
+        return path, False
+    try:
+        prepare_store(corpus, tokenizer, cfg, path, targets=targets, targets_path=targets_path,
+                      text_field=text_field, num_proc=num_proc, overwrite=path.exists(), tokenizer_obj=tokenizer_obj)
+    except (StoreError, OSError):
+        if not (path / STORE_FILE).exists():  # not a race lost to another process preparing the same store
+            raise
+    return path, True
 
 
 # ---- reading -----------------------------------------------------------------------------------------------
@@ -385,7 +452,7 @@ def check_store(header: dict, path: str | Path, corpus: str | None = None, token
                 f"need {want * B * L:,} tokens: prepare a store for {want} steps (from a corpus whose background "
                 f"fills them): {fix}")
     problems = []
-    if corpus is not None and _corpus_key(corpus) != header.get("corpus_key"):
+    if corpus is not None and corpus_key(corpus) != header.get("corpus_key"):
         problems.append(f"corpus {header['corpus']!r}, this run names {corpus!r}")
     elif corpus is not None and check_corpus_bytes and header.get("corpus_sha256") is not None:
         now = corpus_sha256(corpus)

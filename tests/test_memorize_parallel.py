@@ -115,3 +115,16 @@ def test_run_stopped_on_one_grid_resumes_on_another(serial, tmp_path, monkeypatc
     assert "--resume with other execution settings (was, now): {'grid': ('1,1,1,1', '1,1,1,2'), " \
            "'async_checkpoint': (False, True)}" in log[0], log[0]
     assert f"standard: resumed at step {stopped_at} of 12" in log[0], log[0]
+
+
+def test_a_corpus_that_cannot_fill_the_steps_ends_every_rank_with_rank_0s_reason(tmp_path):
+    """Rank 0 alone prepares the cached token store; when the corpus cannot fill the steps, every rank exits
+    with its message at once (no rank waits for a store that will never come), and nothing is written."""
+    env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "AXONN_TIMEOUT": "60",
+           "GOLDFISH_CACHE": str(tmp_path / "cache")}
+    cmd = _torchrun(2) + [str(REPO / "recipes" / "memorize.py"), *SMALL, "--steps", "100000", "--grid", "2,1,1,1",
+                          "--out", str(tmp_path / "run")]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0
+    assert r.stderr.count("too small for 100000 steps") >= 2, r.stderr[-3000:]  # both ranks say why
+    assert "Timeout" not in r.stderr and not (tmp_path / "run").exists()

@@ -226,22 +226,70 @@ def _script(name: str):
     return module
 
 
-def test_a_run_on_the_store_its_config_prepares_gives_the_in_memory_runs_results(tmp_path):
+def test_a_run_on_the_store_its_config_prepares_equals_the_run_that_prepares_into_the_cache(tmp_path, monkeypatch):
     """`data/prepare.py --config run.yaml` prepares the store the config's run names; memorize on it trains and
-    extracts exactly as the same run building its mixture in memory (same rows: the same computation), and
-    records the same data checksums in its manifest."""
+    extracts exactly as the same run without --store, which prepares the same store into the cache on first
+    use (same rows: the same computation), and records the same data checksums in its manifest."""
+    monkeypatch.setenv("GOLDFISH_CACHE", str(tmp_path / "cache"))
     cfg = tmp_path / "run.yaml"
     cfg.write_text(RUN_YAML.replace("STORE", str(tmp_path / "store")))
     _script("data/prepare.py").main(["--config", str(cfg)])
     memorize = _script("recipes/memorize.py")
     on_store = memorize.main(["--config", str(cfg), "--out", str(tmp_path / "a")])
-    in_memory = memorize.main(["--config", str(cfg), "--store", "", "--out", str(tmp_path / "b")])
-    a, b = on_store["arms"]["standard"], in_memory["arms"]["standard"]
+    cached = memorize.main(["--config", str(cfg), "--store", "", "--out", str(tmp_path / "b")])
+    a, b = on_store["arms"]["standard"], cached["arms"]["standard"]
     for key in ("loss_curve", "val_loss", "exact_by_target", "token_match", "rouge_l"):
         assert a[key] == b[key], key
     man = [json.loads((tmp_path / d / "manifest.json").read_text()) for d in ("a", "b")]
     for key in ("targets", "nonmembers", "corpus_fingerprint", "corpus_sha256", "tokenizer_sha256"):
         assert man[0][key] == man[1][key], key
+    (made,) = (tmp_path / "cache" / "stores").iterdir()
+    for f in ("input_ids.bin", "context_ids.bin", "manifest.json"):  # the explicit store's bytes
+        assert (made / f).read_bytes() == (tmp_path / "store" / f).read_bytes(), f
+
+
+def test_the_cache_prepares_a_store_once_per_data_and_settings(tmp_path, monkeypatch, tokenizer, capsys):
+    """A second run of the same data tokenizes nothing (the cached store is opened, not rewritten); another
+    mixture setting, other targets or an edited local corpus each name another store; a cache directory left
+    without its store.json is prepared again."""
+    from memorization.token_store import cached_store_path, ensure_cached_store
+
+    monkeypatch.setenv("GOLDFISH_CACHE", str(tmp_path / "cache"))
+    corpus = tmp_path / "corpus.jsonl"
+    rng = np.random.default_rng(0)
+    docs = [{"text": f"document {i}: " + " ".join(f"w{w}" for w in rng.integers(0, 5000, 60))} for i in range(300)]
+    corpus.write_text("\n".join(json.dumps(d) for d in docs))
+    cfg = MixtureConfig(seq_len=64, batch_size=2, exposures=(2,), num_targets=2, num_nonmembers=2, num_steps=8,
+                        min_target_tokens=20, seed=0)
+    path, made = ensure_cached_store(str(corpus), DEFAULT_TOKENIZER, cfg, tokenizer)
+    assert made and (path / STORE_FILE).exists()
+    stamp = (path / STORE_FILE).stat().st_mtime_ns
+    assert ensure_cached_store(str(corpus), DEFAULT_TOKENIZER, cfg, tokenizer) == (path, False)
+    assert (path / STORE_FILE).stat().st_mtime_ns == stamp
+    others = {cached_store_path(str(corpus), tokenizer, MixtureConfig(**{**cfg.__dict__, "seed": 1})),
+              cached_store_path(str(corpus), tokenizer, cfg, target_texts=["a target " * 30])}
+    corpus.write_text(corpus.read_text() + "\n" + json.dumps({"text": "one more document " * 20}))
+    others.add(cached_store_path(str(corpus), tokenizer, cfg))
+    assert path not in others and len(others) == 3
+    (path / STORE_FILE).unlink()  # a store without its completion marker is not used: prepared afresh
+    corpus.write_text("\n".join(json.dumps(d) for d in docs))
+    assert ensure_cached_store(str(corpus), DEFAULT_TOKENIZER, cfg, tokenizer) == (path, True)
+    open_store(path, corpus=str(corpus), tokenizer=tokenizer, config=cfg)
+
+
+def test_a_run_whose_corpus_cannot_fill_its_steps_is_refused_by_the_cache_before_training(tmp_path, monkeypatch):
+    from memorization.experiment import Data, ExperimentConfig, Output, Training, run_experiment
+
+    monkeypatch.setenv("GOLDFISH_CACHE", str(tmp_path / "cache"))
+    corpus = tmp_path / "small.txt"
+    rng = np.random.default_rng(1)
+    corpus.write_text("\n\n".join(" ".join(f"w{w}" for w in rng.integers(0, 5000, 150)) for _ in range(30)))
+    cfg = ExperimentConfig(data=Data(corpus=str(corpus), seq_len=128, num_targets=2, num_nonmembers=2),
+                           training=Training(steps=5000, batch_size=8),
+                           output=Output(out=str(tmp_path / "run"), no_progress=True))
+    with pytest.raises(SystemExit, match=r"error: --corpus .*small\.txt: .*too small"):
+        run_experiment(cfg)
+    assert not (tmp_path / "run").exists() and not list((tmp_path / "cache" / "stores").glob("*/store.json"))
 
 
 def test_a_run_whose_store_is_missing_or_of_other_settings_is_refused_with_the_prepare_command(tmp_path):

@@ -66,7 +66,8 @@ def build_parser(description: str = DESCRIPTION) -> argparse.ArgumentParser:
     add(g, "--store", help="a token store prepared for this run by data/prepare.py (--config FILE.yaml prepares "
         "the one a config names): every rank memory-maps it and reads only the rows of its own steps, nothing is "
         "tokenized at start; refused, with the command that prepares the right one, if it was prepared from "
-        "another corpus, tokenizer, targets or mixture setting (default: build the mixture in memory at start)")
+        "another corpus, tokenizer, targets or mixture setting (default: the store of this run's data in the cache, "
+        "$GOLDFISH_CACHE/stores/, prepared by rank 0 on first use)")
     add(g, "--targets-text-field", help="field holding the text in a .json/.jsonl --targets file (default: "
         "--text-field)")
     add(g, "--num-targets", type=int, help="targets drawn from the corpus when --targets is unset")

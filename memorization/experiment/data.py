@@ -3,6 +3,7 @@ run still has the data it started with.  Every failure is a SystemExit saying wh
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from memorization.experiment.config import ConfigError, ExperimentConfig, fine_tune_warmup
@@ -100,6 +101,39 @@ def open_run_store(cfg: ExperimentConfig, tokenizer, targets: list[str] | None):
                           targets_path=cfg.data.targets)
     except (StoreError, ValueError) as e:
         raise SystemExit(f"error: --store: {e}") from None
+
+
+def cached_run_store(cfg: ExperimentConfig, tokenizer, targets: list[str] | None, rt):
+    """The run's mixture from the cache's token store of its corpus, tokenizer, targets and mixture settings
+    (:func:`memorization.token_store.cached_store_path`), prepared there by rank 0 on first use: so a run
+    without ``--store`` trains from the same memory-mapped store as one with it, and a second run of the
+    same data tokenizes nothing.  A failure of the preparation (the corpus too small, unreadable, ...) is
+    a SystemExit on every rank with rank 0's message."""
+    from memorization.token_store import StoreError, ensure_cached_store, open_store
+
+    mcfg = mixture_config(cfg)
+    error = path = None
+    if rt.is_main:
+        try:
+            path, prepared = ensure_cached_store(
+                cfg.data.corpus, tokenizer_spec(cfg), mcfg, tokenizer, targets=targets, targets_path=cfg.data.targets,
+                text_field=cfg.data.text_field)
+            if prepared and not cfg.output.no_progress:
+                print(f"prepared the token store {path} (once; later runs of this data read it)", file=sys.stderr)
+        except (StoreError, ValueError, FileNotFoundError) as e:
+            error = f"error: --corpus {cfg.data.corpus}: {e}"
+        except OSError as e:
+            error = f"error: cannot prepare the token store in the cache ({e}): set GOLDFISH_CACHE to a writable " \
+                    "directory, or prepare a store with data/prepare.py and pass --store"
+    error, path = rt.from_main((error, None if path is None else str(path)))
+    if error:
+        raise SystemExit(error)
+    try:
+        return open_store(path, corpus=cfg.data.corpus, tokenizer=tokenizer, config=mcfg, target_texts=targets,
+                          text_field=cfg.data.text_field, tokenizer_spec=tokenizer_spec(cfg),
+                          targets_path=cfg.data.targets)
+    except (StoreError, ValueError) as e:
+        raise SystemExit(f"error: the cached token store {path}: {e}") from None
 
 
 def load_run_tokenizer(cfg: ExperimentConfig):

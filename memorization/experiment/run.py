@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from memorization.experiment.config import ExperimentConfig, dump_config, resolve, settings
-from memorization.experiment.data import (check_same_data, load_run_tokenizer, mixture_config, open_run_store,
+from memorization.experiment.data import (cached_run_store, check_same_data, load_run_tokenizer, open_run_store,
                                           read_targets, targets_text_field, warmup_steps)
 from memorization.experiment.plan import print_plan, run_shape
 from memorization.experiment.validate import parse_grid, validate
@@ -131,8 +131,7 @@ def run_experiment(cfg: ExperimentConfig) -> dict | None:
     if cfg.execution.plan:
         print_plan(cfg)
         return None
-    from memorization.corpus import corpus_fingerprint, data_checksums, load_documents
-    from memorization.mixture import atomic_write_json, build_mixture
+    from memorization.mixture import atomic_write_json
     from memorization.models import check_size_runs_here
 
     t = cfg.training
@@ -147,17 +146,7 @@ def run_experiment(cfg: ExperimentConfig) -> dict | None:
     if cfg.data.store:
         mixture = open_run_store(cfg, tokenizer, targets)
     else:
-        try:
-            docs = load_documents(cfg.data.corpus, text_field=cfg.data.text_field)
-        except (ValueError, FileNotFoundError) as e:
-            raise SystemExit(f"error: --corpus: {e}") from None
-        try:
-            mixture = build_mixture(docs, tokenizer, mixture_config(cfg), target_texts=targets,
-                                    meta={"corpus": cfg.data.corpus, "tokenizer": cfg.data.tokenizer,
-                                          "corpus_fingerprint": corpus_fingerprint(docs),
-                                          **data_checksums(cfg.data.corpus, tokenizer)})
-        except ValueError as e:
-            raise SystemExit(f"error: {e}") from None
+        mixture = cached_run_store(cfg, tokenizer, targets, rt)
     out = Path(cfg.output.out)
     if cfg.output.overwrite:  # only now: a run refused above leaves the old one in place
         if rt.is_main and out.exists():
