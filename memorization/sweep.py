@@ -382,6 +382,18 @@ def _cell_done(path: Path) -> dict | None:
     return rec if rec.get("status") == "ok" else None
 
 
+def cell_config(cell: Cell, root: Path, base: ExperimentConfig) -> ExperimentConfig:
+    """The config ``cell`` runs next, in ``root/cells/<name>``: ``--resume`` where memorize recorded its
+    settings there, ``--overwrite`` where a run failed or died before that (nothing to keep)."""
+    cell_dir = root / "cells" / cell.name
+    cfg = cell.config(base, cell_dir)
+    if (cell_dir / "run_config.json").exists():
+        return replace(cfg, output=replace(cfg.output, resume=True))
+    if cell_dir.exists() and any(cell_dir.iterdir()):
+        return replace(cfg, output=replace(cfg.output, overwrite=True))
+    return cfg
+
+
 def run_cell(cell: Cell, root: Path, extra: Sequence[str], opts: EvalOptions,
              run: Callable[[ExperimentConfig], dict | None] | None = None) -> dict:
     """Run (or resume) one cell and its evaluations; returns its record (also in ``cell.json``).
@@ -405,13 +417,8 @@ def run_cell(cell: Cell, root: Path, extra: Sequence[str], opts: EvalOptions,
             prev = json.loads(record_path.read_text())
     attempts = int((prev or {}).get("attempts", 0)) + 1
     run = run or run_experiment
-    cfg = cell.config(config_from_argv(extra), cell_dir)
-    if (cell_dir / "run_config.json").exists():
-        argv.append("--resume")
-        cfg = replace(cfg, output=replace(cfg.output, resume=True))
-    elif cell_dir.exists() and any(cell_dir.iterdir()):
-        argv.append("--overwrite")  # failed/died before memorize recorded its settings: nothing to keep
-        cfg = replace(cfg, output=replace(cfg.output, overwrite=True))
+    cfg = cell_config(cell, root, config_from_argv(extra))
+    argv += ["--resume"] if cfg.output.resume else ["--overwrite"] if cfg.output.overwrite else []
     rec: dict[str, Any] = {"cell": asdict(cell), "name": cell.name, "dir": str(cell_dir.relative_to(root)),
                            "memorize_argv": argv, "attempts": attempts, "eval_options": _opts_key(opts),
                            "started_at": time.time()}
@@ -551,14 +558,33 @@ def passthrough_of(record: dict) -> list[str]:
             and not (i > 0 and argv[i - 1] in own)]
 
 
+def preflight_cells(cells: Sequence[Cell], root: Path, extra: Sequence[str]) -> None:
+    """Run every unfinished cell's pre-flight checks (:func:`memorization.experiment.preflight.preflight`:
+    its config, ``--init``, tokenizer, corpus and grid) before the first cell starts, so a grid with one bad
+    cell is refused whole (:class:`SweepError` naming each cell, the check and the fix) instead of failing
+    hours in.  The corpus check prepares each cell's token store into the cache, where the cell's run finds it."""
+    from memorization.experiment.preflight import preflight
+
+    base = config_from_argv(extra)
+    failed = []
+    for cell in cells:
+        if _cell_done(root / "cells" / cell.name / "cell.json") is not None:
+            continue
+        failed += [f"{cell.name}: {c.line()}" for c in preflight(cell_config(cell, root, base)) if c.failed]
+    if failed:
+        raise SweepError("these cells would fail; none was run:\n  " + "\n  ".join(failed))
+
+
 def run_sweep(cells: Sequence[Cell], root: Path, extra: Sequence[str], opts: EvalOptions, meta: dict,
               progress: bool = True,
               run: Callable[[ExperimentConfig], dict | None] | None = None) -> tuple[dict, SweepSummary]:
-    """Run every cell in order (finished ones are skipped), aggregating after each; returns (results, summary)."""
+    """Run every cell in order (finished ones are skipped), aggregating after each; returns (results, summary).
+    Every unfinished cell's pre-flight checks run first (:func:`preflight_cells`: a :class:`SweepError`)."""
     from tqdm.auto import tqdm
 
     root.mkdir(parents=True, exist_ok=True)
     cells = adopt_standard_arms(cells, root)
+    preflight_cells(cells, root, extra)
     summary = SweepSummary()
     t0 = time.perf_counter()
     bar = tqdm(cells, desc="sweep", unit="cell", disable=not progress)

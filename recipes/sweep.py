@@ -2,10 +2,12 @@
 """Sweep memorize over model sizes x exposure counts x Goldfish k (x h) and report it all in one place.
 
 Each cell is one recipes/memorize.py run at one size and one exposure count; the standard arm
-is trained once per (size, exposures) and shared by every Goldfish k/h. Finished cells are
-never re-run, an interrupted cell resumes (memorize --resume), a failing cell is recorded and
-the sweep goes on; SIGUSR1 (a Slurm time limit near) checkpoints the arm in training and ends
-the sweep with status 75, and the same command continues it. The report (DIR/report.md,
+is trained once per (size, exposures) and shared by every Goldfish k/h. Every cell's pre-flight
+checks (its settings, checkpoint, tokenizer, corpus and grid) run before the first cell: one bad
+cell refuses the grid. Finished cells are never re-run, an interrupted cell resumes (memorize
+--resume), a cell that fails while it runs is recorded and the sweep goes on, then exits 1 naming
+it; SIGUSR1 (a Slurm time limit near) checkpoints the arm in training and ends the sweep with
+status 75, and the same command continues it. The report (DIR/report.md,
 DIR/report.html with embedded PNG plots, DIR/results.json) has extraction, Rouge-L, held-out
 loss and perplexity, and optionally MIA AUCs, lm-eval scores and HPC-code pass@1.
 
@@ -150,7 +152,10 @@ def main(argv: list[str] | None = None) -> dict:
         summary = None
     else:
         os.environ.setdefault("WANDB_MODE", "disabled")
-        results, summary = run_sweep(cells, out, extra, opts, meta, progress=not args.no_progress)
+        try:
+            results, summary = run_sweep(cells, out, extra, opts, meta, progress=not args.no_progress)
+        except SweepError as e:
+            raise SystemExit(f"error: {e}") from None
         print(f"sweep: {len(summary.ran)} cell(s) run, {len(summary.cached)} already done, "
               f"{len(summary.failed)} failed, {summary.seconds / 60:.1f} min", file=sys.stderr)
     ok = [c for c in results["cells"] if c.get("status") == "ok"]
@@ -161,6 +166,10 @@ def main(argv: list[str] | None = None) -> dict:
     atomic_write_json(out / "results.json", results)
     paths = write_report(results, out)
     print(f"report: {paths['markdown']} and {paths['html']}", file=sys.stderr)
+    if summary is not None and summary.failed:  # after every other cell ran and the report was written
+        raise SystemExit(f"error: {len(summary.failed)} of {len(cells)} cells failed ({', '.join(summary.failed)}): "
+                         f"each cell's error is in {out}/cells/<cell>/cell.json and the report; the same command "
+                         "runs the failed cells again and reuses the finished ones")
     return {"results": results, "summary": summary, "report": paths}
 
 

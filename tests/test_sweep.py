@@ -17,8 +17,9 @@ from memorization.experiment import run_experiment  # noqa: E402
 
 MICRO = ["--num-targets", "4", "--num-nonmembers", "2", "--steps", "12", "--prefix", "10", "--suffix", "10",
          "--seq-len", "64", "--checkpoint-every", "5"]
-# 100000 exposures cannot fit into 12 steps: memorize refuses that cell, the sweep records it and goes on
-GRID = ["--sizes", "tiny", "--exposures", "2,4,100000", "--goldfish-k", "0,4"]
+# the e8 cell fails while it runs (a node failure, simulated): the sweep records it, goes on, and exits non-zero
+GRID = ["--sizes", "tiny", "--exposures", "2,4,8", "--goldfish-k", "0,4"]
+FAILING = "tiny-e8-k4-h13"
 
 
 # --------------------------------------------------------------------------- grid
@@ -83,9 +84,10 @@ def test_cli_refuses_bad_grid(tmp_path):
 
 @pytest.fixture(scope="module")
 def micro(tmp_path_factory):
-    """First invocation interrupted inside the e4 cell, second completes it, third re-runs nothing."""
+    """First invocation interrupted inside the e4 cell; the second completes it while the e8 cell fails as it runs
+    (and exits non-zero after the others); the third re-runs only that cell, which fails again."""
     out = tmp_path_factory.mktemp("sweep")
-    cells = sw.expand_grid("tiny", "2,4,100000", "0,4")
+    cells = sw.expand_grid("tiny", "2,4,8", "0,4")
     calls = []
 
     def interrupted(cfg):
@@ -95,6 +97,11 @@ def micro(tmp_path_factory):
             raise KeyboardInterrupt  # e.g. Ctrl-C after training, during the evaluations
         return res
 
+    def node_failure(cfg):
+        if FAILING in cfg.output.out:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered (simulated)")
+        return run_experiment(cfg)
+
     with pytest.raises(KeyboardInterrupt):
         sw.run_sweep(cells, out, MICRO, sw.EvalOptions(mia=True), {"command": "test"}, progress=False,
                      run=interrupted)
@@ -103,48 +110,71 @@ def micro(tmp_path_factory):
         "interrupted_results": (out / "cells" / "tiny-e4-k4-h13" / "results.json").exists(),
         "aggregated": sw.aggregate(out, cells, {}),
     }
-    second = sweep_cli.main(GRID + MICRO + ["--mia", "--no-progress", "--out", str(out)])
-    mtimes = {p: p.stat().st_mtime_ns for p in (out / "cells").glob("*/cell.json")}
-    models = {p: p.stat().st_mtime_ns for p in (out / "cells").glob("*/*/model/model.safetensors")}
-    third = sweep_cli.main(GRID + MICRO + ["--mia", "--no-progress", "--out", str(out)])
-    return {"out": out, "state": state, "second": second, "third": third, "mtimes": mtimes, "models": models,
-            "calls": calls}
+    exits = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sw, "run_experiment", node_failure)
+        for _ in range(2):
+            with pytest.raises(SystemExit) as e:
+                sweep_cli.main(GRID + MICRO + ["--mia", "--no-progress", "--out", str(out)])
+            exits.append(e.value)
+            if not exits[1:]:
+                mtimes = {p: p.stat().st_mtime_ns for p in (out / "cells").glob("*/cell.json")}
+                models = {p: p.stat().st_mtime_ns for p in (out / "cells").glob("*/*/model/model.safetensors")}
+                records = {p.parent.name: json.loads(p.read_text()) for p in (out / "cells").glob("*/cell.json")}
+    return {"out": out, "state": state, "exits": exits, "mtimes": mtimes, "models": models, "records": records,
+            "results": json.loads((out / "results.json").read_text()), "calls": calls}
+
+
+def test_a_sweep_with_a_failed_cell_exits_non_zero_after_running_the_others(micro):
+    for e in micro["exits"]:
+        assert e.code not in (0, None) and FAILING in str(e.code) and "1 of 3 cells failed" in str(e.code)
+    assert micro["records"]["tiny-e4-k4-h13"]["status"] == "ok"  # the cells after the failure ran too
 
 
 def test_interrupted_cell_leaves_no_result_and_resumes(micro):
     st = micro["state"]["after_interrupt"]
-    assert st == {"tiny-e2-k4-h13": True, "tiny-e4-k4-h13": False, "tiny-e100000-k4-h13": False}
+    assert st == {"tiny-e2-k4-h13": True, "tiny-e4-k4-h13": False, FAILING: False}
     assert micro["state"]["interrupted_results"]  # memorize had finished: its arms are reused
     agg = micro["state"]["aggregated"]  # the report of an interrupted sweep shows what finished
     assert [c["status"] for c in agg["cells"]] == ["ok", "partial", "pending"]
     assert sorted((r["exposures"], r["arm"], r["partial"]) for r in agg["rows"]) == [
         (2, "goldfish", False), (2, "standard", False), (4, "goldfish", True), (4, "standard", True)]
-    s2 = micro["second"]["summary"]
-    assert s2.cached == ["tiny-e2-k4-h13"] and s2.ran == ["tiny-e4-k4-h13", "tiny-e100000-k4-h13"]
-    rec = json.loads((micro["out"] / "cells" / "tiny-e4-k4-h13" / "cell.json").read_text())
-    assert rec["status"] == "ok" and "--resume" in rec["memorize_argv"]
+    rec = micro["records"]["tiny-e4-k4-h13"]
+    assert rec["status"] == "ok" and "--resume" in rec["memorize_argv"] and rec["attempts"] == 1
     assert not list(micro["out"].rglob("*.tmp"))
 
 
 def test_second_invocation_reruns_no_finished_cell(micro):
-    s3 = micro["third"]["summary"]
-    assert s3.cached == ["tiny-e2-k4-h13", "tiny-e4-k4-h13"]
-    assert s3.ran == ["tiny-e100000-k4-h13"]  # only the failed cell is retried
     for p, t in micro["mtimes"].items():
-        if "e100000" not in str(p):
+        if FAILING not in str(p):
             assert p.stat().st_mtime_ns == t
     for p, t in micro["models"].items():
         assert p.stat().st_mtime_ns == t
     assert len(micro["models"]) == 4
+    assert json.loads((micro["out"] / "cells" / FAILING / "cell.json").read_text())["attempts"] == 2  # retried
 
 
 def test_failing_cell_recorded_rest_goes_on(micro):
-    res = micro["third"]["results"]
+    res = micro["results"]
     failed = [c for c in res["cells"] if c["status"] == "error"]
-    assert [c["name"] for c in failed] == ["tiny-e100000-k4-h13"]
-    assert "fewer than the 400000 target rows" in failed[0]["error"] and failed[0]["attempts"] == 2
+    assert [c["name"] for c in failed] == [FAILING]
+    assert "illegal memory access" in failed[0]["error"] and failed[0]["attempts"] == 2
     md = (micro["out"] / "report.md").read_text()
-    assert "tiny-e100000-k4-h13` failed" in md
+    assert f"{FAILING}` failed" in md
+
+
+def test_a_grid_with_a_cell_that_would_fail_is_refused_before_any_cell_runs(tmp_path):
+    """100000 exposures cannot fit into 12 steps: the pre-flight checks of every cell run first and refuse the
+    grid, naming the cell and the fix, before the good cells spend any time."""
+    with pytest.raises(SystemExit, match=r"(?s)none was run.*tiny-e100000-k4-h13: \[failed\] corpus: .*fewer than "
+                       r"the 400000 target rows"):
+        sweep_cli.main(["--sizes", "tiny", "--exposures", "2,100000", "--goldfish-k", "0,4", *MICRO,
+                        "--no-progress", "--out", str(tmp_path / "s")])
+    assert not list(tmp_path.glob("s/cells/*/cell.json"))
+    with pytest.raises(SystemExit, match=r"--steps"):  # a bad memorize value: refused too, nothing run
+        sweep_cli.main(["--sizes", "tiny", "--exposures", "2", "--goldfish-k", "4", *MICRO, "--steps", "-3",
+                        "--no-progress", "--out", str(tmp_path / "t")])
+    assert not list(tmp_path.glob("t/cells/*/cell.json"))
 
 
 def test_micro_sweep_report(micro):

@@ -71,8 +71,9 @@ def test_extended_grid_keeps_the_standard_arm_where_it_was_trained(tmp_path):
 def test_run_sweep_adopts_the_standard_arm(tmp_path):
     calls = []
     fake = _fake_memorize(calls)
-    sw.run_sweep(sw.expand_grid("tiny", "2", "0,4"), tmp_path, [], OPTS, {}, progress=False, run=fake)
-    res, summary = sw.run_sweep(sw.expand_grid("tiny", "2", "0,2,4"), tmp_path, [], OPTS, {}, progress=False,
+    small = ["--steps", "12", "--seq-len", "64", "--num-targets", "4", "--prefix", "10", "--suffix", "10"]
+    sw.run_sweep(sw.expand_grid("tiny", "2", "0,4"), tmp_path, small, OPTS, {}, progress=False, run=fake)
+    res, summary = sw.run_sweep(sw.expand_grid("tiny", "2", "0,2,4"), tmp_path, small, OPTS, {}, progress=False,
                                 run=fake)
     assert not summary.failed and summary.cached == ["tiny-e2-k4-h13"]
     assert sorted((r["arm"], r["k"]) for r in res["rows"]) == [("goldfish", 2), ("goldfish", 4), ("standard", 0)]

@@ -9,6 +9,7 @@ machine's GPUs; ``memorize.py`` checks the device it gets at start).
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -51,11 +52,12 @@ def preflight(cfg: ExperimentConfig, shape=None) -> list[Check]:
     """Check the run ``cfg`` (resolved here) as far as this machine can: the config (every refusal of
     :func:`~memorization.experiment.validate.validate`, with its grid), no ``{size}`` left in a path, the
     ``--init`` checkpoint, the tokenizer (it fits the checkpoint's vocabulary), the corpus (it fills the
-    steps with the targets: the mixture is built, so its 'corpus too small' refusal comes now) and the grid
-    (it divides ``shape``, default the run's model: :func:`~memorization.experiment.plan.run_shape`).
+    steps with the targets: without ``--store`` the run's token store is prepared into the cache, where the
+    run finds it, so the 'corpus too small' refusal comes now) and the grid (it divides ``shape``, default the
+    run's model: :func:`~memorization.experiment.plan.run_shape`).
 
     Checks after a failed one that they depend on are reported as not checked.  Loads the tokenizer and
-    tokenizes the corpus; never model weights.
+    tokenizes the corpus (once: the cache keeps it); never model weights.
     """
     from memorization.experiment.validate import validate
 
@@ -121,9 +123,7 @@ def preflight(cfg: ExperimentConfig, shape=None) -> list[Check]:
 def _check_corpus(cfg: ExperimentConfig, tokenizer) -> Check:
     if tokenizer is None:
         return Check("corpus", NOT_CHECKED, "needs the tokenizer (above) to count the corpus's tokens")
-    from memorization.corpus import load_documents
     from memorization.experiment.data import mixture_config, open_run_store, read_targets, targets_text_field
-    from memorization.mixture import build_mixture
 
     d, t = cfg.data, cfg.training
     if d.store:  # the prepared store the job will memory-map: of this corpus, tokenizer, targets and settings
@@ -135,18 +135,21 @@ def _check_corpus(cfg: ExperimentConfig, tokenizer) -> Check:
         return Check("corpus", OK, f"--store {d.store} holds {mixture.num_steps} steps of {t.batch_size} rows x "
                      f"{d.seq_len} tokens of --corpus {d.corpus} with {len(mixture.targets)} targets (exposures "
                      f"{d.exposures})")
-    try:
-        docs = load_documents(d.corpus, text_field=d.text_field)
-        targets = read_targets(d.targets, targets_text_field(cfg)) if d.targets else None
-        import warnings
+    try:  # the store the run will read from the cache, prepared now if it is not there: the run reuses it
+        from memorization.experiment.data import tokenizer_spec
+        from memorization.token_store import ensure_cached_store, open_store
 
+        targets = read_targets(d.targets, targets_text_field(cfg)) if d.targets else None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the run itself says it (non-members of another distribution)
-            mixture = build_mixture(docs, tokenizer, mixture_config(cfg), target_texts=targets)
+            path, _ = ensure_cached_store(d.corpus, tokenizer_spec(cfg), mixture_config(cfg), tokenizer,
+                                          targets=targets, targets_path=d.targets, text_field=d.text_field)
+        mixture = open_store(path)
     except (SystemExit, ValueError, OSError) as e:
         return Check("corpus", FAILED, f"--corpus {d.corpus}: {_message(e)}")
     return Check("corpus", OK, f"--corpus {d.corpus} fills {mixture.num_steps} steps of {t.batch_size} rows x "
-                 f"{d.seq_len} tokens with {len(mixture.targets)} targets (exposures {d.exposures})")
+                 f"{d.seq_len} tokens with {len(mixture.targets)} targets (exposures {d.exposures}); its token "
+                 f"store is in the cache, {path}")
 
 
 def _check_grid(cfg: ExperimentConfig, tokenizer, shape, visible: bool) -> Check:
