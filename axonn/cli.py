@@ -3,6 +3,7 @@ the converter and the benchmarks)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Callable
 
@@ -23,11 +24,51 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 INTERRUPTED = 130  # a shell's status for a command stopped by Ctrl-C (128 + SIGINT)
 
 
+class SameOnEveryRank(SystemExit):
+    """A refusal every rank of a job reaches alike (it depends only on the command line and on files every rank
+    reads): :func:`run_main` prints it from rank 0 alone, the other ranks exit with the same status silently.
+    Its ``code`` is the message (``error: ...``), so uncaught it prints and exits with status 1."""
+
+
+def disk_full(e: BaseException) -> OSError | None:
+    """The "no space left on device" error in ``e``'s chain (its cause and context: torch.save reports a full disk
+    as a RuntimeError about the stream's position, with the OSError only in the chain), or None."""
+    import errno
+
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return e
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def launched_rank() -> int:
+    """This process's rank as its launcher set it (torchrun/Slurm/MPI variables; 0 when run alone)."""
+    for var in ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 0
+
+
 def run_main(main: Callable[[], object], resume_hint: str) -> None:
     """Run a command's ``main``; Ctrl-C ends it with one line saying how to continue (``resume_hint``)
-    and exit status 130, instead of a traceback from every rank."""
+    and exit status 130, instead of a traceback from every rank; a :class:`SameOnEveryRank` refusal is
+    printed by rank 0 only."""
     try:
         main()
+    except SameOnEveryRank as e:
+        if launched_rank() != 0:
+            raise SystemExit(1) from None
+        raise
+    except (OSError, RuntimeError) as e:
+        full = disk_full(e)
+        if full is None:
+            raise
+        where = f" ({full.filename})" if getattr(full, "filename", None) else ""
+        raise SystemExit(f"error: no space left on the device{where}: free space there or write elsewhere "
+                         f"({resume_hint})") from None
     except KeyboardInterrupt:
         print(f"\ninterrupted: {resume_hint}", file=sys.stderr)
         sys.exit(INTERRUPTED)

@@ -119,9 +119,25 @@ def _refused(tmp_path, args, match):
     (["--steps", "100000"], "corpus too small"),
     (["--size", "405b"], "cannot be trained on this CPU"),
     (["--grid", "1,2,1,1"], "world size|product"),
+    (["--plan", "--gpus", "0"], r"^error: --gpus 0: give the number of GPUs to plan for, at least 1$"),
 ])
 def test_bad_input_refused_before_training(tmp_path, args, match):
     _refused(tmp_path, args, match)
+
+
+def test_an_out_that_cannot_be_written_is_refused_before_any_data_work(tmp_path, monkeypatch):
+    """--out under a file, or where this user cannot write: one line naming the path, before the store is
+    prepared (the cache stays empty) or anything trains."""
+    monkeypatch.setenv("GOLDFISH_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SystemExit, match=r"^error: --out .*/file/run: .*/file is a file, not a directory; choose "):
+        memorize.main(SMALL + ["--out", str(tmp_path / "file" / "run")])
+    import os
+
+    monkeypatch.setattr(os, "access", lambda path, mode: False)  # (root may write anywhere: simulate the denial)
+    with pytest.raises(SystemExit, match=r"^error: --out .*/ro/run: .* is not writable by this user; choose a writable"):
+        memorize.main(SMALL + ["--out", str(tmp_path / "ro" / "run")])
+    assert not (tmp_path / "cache").exists()
 
 
 def test_short_and_empty_targets(tmp_path):

@@ -119,12 +119,26 @@ def test_run_stopped_on_one_grid_resumes_on_another(serial, tmp_path, monkeypatc
 
 def test_a_corpus_that_cannot_fill_the_steps_ends_every_rank_with_rank_0s_reason(tmp_path):
     """Rank 0 alone prepares the cached token store; when the corpus cannot fill the steps, every rank exits
-    with its message at once (no rank waits for a store that will never come), and nothing is written."""
+    at once (no rank waits for a store that will never come) with rank 0's message, printed once, and nothing
+    is written."""
     env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "AXONN_TIMEOUT": "60",
            "GOLDFISH_CACHE": str(tmp_path / "cache")}
     cmd = _torchrun(2) + [str(REPO / "recipes" / "memorize.py"), *SMALL, "--steps", "100000", "--grid", "2,1,1,1",
                           "--out", str(tmp_path / "run")]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode != 0
-    assert r.stderr.count("too small for 100000 steps") >= 2, r.stderr[-3000:]  # both ranks say why
+    assert r.stderr.count("too small for 100000 steps") == 1, r.stderr[-3000:]
     assert "Timeout" not in r.stderr and not (tmp_path / "run").exists()
+
+
+def test_a_grid_that_does_not_divide_the_heads_is_one_line_from_rank_0_before_any_data_work(tmp_path):
+    """Row 3 cannot split the tiny model's 4 heads: refused before the store is prepared or --out is written,
+    printed once (rank 0), not once per rank."""
+    env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "AXONN_TIMEOUT": "60",
+           "GOLDFISH_CACHE": str(tmp_path / "cache")}
+    cmd = _torchrun(3) + [str(REPO / "recipes" / "memorize.py"), *SMALL, "--grid", "1,3,1,1",
+                          "--out", str(tmp_path / "run")]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0
+    assert r.stderr.count("error: --grid 1,3,1,1: row=3 does not divide heads=4") == 1, r.stderr[-3000:]
+    assert not (tmp_path / "run").exists() and not (tmp_path / "cache").exists()

@@ -35,6 +35,8 @@ from typing import Any
 
 import yaml
 
+from axonn.cli import SameOnEveryRank
+
 #: From-scratch optimizer defaults (the default experiment's).
 SCRATCH_LR, SCRATCH_WARMUP_STEPS, SCRATCH_WEIGHT_DECAY = 3e-3, 10, 0.0
 #: Fine-tuning defaults with ``model.init`` (sources in the module docstring).
@@ -44,9 +46,9 @@ FINE_TUNE_LR, FINE_TUNE_WARMUP_FRACTION, FINE_TUNE_WEIGHT_DECAY = 2e-5, 0.03, 0.
 MAX_FINE_TUNE_LR = 1e-3
 
 
-class ConfigError(SystemExit):
+class ConfigError(SameOnEveryRank):
     """A configuration refused before any work: its ``code`` is the message (``error: ...``), so a CLI that
-    lets it propagate prints it and exits with status 1."""
+    lets it propagate prints it and exits with status 1 (from rank 0 only, under ``axonn.cli.run_main``)."""
 
 
 def _opt(flag: str, default: Any = None, *, aliases: tuple[str, ...] = ()) -> Any:

@@ -108,7 +108,7 @@ def cached_run_store(cfg: ExperimentConfig, tokenizer, targets: list[str] | None
     (:func:`memorization.token_store.cached_store_path`), prepared there by rank 0 on first use: so a run
     without ``--store`` trains from the same memory-mapped store as one with it, and a second run of the
     same data tokenizes nothing.  A failure of the preparation (the corpus too small, unreadable, ...) is
-    a SystemExit on every rank with rank 0's message."""
+    a SystemExit on every rank with rank 0's message (:class:`axonn.cli.SameOnEveryRank`: printed once)."""
     from memorization.token_store import StoreError, ensure_cached_store, open_store
 
     mcfg = mixture_config(cfg)
@@ -126,8 +126,10 @@ def cached_run_store(cfg: ExperimentConfig, tokenizer, targets: list[str] | None
             error = f"error: cannot prepare the token store in the cache ({e}): set GOLDFISH_CACHE to a writable " \
                     "directory, or prepare a store with data/prepare.py and pass --store"
     error, path = rt.from_main((error, None if path is None else str(path)))
-    if error:
-        raise SystemExit(error)
+    if error:  # every rank has rank 0's message now: printed once (axonn.cli.run_main)
+        from axonn.cli import SameOnEveryRank
+
+        raise SameOnEveryRank(error)
     try:
         return open_store(path, corpus=cfg.data.corpus, tokenizer=tokenizer, config=mcfg, target_texts=targets,
                           text_field=cfg.data.text_field, tokenizer_spec=tokenizer_spec(cfg),

@@ -34,8 +34,10 @@ def print_plan(cfg: ExperimentConfig) -> None:
     from axonn.planner import PlanError, format_plan, plan as make_plan
 
     ex, t = cfg.execution, cfg.training
-    if not ex.gpus:
+    if ex.gpus is None:
         raise SystemExit("error: --plan needs --gpus N")
+    if ex.gpus < 1:
+        raise SystemExit(f"error: --gpus {ex.gpus}: give the number of GPUs to plan for, at least 1")
     shape = run_shape(cfg)
     if not cfg.model.init and shape.name != cfg.model.size:
         print(f"note: without --init this run trains --size {cfg.model.size} with its tokenizer's {shape.vocab:,}-row "

@@ -153,8 +153,7 @@ def _check_corpus(cfg: ExperimentConfig, tokenizer) -> Check:
 
 
 def _check_grid(cfg: ExperimentConfig, tokenizer, shape, visible: bool) -> Check:
-    from axonn.planner import Grid, divisibility_problem
-    from memorization.experiment.validate import parse_grid
+    from memorization.experiment.validate import check_grid_divides
 
     grid = cfg.execution.grid
     if shape is None:
@@ -164,8 +163,8 @@ def _check_grid(cfg: ExperimentConfig, tokenizer, shape, visible: bool) -> Check
         from memorization.experiment.plan import run_shape
 
         shape = run_shape(cfg, tokenizer)
-    why = divisibility_problem(shape, Grid(*parse_grid(grid)))
-    if why:
-        return Check("grid", FAILED, f"--grid {grid}: {why}: choose a grid whose row and column sizes divide "
-                     "the model's heads, hidden and ffn sizes (or let the planner choose)")
+    try:
+        check_grid_divides(cfg, shape)
+    except ConfigError as e:
+        return Check("grid", FAILED, _message(e))
     return Check("grid", OK, f"--grid {grid} divides {shape.name} and the batch")

@@ -11,7 +11,7 @@ from memorization.experiment.config import ExperimentConfig, dump_config, resolv
 from memorization.experiment.data import (cached_run_store, check_same_data, load_run_tokenizer, open_run_store,
                                           read_targets, targets_text_field, warmup_steps)
 from memorization.experiment.plan import print_plan, run_shape
-from memorization.experiment.validate import parse_grid, validate
+from memorization.experiment.validate import check_grid_divides, parse_grid, validate
 
 ARMS = ("standard", "goldfish")
 #: the resolved config of a run, in its --out (``--config`` reads it back)
@@ -136,6 +136,7 @@ def run_experiment(cfg: ExperimentConfig) -> dict | None:
 
     t = cfg.training
     tokenizer = load_run_tokenizer(cfg)
+    check_grid_divides(cfg, run_shape(cfg, tokenizer))  # before any rank builds data or writes into --out
     rt = make_runtime(cfg)
     local_rows = rt.local_batch_rows(t.batch_size)
     micro = t.micro_batch or local_rows

@@ -34,6 +34,18 @@ def parse_grid(s: str) -> tuple[int, int, int, int]:
         raise ConfigError(f"error: --grid: {e}") from None
 
 
+def check_grid_divides(cfg: ExperimentConfig, shape) -> None:
+    """Refuse (:class:`ConfigError`) a ``--grid`` that cannot shard the model ``shape``: its row and column sizes
+    must divide the heads, KV heads, hidden, ffn and vocabulary sizes (:func:`axonn.planner.divisibility_problem`)."""
+    from axonn.planner import Grid, divisibility_problem
+
+    grid = cfg.execution.grid
+    why = divisibility_problem(shape, Grid(*parse_grid(grid)))
+    if why:
+        raise ConfigError(f"error: --grid {grid}: {why}: choose a grid whose row and column sizes divide the "
+                          "model's heads, hidden and ffn sizes (or let the planner choose: --plan --gpus N)")
+
+
 def note(message: str) -> None:
     """A note on stderr, once per run: from the first rank only (checks run before the grid exists, on every rank)."""
     from axonn.grid import launcher_rank
@@ -140,11 +152,40 @@ def _check_training_numbers(cfg: ExperimentConfig) -> None:
                           f"of {local}")
 
 
+def check_writable_dir(path: Path, flag: str) -> None:
+    """Refuse (:class:`ConfigError`) a directory a run cannot create or write: ``path`` or its nearest existing
+    ancestor is a file, or is not writable (permissions, a read-only filesystem)."""
+    import os
+
+    path = Path(path).expanduser()
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        if probe.is_symlink():  # a dangling link: mkdir would fail on it
+            raise ConfigError(f"error: {flag} {path}: {probe} is a link to nothing; remove it or choose another "
+                              f"{flag}")
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ConfigError(f"error: {flag} {path}: {probe} is a file, not a directory; choose another {flag}")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        why = "is on a read-only filesystem" if _read_only_fs(probe) else "is not writable by this user"
+        raise ConfigError(f"error: {flag} {path}: {probe} {why}; choose a writable {flag}")
+
+
+def _read_only_fs(path: Path) -> bool:
+    import os
+
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 def _check_out(cfg: ExperimentConfig) -> None:
     """An existing run in --out: refused without --resume/--overwrite; with --resume, its settings must match
     (except how it executes)."""
     o = cfg.output
     out = Path(o.out)
+    check_writable_dir(out, "--out")
     cfg_file = out / "run_config.json"
     if out.exists() and any(out.iterdir()):
         if o.overwrite:
