@@ -44,6 +44,30 @@ def disk_full(e: BaseException) -> OSError | None:
     return None
 
 
+def writable_dir_problem(path, flag: str) -> str | None:
+    """Why a command cannot create or write the directory ``path`` (named by ``flag`` in the message): it is a
+    file, its nearest existing ancestor is a file or a dangling link, or that ancestor is not writable
+    (permissions, a read-only filesystem); None when it can."""
+    from pathlib import Path
+
+    path = Path(path).expanduser()
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        if probe.is_symlink():
+            return f"{flag} {path}: {probe} is a link to nothing; remove it or choose another {flag}"
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{flag} {path}: {probe} is a file, not a directory; choose another {flag}"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        try:
+            read_only = bool(os.statvfs(probe).f_flag & os.ST_RDONLY)
+        except OSError:
+            read_only = False
+        why = "is on a read-only filesystem" if read_only else "is not writable by this user"
+        return f"{flag} {path}: {probe} {why}; choose a writable {flag}"
+    return None
+
+
 def launched_rank() -> int:
     """This process's rank as its launcher set it (torchrun/Slurm/MPI variables; 0 when run alone)."""
     for var in ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"):

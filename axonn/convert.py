@@ -63,7 +63,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     from axonn.checkpoint import to_hf
+    from axonn.cli import writable_dir_problem
 
+    why = writable_dir_problem(args.out, "out")
+    if why is None and args.out.is_file():
+        why = f"out {args.out} is a file: give the directory to write the model into"
+    if why:
+        print(f"error: {why}", file=sys.stderr)
+        return 2
     try:
         path = resolve(args.checkpoint)
     except FileNotFoundError as e:

@@ -78,6 +78,12 @@ def main(argv: list[str] | None = None) -> dict:
     from memorization.extraction import ExtractionConfig, extract, markdown_table, prepare
     from memorization.mixture import atomic_write_json, load_manifest, tokenize_with_bos
 
+    from memorization.model_files import ModelDirError, check_model_dir
+
+    try:  # after every argument check, before anything is read: a damaged file is one line naming it
+        check_model_dir(model_dir)
+    except ModelDirError as e:
+        raise SystemExit(f"error: {e}") from None
     try:
         tok = AutoTokenizer.from_pretrained(args.tokenizer or str(model_dir))
     except (OSError, ValueError) as e:

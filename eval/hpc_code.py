@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             sampler = HFSampler(args.model, args.device, args.dtype, args.seed)
-        except FileNotFoundError as exc:
+        except (FileNotFoundError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
 

@@ -619,14 +619,15 @@ def run_downstream(
         raise ValueError(f"max_length must be >= 2, got {max_length}")
     if tasks:
         _check_lm_eval_args(limit, num_fewshot)
-    if (Path(model_path) / "config.json").is_file():  # else load_checkpoint says what is missing
-        from transformers import AutoConfig
+    from transformers import AutoConfig
 
-        config = AutoConfig.from_pretrained(str(model_path))
-        _check_context(max_length, model_context(config))
-        if perplexity_source is not None:  # window and stride as perplexity() will take them
-            L = int(max_length or _model_max_length(config))
-            window_spans(0, L, int(stride if stride is not None else max(1, L // 2)))
+    from memorization.model_files import check_model_config
+
+    config = AutoConfig.from_pretrained(str(check_model_config(model_path)))  # (weights: load_checkpoint checks)
+    _check_context(max_length, model_context(config))
+    if perplexity_source is not None:  # window and stride as perplexity() will take them
+        L = int(max_length or _model_max_length(config))
+        window_spans(0, L, int(stride if stride is not None else max(1, L // 2)))
     device = device or default_device()
     model, tok = load_checkpoint(model_path, device=device, dtype=dtype,
                                  tokenizer_path=tokenizer_path, require_tokenizer=True)

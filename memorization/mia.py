@@ -187,6 +187,7 @@ def load_checkpoint(
     dtype: str | torch.dtype | None = "auto",
     tokenizer_path: str | os.PathLike | None = None,
     require_tokenizer: bool = True,
+    flag: str = "--model",
 ) -> tuple[torch.nn.Module, Any]:
     """Load a Hugging Face causal-LM checkpoint directory (weights + tokenizer) for evaluation.
 
@@ -196,11 +197,9 @@ def load_checkpoint(
     """
     from transformers import AutoModelForCausalLM
 
-    p = Path(path)
-    if not (p / "config.json").exists():
-        raise FileNotFoundError(
-            f"{str(p)!r} is not a Hugging Face checkpoint directory (no config.json)"
-        )
+    from memorization.model_files import check_model_dir
+
+    p = check_model_dir(path, flag)  # a missing, damaged or truncated directory: one line naming the file
     device = device or default_device()
     try:
         tokenizer = load_tokenizer(tokenizer_path or p)
@@ -892,7 +891,7 @@ def run_mia(
     ref_model, ref_tok = None, None
     if reference_model_path is not None:
         ref_model, ref_tok = load_checkpoint(reference_model_path, device=device, dtype=dtype,
-                                             require_tokenizer=False)
+                                             require_tokenizer=False, flag="--reference-model")
         if ref_tok is not None and tok is None:
             log.warning("the target checkpoint has no tokenizer: assuming the reference model "
                         "shares its vocabulary and scoring the same token ids")

@@ -422,7 +422,7 @@ def test_cli(mia_env, tmp_path, capsys):
     # a bad path is a clear error with exit code 2, not a traceback
     assert cli.main(["--model", str(tmp_path / "nope"), "--manifest",
                      str(mia_env["manifest"])]) == 2
-    assert "not a Hugging Face checkpoint" in capsys.readouterr().err
+    assert capsys.readouterr().err == f"error: --model {tmp_path / 'nope'} does not exist\n"
 
 
 def test_missing_tokenizer_is_clear(mia_env, tmp_path):

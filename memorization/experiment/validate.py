@@ -153,31 +153,12 @@ def _check_training_numbers(cfg: ExperimentConfig) -> None:
 
 
 def check_writable_dir(path: Path, flag: str) -> None:
-    """Refuse (:class:`ConfigError`) a directory a run cannot create or write: ``path`` or its nearest existing
-    ancestor is a file, or is not writable (permissions, a read-only filesystem)."""
-    import os
+    """Refuse (:class:`ConfigError`) a directory a run cannot create or write (:func:`axonn.cli.writable_dir_problem`)."""
+    from axonn.cli import writable_dir_problem
 
-    path = Path(path).expanduser()
-    probe = path
-    while not probe.exists() and probe != probe.parent:
-        if probe.is_symlink():  # a dangling link: mkdir would fail on it
-            raise ConfigError(f"error: {flag} {path}: {probe} is a link to nothing; remove it or choose another "
-                              f"{flag}")
-        probe = probe.parent
-    if not probe.is_dir():
-        raise ConfigError(f"error: {flag} {path}: {probe} is a file, not a directory; choose another {flag}")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        why = "is on a read-only filesystem" if _read_only_fs(probe) else "is not writable by this user"
-        raise ConfigError(f"error: {flag} {path}: {probe} {why}; choose a writable {flag}")
-
-
-def _read_only_fs(path: Path) -> bool:
-    import os
-
-    try:
-        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
-    except OSError:
-        return False
+    why = writable_dir_problem(path, flag)
+    if why:
+        raise ConfigError(f"error: {why}")
 
 
 def _check_out(cfg: ExperimentConfig) -> None:

@@ -39,9 +39,9 @@ class HFSampler:
     """Batched temperature / top-p sampling from a local checkpoint directory."""
 
     def __init__(self, model_path: str | Path, device: str = "cpu", dtype: str = "float32", seed: int = 0):
-        path = Path(model_path)
-        if not path.is_dir():
-            raise FileNotFoundError(f"--model must be a local checkpoint directory, got {model_path}")
+        from memorization.model_files import check_model_dir
+
+        path = check_model_dir(model_path)  # a missing, damaged or truncated directory: one line naming the file
         self.tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
         self.tok.padding_side = "left"
         if self.tok.pad_token is None:
