@@ -139,6 +139,9 @@ def build_parser(description: str = DESCRIPTION) -> argparse.ArgumentParser:
         help="dtype of each arm's exported Hugging Face model (<out>/<arm>/model): the fp32 master weights as "
         "trained, or bf16 at half the size (a 70b is 280 vs 140 GB)")
     add(g, "--no-progress", action="store_true", help="no progress bars")
+    add(g, "--force-lock", action="store_true", help="take over --out although its lock names a live-looking run on "
+        "another host (a run writes <out>/.run.lock while it lives; a dead run's lock on this host, or one without "
+        "a heartbeat for 2 minutes, is taken over without it): only when you know that run is dead")
     return p
 
 

@@ -153,6 +153,7 @@ class Output:
     wandb: bool = _opt("--wandb", False)
     export_dtype: str = _opt("--export-dtype", "float32")
     no_progress: bool = _opt("--no-progress", False)
+    force_lock: bool = _opt("--force-lock", False)
 
 
 @dataclass(frozen=True)
@@ -210,7 +211,7 @@ def flat(cfg: ExperimentConfig) -> dict[str, Any]:
 
 #: fields that say how a run is driven or reported, not what it computes: left out of :func:`settings`
 NOT_SETTINGS = ("resume", "overwrite", "no_progress", "plan", "gpus", "machine", "wandb", "export_dtype",
-                "allow_high_lr")
+                "allow_high_lr", "force_lock")
 
 
 def settings(cfg: ExperimentConfig) -> dict[str, Any]:

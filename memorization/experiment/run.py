@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from memorization.experiment.config import ExperimentConfig, dump_config, resolve, settings
@@ -124,14 +125,11 @@ def run_experiment(cfg: ExperimentConfig) -> dict | None:
     The run directory gets ``config.yaml`` (this config, without --resume/--overwrite), ``run_config.json``,
     ``manifest.json``, one directory per arm and the report.
     """
-    from dataclasses import replace
-
     cfg = resolve(cfg)
     validate(cfg)
     if cfg.execution.plan:
         print_plan(cfg)
         return None
-    from memorization.mixture import atomic_write_json
     from memorization.models import check_size_runs_here
 
     t = cfg.training
@@ -149,6 +147,39 @@ def run_experiment(cfg: ExperimentConfig) -> dict | None:
     else:
         mixture = cached_run_store(cfg, tokenizer, targets, rt)
     out = Path(cfg.output.out)
+    lock = acquire_run_lock(cfg, rt)  # one writer per run directory, from here to the end
+    try:
+        return _write_and_train(cfg, rt, mixture, tokenizer, out)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def acquire_run_lock(cfg: ExperimentConfig, rt):
+    """Rank 0 takes ``--out``'s lock (:class:`memorization.run_lock.RunLock`; a stale one is taken over, saying
+    so); a refusal reaches every rank.  Returns the lock on rank 0, None elsewhere."""
+    from memorization.run_lock import RunLock, RunLocked
+
+    lock = error = None
+    if rt.is_main:
+        lock = RunLock(cfg.output.out, force=cfg.output.force_lock)
+        try:
+            lock.acquire()
+        except RunLocked as e:
+            error, lock = str(e.code), None
+        else:
+            if lock.took_over:
+                print(f"note: --out {cfg.output.out}: took over {lock.took_over}", file=sys.stderr)
+    error = rt.from_main(error)
+    if error:
+        raise RunLocked(error)
+    return lock
+
+
+def _write_and_train(cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path) -> dict:
+    """The part of :func:`run_experiment` that writes into ``out``: under its lock."""
+    from memorization.mixture import atomic_write_json
+
     if cfg.output.overwrite:  # only now: a run refused above leaves the old one in place
         if rt.is_main and out.exists():
             remove_run(out)

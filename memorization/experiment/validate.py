@@ -164,11 +164,14 @@ def check_writable_dir(path: Path, flag: str) -> None:
 def _check_out(cfg: ExperimentConfig) -> None:
     """An existing run in --out: refused without --resume/--overwrite; with --resume, its settings must match
     (except how it executes)."""
+    from memorization.run_lock import LOCK_FILE, RunLock
+
     o = cfg.output
     out = Path(o.out)
     check_writable_dir(out, "--out")
+    RunLock(out, force=o.force_lock).check()  # another run writing there: refused before anything else
     cfg_file = out / "run_config.json"
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and any(f.name != LOCK_FILE for f in out.iterdir()):
         if o.overwrite:
             pass
         elif not o.resume:
