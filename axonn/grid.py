@@ -242,6 +242,28 @@ def _init_distributed(backend: str, timeout_s: float) -> None:
     dist.init_process_group(backend, store=store, rank=0, world_size=1, timeout=timeout)
 
 
+def exit_with_launcher() -> bool:
+    """Under ``torchrun``: have the kernel send this worker SIGTERM when its launcher dies (Linux
+    ``prctl(PR_SET_PDEATHSIG)``), so a launcher killed with ``kill -9`` leaves no workers running on (and writing
+    the run directory) behind it.  ``mpiexec`` and ``srun`` end their own tasks.  Returns whether it is armed."""
+    import ctypes
+    import signal
+    import sys
+
+    if "TORCHELASTIC_RUN_ID" not in os.environ or not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    if os.getppid() == 1:  # the launcher died before the signal was armed: this worker is init's now
+        os.kill(os.getpid(), signal.SIGTERM)
+    return True
+
+
 def init(G_data: int = 1, G_intra_r: int = 1, G_intra_c: int = 1, G_intra_d: int = 1,
          backend: str | None = None, timeout_s: float | None = None) -> Grid:
     """Create the 4D grid (initialising ``torch.distributed`` if needed) and return it.
@@ -266,6 +288,7 @@ def init(G_data: int = 1, G_intra_r: int = 1, G_intra_c: int = 1, G_intra_d: int
     if "nccl" in backend:  # bind this rank's GPU before NCCL creates its first communicator
         torch.cuda.set_device(local_device_index(launcher_rank(), torch.cuda.device_count()))
     if not dist.is_initialized():
+        exit_with_launcher()
         _init_distributed(backend, timeout_s)
     backend = dist.get_backend()
     world = dist.get_world_size()

@@ -213,3 +213,45 @@ def test_weight_decay_reaches_the_sharded_matrices() -> None:
     decay, no_decay = param_groups(par, 0.1)
     assert {names[id(p)] for p in decay["params"]} == want and decay["weight_decay"] == 0.1
     assert no_decay["weight_decay"] == 0.0 and len(decay["params"]) + len(no_decay["params"]) == len(names)
+
+
+def test_workers_end_when_their_launcher_is_killed(tmp_path) -> None:
+    """kill -9 of torchrun used to leave its workers running (they finished a run 54 s later, racing a resume):
+    axonn.init arms the parent-death signal, so they end with the launcher."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "ORPHAN_DIR": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    worker = Path(__file__).resolve().parent / "axonn_workers" / "orphan_check.py"
+    launcher = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                                 "2", str(worker)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 90
+        while len(list(tmp_path.glob("rank*.pid"))) < 2 and time.time() < deadline:
+            time.sleep(0.2)
+        pids = [int(p.read_text()) for p in tmp_path.glob("rank*.pid")]
+        assert len(pids) == 2, "the workers never started"
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait()
+
+        def alive(pid: int) -> bool:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return False
+            return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"  # a zombie has ended
+
+        deadline = time.time() + 15
+        while any(alive(p) for p in pids) and time.time() < deadline:
+            time.sleep(0.2)
+        assert not any(alive(p) for p in pids), "workers outlived their launcher"
+    finally:
+        launcher.kill()
+        for p in tmp_path.glob("rank*.pid"):
+            try:
+                os.kill(int(p.read_text()), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
