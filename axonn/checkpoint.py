@@ -10,6 +10,9 @@ Layout of a checkpoint directory (on a filesystem every rank can see)::
     path/rank00000.pt ...   per writing rank: {name: (local tensor, ShardSpec dict)} for the
                             params (and optimizer state) this rank *writes*
     path/extra.pt           ``extra_state`` (rank 0)
+    path/checksums.json     the size and the crc32 of every 64 MiB block of each file above, as written
+                            (rank 0 gathers them from the writers; absent in a checkpoint saved before
+                            checksums were recorded, or with ``checksums=False``: it loads unverified)
     path/COMPLETE           written last; ``load`` refuses a directory without it
 
 Ownership: a shard is written once.  Of the ranks that hold it, the tensor coordinate that
@@ -36,11 +39,28 @@ other; the files are memory-mapped, so each rank reads about its own share of th
 bytes and opens only the files that hold it.
 Optimizer state tensors with the parameter's shape follow the parameter's
 spec; others (e.g. Adam's ``step``) are stored whole.
+
+Checksums: a writer computes the crc32 of each ``CHECKSUM_BLOCK`` (64 MiB) block of a file as its bytes
+pass to the file (in ``CHECKSUM_THREADS`` threads, while the caller's thread writes them: no second read,
+and a save takes about as long as without, see ``benchmarks/checkpoint_checksum.py``).  :func:`verify`,
+which :func:`load` and :func:`to_hf` run before anything is loaded, reads every file of the checkpoint
+whole and compares: a file whose bytes differ from those saved (a flipped bit, a truncated copy) is
+refused on every rank with a :class:`DamagedCheckpoint` naming the step, the file and the block whose
+crc32 differs.  The loader reads only the pieces a rank needs (memory-mapped), but a rank verifies whole
+files: the shard files are shared out, file ``rankN.pt`` to rank ``N mod world``, so each file is read
+once for its check, by the rank that (on the grid it was written on) loads from it, and every rank reads
+about its share of the checkpoint (total / world), blocks in parallel.  On a resume the verification is
+then a read of each rank's share, hashed at several GB/s; the load that follows reads the same bytes,
+from the page cache where the node's memory holds them (else from the filesystem again: up to twice the
+bytes of a load without checksums).  The small files (meta.json, index.json, extra.pt) are checked by
+every rank that reads them, from the bytes it read.  Anything outside the files (a flipped bit in host
+memory, on the network) is not covered.
 """
 from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import io
 import json
 import math
@@ -49,6 +69,8 @@ import shutil
 import sys
 import threading
 import uuid
+import zlib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
@@ -153,8 +175,12 @@ def _names_of_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer) -> l
 
 def save(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | os.PathLike,
          extra_state: dict[str, Any] | None = None, grid: Grid | None = None,
-         background: bool = False) -> "PendingSave | None":
+         background: bool = False, checksums: bool = True) -> "PendingSave | None":
     """Write a sharded checkpoint of ``model`` (+ ``optimizer``) to ``path`` (collective).
+
+    ``checksums`` records every file's size and block crc32s in ``checksums.json`` (computed as the
+    bytes are written), which :func:`load` verifies; ``False`` writes a checkpoint without them, as
+    saved before they were recorded (for comparisons: it loads unverified).
 
     ``background=True`` returns once this rank's shards are copied to host memory (a snapshot:
     training may change the model and optimizer right away) and writes the files in a thread; the
@@ -192,6 +218,8 @@ def save(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | 
     if grid.rank == 0:
         compact = json.dumps(_encode_index(index), separators=(",", ":")).encode()
         meta = {"format": FORMAT, "grid": grid.sizes, "world_size": grid.world_size, **_model_meta(model)}
+        if checksums:  # a checkpoint that says so and lacks checksums.json is damaged, not an old one
+            meta["checksums"] = {"file": CHECKSUMS, "algorithm": "crc32", "block_bytes": CHECKSUM_BLOCK}
         if optimizer is not None:
             meta["optimizer"] = {"class": type(optimizer).__name__,
                                  "param_groups": [{k: v for k, v in g.items() if k != "params"}
@@ -202,7 +230,9 @@ def save(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | 
         torch.save(extra_state or {}, extra)  # now: the caller may change extra_state afterwards
         files += [("index.json", lambda f: f.write(compact)), ("meta.json", lambda f: f.write(meta_bytes)),
                   ("extra.pt", lambda f: f.write(extra.getbuffer()))]
-    pending = PendingSave(tmp, path, grid, files)
+    step = (extra_state or {}).get("step")
+    pending = PendingSave(tmp, path, grid, files, checksums=checksums,
+                          step=step if isinstance(step, int) else None)
     if not background:
         pending.write()
         pending.finish()
@@ -216,23 +246,35 @@ class PendingSave:
 
     ``finish()`` is collective: every rank calls it at the same point of its program.  It waits
     for this rank's writer thread, agrees with the other ranks that every write succeeded (else
-    every rank raises, and the staging directory is left unpublished), then rank 0 writes
-    ``COMPLETE`` and renames the staging directory to ``path``.
+    every rank raises, and the staging directory is left unpublished), gathers the files' checksums
+    on rank 0, which writes ``checksums.json``, then ``COMPLETE``, and renames the staging directory
+    to ``path``.
     """
 
-    def __init__(self, tmp: Path, path: Path, grid: Grid, files: list[tuple[str, Callable]]):
+    def __init__(self, tmp: Path, path: Path, grid: Grid, files: list[tuple[str, Callable]],
+                 checksums: bool = True, step: int | None = None):
         self.tmp, self.path, self.grid, self._files = tmp, path, grid, files
+        self.checksums, self.step = checksums, step
+        self.sums: dict[str, dict] = {}  # {file: {"bytes": n, "crc32": [hex per block]}} of this rank's files
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
 
     def write(self) -> None:
-        """Write and fsync this rank's files (in the caller's thread or the writer thread)."""
+        """Write and fsync this rank's files (in the caller's thread or the writer thread), computing
+        their checksums on the way."""
         try:
             for name, write in self._files:
+                if self.checksums:
+                    write = functools.partial(self._write_summed, name, write)
                 _fsync_write(self.tmp / name, write)
         except BaseException as e:  # noqa: BLE001 - reported by finish() on every rank
             self._error = e
         self._files = []  # drop the host copies as soon as they are on disk
+
+    def _write_summed(self, name: str, write: Callable, f) -> None:
+        w = _CrcWriter(f)
+        write(w)
+        self.sums[name] = w.record()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self.write, name=f"axonn-save-{self.path.name}", daemon=False)
@@ -250,11 +292,120 @@ class PendingSave:
             here = f": {self._error!r} on this rank" if self._error is not None else " on another rank"
             raise RuntimeError(f"writing checkpoint {self.path} failed{here}; the previous checkpoint there, "
                                f"if any, is untouched") from self._error
+        sums = _gather_sums(self.sums, self.grid) if self.checksums else None
         _barrier()
         if self.grid.rank == 0:
+            if sums is not None:
+                record = {"algorithm": "crc32", "block_bytes": CHECKSUM_BLOCK, "step": self.step,
+                          "files": dict(sorted(sums.items()))}
+                data = json.dumps(record, separators=(",", ":")).encode()
+                _fsync_write(self.tmp / CHECKSUMS, lambda f: f.write(data))
             _fsync_write(self.tmp / "COMPLETE", lambda f: f.write(b"ok\n"))
             _publish(self.tmp, self.path)
         _barrier()
+
+
+def _gather_sums(mine: dict[str, dict], grid: Grid) -> dict[str, dict]:
+    """Every rank's ``{file: checksum record}`` merged, on rank 0 (``{}`` elsewhere); one small gather."""
+    if grid.world_size == 1:
+        return dict(mine)
+    parts = [None] * grid.world_size if grid.rank == 0 else None
+    dist.gather_object(mine, parts, dst=0)
+    return {f: r for part in parts or () for f, r in part.items()}
+
+
+CHECKSUMS = "checksums.json"
+CHECKSUM_BLOCK = 64 * 2**20  # bytes per crc32: a damaged file is reported by block, and blocks are hashed in parallel
+CHECKSUM_THREADS = 4  # per rank, hashing while a file is written and reading + hashing blocks to verify one
+_READ_CHUNK = 16 * 2**20  # a verifying thread reads a block in pieces of this size (its buffer)
+_INLINE_BYTES = 2**20  # a write shorter than this is hashed in the writing thread (no hand-off)
+_pool: tuple[int, ThreadPoolExecutor] | None = None  # (the process it was started in, the pool)
+_pool_lock = threading.Lock()
+_buffers = threading.local()
+
+
+def _hash_pool() -> ThreadPoolExecutor:
+    """The threads that compute crc32s (``zlib.crc32`` and ``os.preadv`` release the GIL), started once per
+    process (a forked child does not inherit the parent's threads: it starts its own)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool[0] != os.getpid():
+            _pool = (os.getpid(), ThreadPoolExecutor(CHECKSUM_THREADS, thread_name_prefix="axonn-crc32"))
+        return _pool[1]
+
+
+class _CrcWriter:
+    """A binary file's ``write`` that computes the crc32 of each ``CHECKSUM_BLOCK``-byte block of what passes.
+
+    ``torch.save`` writes sequentially (its zip writer refuses to seek), so the bytes that pass are the
+    file's.  The crc32s of a large write are computed by the hash pool while this thread writes the same
+    bytes (each block's from its start, the block it continues from the running value), so the hashing
+    costs a save about nothing where the write is slower than the hashing.
+    """
+
+    def __init__(self, f):
+        self.f, self.size, self._crc, self.blocks = f, 0, 0, []
+
+    def write(self, data) -> int:
+        mv = memoryview(data).cast("B")
+        segments = []  # (lo, hi) of mv, each within one block; the first continues the current block
+        lo = 0
+        while lo < len(mv):
+            hi = min(len(mv), lo + CHECKSUM_BLOCK - (self.size + lo) % CHECKSUM_BLOCK)
+            segments.append((lo, hi))
+            lo = hi
+        starts = [self._crc] + [0] * (len(segments) - 1)
+        if len(mv) < _INLINE_BYTES:
+            crcs = [zlib.crc32(mv[a:b], c) for (a, b), c in zip(segments, starts)]
+            self.f.write(mv)
+        else:
+            futures = [_hash_pool().submit(zlib.crc32, mv[a:b], c) for (a, b), c in zip(segments, starts)]
+            try:
+                self.f.write(mv)
+            finally:  # (also when the write fails: no thread may still read the caller's buffer)
+                crcs = [f.result() for f in futures]
+        for (_, hi), crc in zip(segments, crcs):
+            if (self.size + hi) % CHECKSUM_BLOCK == 0:
+                self.blocks.append(crc)
+                crc = 0
+            self._crc = crc
+        self.size += len(mv)
+        return len(mv)
+
+    def flush(self) -> None:
+        self.f.flush()
+
+    def record(self) -> dict:
+        """``{"bytes": size, "crc32": [8 hex digits per block]}`` of what was written."""
+        blocks = self.blocks + ([self._crc] if self.size % CHECKSUM_BLOCK else [])
+        return {"bytes": self.size, "crc32": [f"{c:08x}" for c in blocks]}
+
+
+def _crcs_of_bytes(data: bytes) -> list[int]:
+    mv = memoryview(data)
+    return [zlib.crc32(mv[i:i + CHECKSUM_BLOCK]) for i in range(0, len(mv), CHECKSUM_BLOCK)]
+
+
+def _crcs_of_file(f: Path, size: int) -> list[int]:
+    """The crc32 of each block of the first ``size`` bytes of ``f``, blocks read and hashed in parallel."""
+    fd = os.open(f, os.O_RDONLY)
+    try:
+        def block(i: int) -> int:
+            buf = getattr(_buffers, "buf", None)
+            if buf is None:
+                buf = _buffers.buf = memoryview(bytearray(_READ_CHUNK))
+            crc, off, end = 0, i * CHECKSUM_BLOCK, min(size, (i + 1) * CHECKSUM_BLOCK)
+            while off < end:
+                n = os.preadv(fd, [buf[:min(_READ_CHUNK, end - off)]], off)
+                if n == 0:
+                    raise EOFError(f"{f} ended at byte {off}")
+                crc = zlib.crc32(buf[:n], crc)
+                off += n
+            return crc
+
+        return list(_hash_pool().map(block, range(math.ceil(size / CHECKSUM_BLOCK))))
+    finally:
+        os.close(fd)
 
 
 SNAPSHOT_HOST_FRACTION = 0.8  # of this rank's share of the node's available host memory
@@ -345,8 +496,9 @@ def _encode_index(index: dict[str, dict[str, ShardSpec]]) -> dict:
 def read_index(path: str | os.PathLike) -> dict[str, dict[str, ShardSpec]]:
     """A checkpoint's ``{file: {name: spec}}`` (equal specs are one object)."""
     path = Path(path)
-    if (path / "index.json").exists():
-        raw = _read_json(path / "index.json")
+    sums = read_checksums(path)
+    if (path / "index.json").exists() or (sums is not None and "index.json" in sums["files"]):
+        raw = _read_json(path / "index.json", sums)
         specs = [ShardSpec.from_dict(d) for d in raw["specs"]]
         return {f: {n: specs[i] for n, i in part.items()} for f, part in raw["files"].items()}
     # format v1, before index.json (one file per rank): read each file's own table instead
@@ -466,18 +618,22 @@ def _check_compatible(meta: dict, model: nn.Module) -> None:
 
 
 def load(model: nn.Module, optimizer: torch.optim.Optimizer | None, path: str | os.PathLike,
-         grid: Grid | None = None) -> dict[str, Any]:
+         grid: Grid | None = None, checksums: bool = True) -> dict[str, Any]:
     """Load a checkpoint written by :func:`save` (on any grid) into ``model``/``optimizer``.
 
     Returns the saved ``extra_state``.  Raises ``FileNotFoundError`` for an
-    incomplete checkpoint and ``ValueError`` for one from a different model or optimizer, before
-    anything is loaded.
+    incomplete checkpoint, ``ValueError`` for one from a different model or optimizer and
+    :class:`DamagedCheckpoint` (on every rank) for one whose files are not the bytes saved
+    (:func:`verify`), before anything is loaded.  ``checksums=False`` skips :func:`verify` (for a
+    checkpoint the caller has just verified; the small files are checked as they are read anyway).
     """
     grid = _grid(model, grid)
     path = Path(path)
     meta = read_meta(path)
     _check_compatible(meta, model)
     groups = _check_optimizer(model, optimizer, meta) if optimizer is not None else None
+    if checksums:
+        verify(path, grid)
     params = dict(model.named_parameters())
     index = read_index(path)
     pieces, opieces = _open_pieces(path, index, pieces_to_read(pieces_by_name(index),
@@ -498,7 +654,126 @@ def read_extra(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def _load_extra(path: str | os.PathLike) -> dict[str, Any]:
-    return torch.load(Path(path) / "extra.pt", map_location="cpu", weights_only=False)
+    path = Path(path)
+    data = _read_checked(path / "extra.pt", read_checksums(path))  # checked before it is unpickled
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+
+
+class DamagedCheckpoint(ValueError, RuntimeError):
+    """A file of a checkpoint marked complete is missing, unreadable, or not the bytes that were saved.
+
+    A ``ValueError`` and a ``RuntimeError``, as the damaged-JSON and unreadable-shard errors it
+    replaces were (callers that caught those still do); a resume catches this class to fall back to
+    an older checkpoint.
+    """
+
+
+class MissingFromCheckpoint(DamagedCheckpoint, FileNotFoundError):
+    """A file of a checkpoint marked complete is missing."""
+
+
+def read_checksums(path: str | os.PathLike) -> dict | None:
+    """The ``{file: {"bytes": n, "crc32": [hex per block]}}`` recorded when the checkpoint was saved, or
+    None for one saved without (before checksums were recorded, or with ``checksums=False``)."""
+    f = Path(path) / CHECKSUMS
+    try:
+        st = f.stat()
+    except FileNotFoundError:
+        return None
+    return _parsed_checksums(str(f), st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed_checksums(f: str, ino: int, mtime_ns: int, size: int) -> dict:
+    """checksums.json, parsed once per version of the file (each reader of a small file consults it)."""
+    raw = _read_json(Path(f))
+    if not isinstance(raw, dict) or raw.get("algorithm") != "crc32" or raw.get("block_bytes") != CHECKSUM_BLOCK:
+        raise DamagedCheckpoint(f"{f}: not checksums this version reads (crc32 of {CHECKSUM_BLOCK}-byte blocks): "
+                                f"{DAMAGED}")
+    return raw
+
+
+def _compare(f: Path, want: dict, size: int, crcs: list[int], step: int | None) -> None:
+    """Raise :class:`DamagedCheckpoint` if ``f`` (``size`` bytes, block crc32s ``crcs``) is not as recorded."""
+    where = f"checkpoint of step {step}: " if step is not None else ""
+    if size != want["bytes"]:
+        raise DamagedCheckpoint(f"{where}{f} is {size} bytes, {want['bytes']} when it was saved: {DAMAGED}")
+    bad = [i for i, (got, w) in enumerate(zip(crcs, want["crc32"])) if f"{got:08x}" != w]
+    if bad:
+        i, n = bad[0], len(want["crc32"])
+        more = f" (and {len(bad) - 1} more of its blocks)" if len(bad) > 1 else ""
+        raise DamagedCheckpoint(
+            f"{where}{f}: the crc32 of its bytes {i * CHECKSUM_BLOCK}..{min(size, (i + 1) * CHECKSUM_BLOCK)} "
+            f"(block {i + 1} of {n}) is {crcs[i]:08x}, {want['crc32'][i]} when it was saved{more}: {DAMAGED}")
+
+
+def _read_checked(f: Path, sums: dict | None) -> bytes:
+    """The bytes of ``f``, a (small) file of a checkpoint marked complete, checked against ``sums``
+    (:func:`read_checksums`; None: not recorded)."""
+    try:
+        data = f.read_bytes()
+    except FileNotFoundError as e:
+        raise MissingFromCheckpoint(f"{f} is missing from a checkpoint marked complete: {DAMAGED}") from e
+    if sums is not None and f.name in sums["files"]:
+        _compare(f, sums["files"][f.name], len(data), _crcs_of_bytes(data), sums.get("step"))
+    return data
+
+
+def _check_file(f: Path, want: dict, step: int | None) -> None:
+    """Read ``f`` whole (blocks in parallel) and compare it with its record ``want``."""
+    try:
+        size = f.stat().st_size
+        crcs = _crcs_of_file(f, size) if size == want["bytes"] else []
+    except FileNotFoundError as e:
+        raise MissingFromCheckpoint(f"{f} is missing from a checkpoint marked complete: {DAMAGED}") from e
+    except (OSError, EOFError) as e:  # an I/O error, or cut short while read: every rank must hear of it
+        raise DamagedCheckpoint(f"{f} cannot be read ({e}): {DAMAGED}") from e
+    _compare(f, want, size, crcs, step)
+
+
+def _checker_of(name: str, world: int) -> int:
+    """The rank that reads a shard file whole to verify it: ``rankN.pt``'s is ``N mod world`` (on the grid
+    it was written on, the rank that wrote it and loads from it); the other files (small) rank 0's."""
+    digits = name.removeprefix("rank").removesuffix(".pt")
+    return int(digits) % world if name.startswith("rank") and digits.isdigit() else 0
+
+
+def verify(path: str | os.PathLike, grid: Grid | None = None) -> bool:
+    """Check a complete checkpoint's files against the checksums recorded when it was saved (collective).
+
+    Every rank reads and checks the metadata (meta.json, index.json, checksums.json) as a load would;
+    the shard files are shared out (:func:`_checker_of`): each is read whole, once, by one rank, its
+    blocks in ``CHECKSUM_THREADS`` threads.  The ranks then agree (an all-reduce of a flag): if any
+    found a file damaged, every rank raises :class:`DamagedCheckpoint` with the first such finding (the
+    step, the file, the block and both crc32s).  Returns True when verified, False for a checkpoint
+    saved without checksums (nothing to compare with; its metadata was still read).  ``grid=None``: one
+    process checks every file.
+    """
+    path = Path(path)
+    rank, world = (grid.rank, grid.world_size) if grid is not None else (0, 1)
+    found: str | None = None
+    sums = None
+    try:
+        read_meta(path)
+        sums = read_checksums(path)
+        if (path / "index.json").exists() or (sums is not None and "index.json" in sums["files"]):
+            read_index(path)
+        if sums is not None:
+            step = sums.get("step")
+            for name, want in sums["files"].items():
+                if name not in ("meta.json", "index.json") and _checker_of(name, world) == rank:
+                    _check_file(path / name, want, step)
+    except DamagedCheckpoint as e:
+        found = str(e)
+    if world > 1 and bool(any_rank(found is not None, grid)):
+        everyone: list[str | None] = [None] * world
+        dist.all_gather_object(everyone, found)
+        bad = [m for m in everyone if m is not None]
+        more = f" (and {len(bad) - 1} more ranks found damage)" if len(bad) > 1 else ""
+        raise DamagedCheckpoint(bad[0] + more)
+    if found is not None:
+        raise DamagedCheckpoint(found)
+    return sums is not None
 
 
 def latest(root: str | os.PathLike) -> Path | None:
@@ -524,24 +799,30 @@ def read_meta(path: str | os.PathLike) -> dict:
     path = Path(path)
     if not (path / "COMPLETE").exists():
         raise FileNotFoundError(f"{path} is not a complete axonn checkpoint (no COMPLETE marker)")
-    meta = _read_json(path / "meta.json")
+    sums = read_checksums(path)
+    meta = _read_json(path / "meta.json", sums)
     if not isinstance(meta, dict) or meta.get("format") not in READABLE:
         raise ValueError(f"{path}: unknown checkpoint format "
                          f"{meta.get('format') if isinstance(meta, dict) else meta!r}; this version reads {READABLE}")
+    if sums is None and meta.get("checksums"):
+        raise MissingFromCheckpoint(f"{path / CHECKSUMS} is missing from a checkpoint saved with checksums: {DAMAGED}")
     return meta
 
 
 DAMAGED = "the checkpoint is damaged; load an earlier one (point the root's LATEST at another step_* directory)"
 
 
-def _read_json(f: Path):
-    """The JSON in ``f``, a file of a checkpoint marked complete; a damaged one is a clear error."""
+def _read_json(f: Path, sums: dict | None = None):
+    """The JSON in ``f``, a file of a checkpoint marked complete, checked against ``sums``
+    (:func:`read_checksums`; None: not recorded); a damaged one is a clear error."""
+    data = _read_checked(f, None)
     try:
-        return json.loads(f.read_text())
-    except FileNotFoundError as e:
-        raise FileNotFoundError(f"{f} is missing from a checkpoint marked complete: {DAMAGED}") from e
+        parsed = json.loads(data.decode())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{f} is not valid JSON ({e}): {DAMAGED}") from e
+        raise DamagedCheckpoint(f"{f} is not valid JSON ({e}): {DAMAGED}") from e
+    if sums is not None and f.name in sums["files"]:
+        _compare(f, sums["files"][f.name], len(data), _crcs_of_bytes(data), sums.get("step"))
+    return parsed
 
 
 def pieces_by_name(index: dict[str, dict[str, ShardSpec]]) -> dict[str, list[tuple[str, ShardSpec]]]:
@@ -604,7 +885,7 @@ def _load_shard_file(f: Path) -> dict:
     except FileNotFoundError:
         raise
     except (RuntimeError, EOFError, ValueError) as e:  # torch's zip reader / unpickler on a damaged file
-        raise RuntimeError(f"{f} cannot be read ({str(e)[:200]}): {DAMAGED}") from e
+        raise DamagedCheckpoint(f"{f} cannot be read ({' '.join(str(e)[:200].split())}): {DAMAGED}") from e
 
 
 def _local_from_pieces(pieces: list[tuple[torch.Tensor, ShardSpec]], spec: ShardSpec) -> torch.Tensor:
@@ -796,6 +1077,7 @@ def to_hf(checkpoint: str | os.PathLike, directory: str | os.PathLike, tokenizer
                              "(--config DIR: a directory with its config.json, e.g. the run's export or --init model)")
         cfg = dict(meta["hf_config"])
         config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    verify(path)  # every file, in this process, before a byte of it is converted
     index = read_index(path)
     shapes = {n: tuple(s) for n, s in meta["params"].items()}
     missing = sorted(set(shapes).difference(*index.values()))

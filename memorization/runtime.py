@@ -7,6 +7,7 @@ so the same code path serves one CPU and thousands of GPUs.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -34,6 +35,11 @@ def _step_of(path: Path) -> int | None:
     """The step number of a trainer checkpoint directory ``step_<digits>``, else None."""
     digits = path.name.removeprefix("step_")
     return int(digits) if digits.isdigit() and path.is_dir() else None
+
+
+def _finding(e: Exception) -> str:
+    """A damaged checkpoint's error without its advice to load an earlier one (the resume is doing that)."""
+    return str(e).removesuffix(": " + ack.DAMAGED)
 
 
 @dataclass
@@ -164,19 +170,59 @@ class Runtime:
             return None
         return publish
 
-    def load_checkpoint(self, model: torch.nn.Module, opt: torch.optim.Optimizer, root: Path) -> dict | None:
-        """Load the checkpoint ``root/LATEST`` names (resharding if the grid changed); None if none."""
-        path = ack.latest(root)
+    def resume_point(self, root: Path) -> Path | None:
+        """The checkpoint a resume loads: the one ``root/LATEST`` names if it is intact, else the newest older
+        complete one that is (collective); None if ``root`` has no ``LATEST``.
+
+        Each candidate is verified against the checksums recorded when it was saved
+        (:func:`axonn.checkpoint.verify`: every rank reads about its share of the files); the ranks agree
+        on the outcome, so a damaged shard that one rank finds makes every rank fall back together.
+        Falling back says on stderr (one line, rank 0) which checkpoint was damaged and which one this
+        resumes from; if none is intact, :class:`axonn.checkpoint.DamagedCheckpoint` says what was
+        found.  A checkpoint saved before checksums were recorded is taken as it is (one line says so).
+        """
+        root = Path(root)
+        first = ack.latest(root)
+        if first is None:
+            return None
+        newest = _step_of(first)
+        older = sorted(((step, p) for p in root.glob("step_*") if (step := _step_of(p)) is not None
+                        and (newest is None or step < newest) and (p / "COMPLETE").exists()), reverse=True)
+        damaged: list[tuple[Path, ack.DamagedCheckpoint]] = []
+        for path in [first, *(p for _, p in older)]:
+            try:
+                checked = ack.verify(path, self.grid)
+            except ack.DamagedCheckpoint as e:
+                damaged.append((path, e))
+                continue
+            if self.is_main and damaged:
+                names = ", ".join(p.name for p, _ in damaged)
+                print(f"resume: checkpoint {names} in {root} is damaged ({_finding(damaged[0][1])}); resuming from "
+                      f"{path.name}, the newest intact one", file=sys.stderr, flush=True)
+            if self.is_main and not checked:
+                print(f"resume: {path} was saved before checkpoints recorded checksums: loading it unverified",
+                      file=sys.stderr, flush=True)
+            return path
+        found = "; ".join(f"{p.name}: {_finding(e)}" for p, e in damaged)
+        raise ack.DamagedCheckpoint(f"no intact checkpoint in {root} to resume from ({found}); every checkpoint "
+                                    f"there is damaged: to start afresh, move its step_* directories and LATEST aside")
+
+    def load_checkpoint(self, model: torch.nn.Module, opt: torch.optim.Optimizer, root: Path,
+                        path: Path | None = None) -> dict | None:
+        """Load ``path``, a checkpoint :meth:`resume_point` chose, or else the one it chooses in ``root``
+        (resharding if the grid changed); None if there is none."""
+        path = path if path is not None else self.resume_point(root)
         if path is None:
             return None
-        extra = ack.load(model, opt, path, grid=self.grid)
+        extra = ack.load(model, opt, path, grid=self.grid, checksums=False)  # resume_point verified it
         if "rng" in extra:
             torch.set_rng_state(extra.pop("rng"))
         return extra
 
-    def checkpoint_extra(self, root: Path) -> dict | None:
-        """The extra state of the checkpoint ``root/LATEST`` names, nothing loaded; None if none."""
-        path = ack.latest(root)
+    def checkpoint_extra(self, root: Path, path: Path | None = None) -> dict | None:
+        """The extra state of ``path``, or else of the checkpoint :meth:`resume_point` chooses in ``root``,
+        nothing loaded; None if there is none."""
+        path = path if path is not None else self.resume_point(root)
         return None if path is None else ack.read_extra(path)
 
     def export_hf(self, model: torch.nn.Module, out_dir: Path, tokenizer=None,

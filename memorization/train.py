@@ -324,11 +324,13 @@ class Trainer:
         return h.hexdigest()[:16]
 
     def try_resume(self) -> bool:
-        """Load the latest checkpoint in ``ckpt_dir``, if any, after checking it is of this run: the
-        same step count, :data:`RUN_SETTINGS` and stream (read before any state is loaded)."""
-        extra = self.rt.checkpoint_extra(self.ckpt_dir)
-        if extra is None:
+        """Load the latest intact checkpoint in ``ckpt_dir``, if any (a damaged newest one is passed over:
+        :meth:`Runtime.resume_point`), after checking it is of this run: the same step count,
+        :data:`RUN_SETTINGS` and stream (read before any state is loaded)."""
+        path = self.rt.resume_point(self.ckpt_dir)
+        if path is None:
             return False
+        extra = self.rt.checkpoint_extra(self.ckpt_dir, path)
         problems = []
         if extra.get("total_steps") != self.total_steps:
             problems.append(f"it is for a {extra.get('total_steps')}-step run, this run has {self.total_steps} steps")
@@ -342,7 +344,7 @@ class Trainer:
             raise ValueError(f"checkpoint in {self.ckpt_dir} is of a different run: " + "; ".join(problems)
                              + ". Use a fresh output directory, or the same settings and data (how the run "
                              "executes -- grid, micro batch, compile, overlap, checkpointing -- may change)")
-        extra = self.rt.load_checkpoint(self.model, self.opt, self.ckpt_dir)
+        extra = self.rt.load_checkpoint(self.model, self.opt, self.ckpt_dir, path)
         self.step, self.history = extra["step"], extra["history"]
         self.wandb_id = extra.get("wandb_id")
         self._seconds_before = float(extra.get("train_seconds", 0.0))

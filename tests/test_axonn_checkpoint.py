@@ -5,6 +5,7 @@ Runs under ``mpiexec -n 4`` (so this also covers the MPI launch path of ``axonn.
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -160,6 +161,24 @@ def test_checkpoint_stall_benchmark_prints_both_stalls(tmp_path) -> None:
     assert list((tmp_path / "ck").iterdir()) == []
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_checkpoint_checksum_benchmark_prints_both_kinds(tmp_path) -> None:
+    """benchmarks/checkpoint_checksum.py end to end on the tiny preset: saves and loads with and without
+    checksums, removes its checkpoints and prints the three ratios (machine-dependent: not asserted)."""
+    import re
+    import subprocess
+
+    root = WORKERS.parents[1]
+    res = subprocess.run([sys.executable, "benchmarks/checkpoint_checksum.py", "--size", "tiny", "--repeat", "1",
+                          "--hash-mb", "64", "--dir", str(tmp_path / "ck")],
+                         cwd=root, capture_output=True, text=True, timeout=110)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for row in ("save", "load, cold page cache", "load, warm page cache"):
+        assert re.search(rf"{row} \(s\)\s+\d+\.\d+\s+\d+\.\d+\s+\d+\.\d+x", res.stdout), res.stdout
+    assert "crc32 over the hash pool" in res.stdout and list((tmp_path / "ck").iterdir()) == []
+
+
 def test_background_save_without_host_memory_for_the_snapshot_saves_blocking(tmp_path, monkeypatch) -> None:
     """A snapshot that does not fit in this rank's share of the node's available memory is not
     attempted: the save is written before save() returns, with a warning saying why."""
@@ -311,7 +330,11 @@ def test_damaged_checkpoint_json_is_a_clear_error(tmp_path, damage) -> None:
     if damage == "meta.json":
         with pytest.raises(FileNotFoundError, match="meta.json is missing.*damaged"):
             ckpt.read_meta(f.parent)
-    else:  # without index.json (format v1) the rank files are read: a truncated one is named
+    else:  # without index.json (format v1, before checksums too) the rank files are read: a truncated one is named
+        (f.parent / "checksums.json").unlink()
+        meta = json.loads((f.parent / "meta.json").read_text())
+        del meta["checksums"]
+        (f.parent / "meta.json").write_text(json.dumps({**meta, "format": "axonn-sharded-v1"}))
         shard = f.parent / "rank00000.pt"
         shard.write_bytes(shard.read_bytes()[:1000])
         with pytest.raises(RuntimeError, match="rank00000.pt cannot be read.*damaged.*LATEST"):
@@ -435,3 +458,139 @@ def test_a_replacement_cut_between_its_renames_names_the_copy_to_restore(tmp_pat
     # without a swap the two renames still publish
     ckpt._publish(tmp, tmp_path / "step_0000004")
     assert (tmp_path / "step_0000004" / "which").read_text() == "new"
+
+
+def _flip(f, n: int = 64, at: float = 0.5) -> None:
+    """Flip ``n`` bytes of file ``f`` from the fraction ``at`` of its length (a disk or a copy gone wrong)."""
+    data = bytearray(f.read_bytes())
+    i = int(len(data) * at)
+    data[i:i + n] = bytes(b ^ 0xFF for b in data[i:i + n])
+    f.write_bytes(bytes(data))
+
+
+def test_flipped_bytes_in_a_shard_are_refused_naming_step_and_file(tmp_path, monkeypatch) -> None:
+    """The issue's case: 64 flipped bytes in rank00000.pt used to load silently (embedding values of
+    -116 for 0.037).  The save records each file's size and block crc32s; a load, a convert and a
+    verify refuse the file, naming the step, the file and the block whose crc32 differs, before the
+    model is touched.  Small blocks here, so the file has several and its writes cross them."""
+    import torch
+
+    import axonn
+    import axonn.checkpoint as ckpt
+    from axonn.convert import main as convert
+    from memorization.models import build_model
+
+    monkeypatch.setattr(ckpt, "CHECKSUM_BLOCK", 256 * 1024)
+    monkeypatch.setattr(ckpt, "_INLINE_BYTES", 4096)  # large writes hashed by the pool while they are written
+    axonn.init()
+    saved = build_model("tiny", 512, seed=3)
+    opt = torch.optim.AdamW(saved.parameters())
+    ckpt.save(saved, opt, tmp_path / "ck", {"step": 7})
+    sums = ckpt.read_checksums(tmp_path / "ck")
+    shard = tmp_path / "ck" / "rank00000.pt"
+    assert sums["step"] == 7 and sums["files"]["rank00000.pt"]["bytes"] == shard.stat().st_size
+    blocks = len(sums["files"]["rank00000.pt"]["crc32"])
+    assert blocks == -(-shard.stat().st_size // ckpt.CHECKSUM_BLOCK) > 3
+    assert ckpt.verify(tmp_path / "ck") is True
+    model = build_model("tiny", 512, seed=4)
+    ckpt.load(model, torch.optim.AdamW(model.parameters()), tmp_path / "ck")  # intact: loads
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), saved.parameters()))
+
+    fresh = build_model("tiny", 512, seed=4)
+    before = {n: p.detach().clone() for n, p in fresh.named_parameters()}
+    _flip(shard, 64, at=0.5)
+    block = int(shard.stat().st_size * 0.5) // ckpt.CHECKSUM_BLOCK + 1
+    why = rf"checkpoint of step 7: \S*rank00000.pt: the crc32 of its bytes \d+\.\.\d+ \(block {block} of {blocks}\) " \
+          r"is [0-9a-f]{8}, [0-9a-f]{8} when it was saved: the checkpoint is damaged"
+    with pytest.raises(ckpt.DamagedCheckpoint, match=why) as e:
+        ckpt.load(fresh, torch.optim.AdamW(fresh.parameters()), tmp_path / "ck")
+    assert "\n" not in str(e.value)
+    assert all(torch.equal(p, before[n]) for n, p in fresh.named_parameters()), "a refused load changed the model"
+    with pytest.raises(ckpt.DamagedCheckpoint, match=why):
+        ckpt.verify(tmp_path / "ck")
+    assert convert([str(tmp_path / "ck"), str(tmp_path / "hf")]) == 2 and not (tmp_path / "hf").exists()
+    # truncated (a copy cut short), and checksums.json itself gone from a checkpoint saved with checksums
+    shard.write_bytes(shard.read_bytes()[:5000])
+    with pytest.raises(ckpt.DamagedCheckpoint, match=r"step 7: \S*rank00000.pt is 5000 bytes, \d+ when it was saved"):
+        ckpt.verify(tmp_path / "ck")
+    (tmp_path / "ck" / "checksums.json").unlink()
+    with pytest.raises(FileNotFoundError, match="checksums.json is missing from a checkpoint saved with checksums"):
+        ckpt.load(fresh, None, tmp_path / "ck")
+
+
+def test_checkpoint_saved_without_checksums_still_loads(tmp_path, capsys) -> None:
+    """A checkpoint from before checksums (no checksums.json, nothing in meta.json: what
+    ``checksums=False`` writes) loads as before; a resume says in one line that it is unverified."""
+    import torch
+
+    import axonn
+    import axonn.checkpoint as ckpt
+    from memorization.models import build_model
+    from memorization.runtime import Runtime
+
+    rt = Runtime(axonn.init())
+    saved = build_model("tiny", 512, seed=3, runtime=rt)
+    opt = torch.optim.AdamW(saved.parameters())
+    x = torch.randint(0, 512, (2, 16))
+    saved(input_ids=x, labels=x).loss.backward()
+    opt.step()
+    ckpt.save(saved, opt, tmp_path / "root" / "step_0000002", {"step": 2}, checksums=False)
+    (tmp_path / "root" / "LATEST").write_text("step_0000002")
+    old = tmp_path / "root" / "step_0000002"
+    assert not (old / "checksums.json").exists() and "checksums" not in ckpt.read_meta(old)
+    assert ckpt.read_checksums(old) is None and ckpt.verify(old) is False
+    model = build_model("tiny", 512, seed=4, runtime=rt)
+    opt2 = torch.optim.AdamW(model.parameters())
+    assert rt.load_checkpoint(model, opt2, tmp_path / "root")["step"] == 2
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), saved.parameters()))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"resume: {old} was saved before checkpoints recorded checksums: loading it unverified"], err
+
+
+def test_resume_falls_back_to_the_newest_intact_checkpoint(tmp_path, capsys) -> None:
+    """The trainer keeps two checkpoints: when the one LATEST names is damaged the resume takes the
+    other, saying so in one line; when neither is intact it is an error naming both."""
+    import torch
+
+    import axonn
+    import axonn.checkpoint as ckpt
+    from memorization.models import build_model
+    from memorization.runtime import Runtime
+
+    rt = Runtime(axonn.init())
+    model = build_model("tiny", 512, seed=3, runtime=rt)
+    opt = torch.optim.AdamW(model.parameters())
+    root = tmp_path / "ckpt"
+    rt.save_checkpoint(model, opt, root, {"step": 4})
+    at4 = {n: p.detach().clone() for n, p in model.named_parameters()}
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    rt.save_checkpoint(model, opt, root, {"step": 8})
+    assert rt.resume_point(root) == root / "step_0000008" and capsys.readouterr().err == ""
+    _flip(root / "step_0000008" / "rank00000.pt")
+    fresh = build_model("tiny", 512, seed=5, runtime=rt)
+    extra = rt.load_checkpoint(fresh, torch.optim.AdamW(fresh.parameters()), root)
+    assert extra["step"] == 4
+    assert all(torch.equal(p, at4[n]) for n, p in fresh.named_parameters())
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"resume: checkpoint step_0000008 in {root} is damaged (checkpoint "
+                                               f"of step 8: {root / 'step_0000008' / 'rank00000.pt'}: the crc32"), err
+    assert err[0].endswith("; resuming from step_0000004, the newest intact one"), err
+    _flip(root / "step_0000004" / "extra.pt", 8)
+    with pytest.raises(ckpt.DamagedCheckpoint, match=rf"no intact checkpoint in {root} to resume from \(step_0000008: "
+                                                     r".*rank00000.pt.*; step_0000004: .*extra.pt: the crc32"):
+        rt.resume_point(root)
+
+
+@pytest.mark.timeout(120)
+def test_every_rank_falls_back_when_one_finds_its_shard_damaged() -> None:
+    """2 ranks (data 2: each writes a shard file, and verifies its own): a damaged rank00001.pt is found
+    by rank 1 alone, yet both ranks resume from the older checkpoint, with the same state; with both
+    checkpoints damaged both refuse (tests/axonn_workers/damaged_resume.py)."""
+    codes, out = launcher.launch("damaged_resume.py", 2, timeout=110)
+    assert codes == [0, 0], out
+    for r in (0, 1):
+        assert f"rank {r}: fell back to step 4 with its state" in out, out
+        assert f"rank {r}: refused, no intact checkpoint" in out, out
+    assert out.count("resuming from step_0000004") == 1, out  # said once, by rank 0

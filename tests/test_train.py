@@ -54,6 +54,36 @@ def test_interrupted_run_resumes_on_the_same_loss_curve(tmp_path, background, pl
     assert resumed["val_loss"] == pytest.approx(full["val_loss"], rel=1e-6)
 
 
+def test_resume_passes_over_a_damaged_newest_checkpoint(tmp_path, plain_run, capsys):
+    """Two checkpoints on disk (steps 4 and 8) and 64 bytes flipped in step 8's shard: the resume says so in
+    one line and continues from step 4, on the uninterrupted run's loss curve from there."""
+    ref = [h["loss"] for h in plain_run["history"]]
+
+    def boom(rec):  # called at step 8 once its checkpoint is written
+        if rec["step"] == 8:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        _trainer(tmp_path / "b").fit(on_step=boom)
+    ckpt = tmp_path / "b" / "checkpoint"
+    assert (ckpt / "LATEST").read_text() == "step_0000008"
+    assert sorted(p.name for p in ckpt.glob("step_*")) == ["step_0000004", "step_0000008"]
+    shard = ckpt / "step_0000008" / "rank00000.pt"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2:len(data) // 2 + 64] = bytes(b ^ 0xFF for b in data[len(data) // 2:len(data) // 2 + 64])
+    shard.write_bytes(bytes(data))
+    capsys.readouterr()
+    resumed = _trainer(tmp_path / "b").fit(resume=True)
+    err = capsys.readouterr().err.splitlines()
+    fell = [line for line in err if "damaged" in line]
+    assert len(fell) == 1 and "step_0000008" in fell[0] and "rank00000.pt" in fell[0], err
+    assert fell[0].endswith("resuming from step_0000004, the newest intact one"), err
+    assert "t: resumed at step 4 of 12" in "\n".join(err), err
+    assert [h["loss"] for h in resumed["history"]] == pytest.approx(ref, rel=1e-6, abs=1e-7)
+    assert [h["step"] for h in resumed["history"]] == list(range(1, 13))
+    assert resumed["val_loss"] == pytest.approx(plain_run["val_loss"], rel=1e-6)
+
+
 def test_resume_refuses_a_checkpoint_of_a_different_run(tmp_path):
     def stop(rec):  # a checkpoint of the 12-step run (step 4) is all the refusal needs
         if rec["step"] == 5:
