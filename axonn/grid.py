@@ -130,7 +130,7 @@ class Grid:
         return f"Grid({s}; rank {self.rank} at {self.coords})"
 
 
-def _coords_of(rank: int, sizes: dict[str, int]) -> dict[str, int]:
+def coords_of(rank: int, sizes: dict[str, int]) -> dict[str, int]:
     c: dict[str, int] = {}
     for a in reversed(AXES):  # fastest first
         c[a] = rank % sizes[a]
@@ -295,7 +295,7 @@ def init(G_data: int = 1, G_intra_r: int = 1, G_intra_c: int = 1, G_intra_d: int
     _check_product(sizes, world)
     rank = dist.get_rank()
     device = torch.device("cuda", torch.cuda.current_device()) if "nccl" in backend else torch.device("cpu")
-    grid = Grid(sizes=sizes, coords=_coords_of(rank, sizes), rank=rank, world_size=world,
+    grid = Grid(sizes=sizes, coords=coords_of(rank, sizes), rank=rank, world_size=world,
                 backend=backend, device=device)
     _build_groups(grid, _dt.timedelta(seconds=timeout_s))
     _GRID = grid

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -23,18 +22,6 @@ from axonn.cli import HelpFormatter  # noqa: E402
 from benchmarks.common import device, timed  # noqa: E402
 import memorization.loss as loss_mod  # noqa: E402
 from memorization.goldfish import IGNORE_INDEX  # noqa: E402
-
-
-@contextmanager
-def fused(on: bool):
-    """``chunked_lm_loss_sum`` with its fused path on (the trainer's on one GPU) or off (the checkpointed loop)."""
-    saved = loss_mod._fusable
-    if not on:
-        loss_mod._fusable = lambda m: False
-    try:
-        yield
-    finally:
-        loss_mod._fusable = saved
 
 
 def main() -> None:
@@ -56,17 +43,16 @@ def main() -> None:
     def ce(logits, y):
         return F.cross_entropy(logits, y, ignore_index=IGNORE_INDEX, reduction="sum")
 
-    def step() -> None:
+    def step(fuse: bool) -> None:
         hidden.grad = head.weight.grad = None
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
-            loss = loss_mod.chunked_lm_loss_sum(hidden, head, labels, ce, a.chunk)
+            loss = loss_mod.chunked_lm_loss_sum(hidden, head, labels, ce, a.chunk, fuse=fuse)
         loss.backward()
 
     times: dict[str, list[float]] = {"checkpointed": [], "fused": []}
     for _ in range(a.rounds):
         for name in times:
-            with fused(name == "fused"):
-                times[name].append(timed(step, a.steps, 1, dev))
+            times[name].append(timed(lambda: step(name == "fused"), a.steps, 1, dev))
     best = {k: min(v) for k, v in times.items()}
     print(f"device {dev}, {a.tokens} positions, hidden {a.hidden}, vocab {a.vocab}, chunks of {a.chunk}")
     for name, s in best.items():

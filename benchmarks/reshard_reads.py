@@ -36,7 +36,7 @@ import torch  # noqa: E402
 
 from axonn.cli import HelpFormatter  # noqa: E402
 from axonn.checkpoint import TENSOR_AXES, build_index, pieces_by_name, pieces_to_read, tensor_owned  # noqa: E402
-from axonn.grid import Grid, _coords_of, parse_grid  # noqa: E402
+from axonn.grid import Grid, coords_of, parse_grid  # noqa: E402
 from axonn.sharding import ShardSpec  # noqa: E402
 
 STATE_BYTES = 12  # per element written: fp32 weight, AdamW exp_avg and exp_avg_sq
@@ -51,7 +51,7 @@ def specs_on(config, sizes: dict[str, int], rank: int) -> dict[str, ShardSpec]:
 
     layers = config.num_hidden_layers
     small = type(config).from_dict({**config.to_dict(), "num_hidden_layers": min(layers, 2)})
-    grid = Grid(sizes=dict(sizes), coords=_coords_of(rank, sizes), rank=rank, world_size=math.prod(sizes.values()),
+    grid = Grid(sizes=dict(sizes), coords=coords_of(rank, sizes), rank=rank, world_size=math.prod(sizes.values()),
                 backend="gloo", device=torch.device("meta"))
     with init_empty_weights():
         model = LlamaForCausalLM(small)
@@ -70,7 +70,7 @@ def slice0(sizes: dict[str, int]) -> range:
 
 def owned_by_slice0(config, sizes: dict[str, int]) -> dict[int, dict[str, ShardSpec]]:
     """What each tensor coordinate (its rank in data slice 0) owns on the grid ``sizes``."""
-    return {r: tensor_owned(specs_on(config, sizes, r), _coords_of(r, sizes)) for r in slice0(sizes)}
+    return {r: tensor_owned(specs_on(config, sizes, r), coords_of(r, sizes)) for r in slice0(sizes)}
 
 
 def written(index: dict[str, dict[str, ShardSpec]]) -> list[int]:

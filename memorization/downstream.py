@@ -58,17 +58,9 @@ import numpy as np
 import torch
 
 from memorization.models import model_context
-from memorization.mia import (
-    MissingTokenizerError,
-    _as_id_lists,
-    _check_vocab,
-    _model_device,
-    _model_max_length,
-    default_device,
-    load_checkpoint,
-    pad_batch,
-    sequence_token_logprobs,
-)
+from memorization.eval_model import (MissingTokenizerError, as_id_lists, check_vocab, default_device, load_checkpoint,
+                                     model_device, model_max_length)
+from memorization.mia import pad_batch, sequence_token_logprobs
 from memorization.mixture import check_manifest_doc
 
 log = logging.getLogger(__name__)
@@ -168,11 +160,11 @@ def perplexity(
     from tqdm.auto import tqdm
 
     _check_context(max_length, model_context(model))
-    dev = torch.device(device) if device is not None else _model_device(model)
-    max_length = int(max_length if max_length is not None else _model_max_length(model))
+    dev = torch.device(device) if device is not None else model_device(model)
+    max_length = int(max_length if max_length is not None else model_max_length(model))
     stride = int(stride if stride is not None else max(1, max_length // 2))
-    ids = _as_id_lists(docs)
-    _check_vocab(model, ids, "perplexity")
+    ids = as_id_lists(docs)
+    check_vocab(model, ids, "perplexity")
     windows: list[tuple[int, list[int], int]] = []  # (doc index, window ids, first scored)
     for d, x in enumerate(ids):
         for b, e, first in window_spans(len(x), max_length, stride):
@@ -522,7 +514,7 @@ def run_lm_eval(
     if not runnable:
         return results
 
-    max_length = int(max_length or _model_max_length(model))
+    max_length = int(max_length or model_max_length(model))
     lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size,
               max_length=max_length, backend="causal")
     for t in runnable:
@@ -626,7 +618,7 @@ def run_downstream(
     config = AutoConfig.from_pretrained(str(check_model_config(model_path)))  # (weights: load_checkpoint checks)
     _check_context(max_length, model_context(config))
     if perplexity_source is not None:  # window and stride as perplexity() will take them
-        L = int(max_length or _model_max_length(config))
+        L = int(max_length or model_max_length(config))
         window_spans(0, L, int(stride if stride is not None else max(1, L // 2)))
     device = device or default_device()
     model, tok = load_checkpoint(model_path, device=device, dtype=dtype,

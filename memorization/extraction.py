@@ -26,6 +26,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from .eval_model import vocab_size
+
 
 @dataclass(frozen=True)
 class ExtractionConfig:
@@ -191,7 +193,7 @@ def prepare(model_or_config, docs: list[dict], cfg: ExtractionConfig):
         kept.append(d)
     if not kept:
         raise ValueError("every document is shorter than prefix + suffix; nothing to extract")
-    vocab = _vocab_size(model_or_config)
+    vocab = vocab_size(model_or_config)
     for d, (p, s) in zip(kept, splits) if vocab else ():
         lo, hi = min(min(p), min(s)), max(max(p), max(s))
         if lo < 0 or hi >= vocab:
@@ -242,16 +244,6 @@ def extract(model: torch.nn.Module, docs: list[dict], cfg: ExtractionConfig = Ex
         "documents": records,
         "skipped": skipped,
     }
-
-
-def _vocab_size(model_or_config) -> int | None:
-    """Rows of the model's input embedding (``config.vocab_size`` as a fallback, or given a config), None if
-    unknown."""
-    try:
-        return int(model_or_config.get_input_embeddings().num_embeddings)
-    except (AttributeError, NotImplementedError, TypeError):
-        n = getattr(getattr(model_or_config, "config", model_or_config), "vocab_size", None)
-        return int(n) if n else None
 
 
 def trained(records: list[dict]) -> list[dict]:

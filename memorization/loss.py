@@ -91,7 +91,7 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
                 None if dw is None else (dw * grad).to(ctx.weight_dtype), None, None, None)
 
 
-def _fusable(lm_head: torch.nn.Module) -> bool:
+def fusable(lm_head: torch.nn.Module) -> bool:
     """A plain, bias-free ``nn.Linear`` head (HF Llama's, left unsharded on a trivial tensor grid) with no
     module hooks: the fused loss never calls the module, so hooks on it would silently not run."""
     hooks = (lm_head._forward_hooks, lm_head._forward_pre_hooks, lm_head._backward_hooks,
@@ -100,16 +100,18 @@ def _fusable(lm_head: torch.nn.Module) -> bool:
 
 
 def chunked_lm_loss_sum(
-    hidden: torch.Tensor, lm_head: torch.nn.Module, labels: torch.Tensor, ce, chunk_tokens: int = 4096
+    hidden: torch.Tensor, lm_head: torch.nn.Module, labels: torch.Tensor, ce, chunk_tokens: int = 4096,
+    fuse: bool = True,
 ) -> torch.Tensor:
     """Sum of token losses; ``hidden`` (B, T, H) predicts ``labels[:, 1:]`` from positions ``:-1``.
 
-    ``ce(logits, labels)`` is the summed cross-entropy of the chunked (vocabulary-parallel) path; a fusable
-    head computes the plain one itself, which is what :func:`_cross_entropy_for` gives for full logits.
+    ``ce(logits, labels)`` is the summed cross-entropy of the chunked (vocabulary-parallel) path; a
+    :func:`fusable` head computes the plain one itself (unless ``fuse`` is False: the checkpointed chunks
+    then run as for a sharded head), which is what :func:`_cross_entropy_for` gives for full logits.
     """
     h = hidden[:, :-1].reshape(-1, hidden.shape[-1])
     y = labels[:, 1:].reshape(-1)
-    if torch.is_grad_enabled() and _fusable(lm_head) and (h.requires_grad or lm_head.weight.requires_grad):
+    if fuse and torch.is_grad_enabled() and fusable(lm_head) and (h.requires_grad or lm_head.weight.requires_grad):
         from axonn.intra_layer.linear import autocast_dtype
 
         return _FusedLinearCrossEntropy.apply(h, lm_head.weight, y, chunk_tokens, autocast_dtype(h, lm_head.weight))

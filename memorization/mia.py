@@ -87,7 +87,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .mixture import _is_int, load_manifest
+from .eval_model import (DEFAULT_MAX_LENGTH_CAP, Docs, MissingTokenizerError, as_id_lists, check_vocab,
+                         default_device, load_checkpoint, load_tokenizer, model_device, model_max_length,
+                         resolve_dtype)
+from .mixture import is_int, load_manifest
 
 log = logging.getLogger(__name__)
 
@@ -102,14 +105,8 @@ SCORE_DESCRIPTIONS: dict[str, str] = {
     "ref_diff": "target loss - reference loss on the same text (lower = member)",
 }
 
-#: Default cap on the context length used when the model config allows far more than any
-#: training sequence in this project (Llama 3.1 declares 131072 positions).
-DEFAULT_MAX_LENGTH_CAP = 4096
-
 # Logit elements converted to float32 log-probs at once (2^28 floats = 1 GiB).
 _LOGIT_CHUNK_ELEMENTS = 1 << 28
-
-Docs = Sequence[Sequence[int]] | Sequence[torch.Tensor] | torch.Tensor
 
 __all__ = [
     "SCORE_DIRECTIONS",
@@ -132,113 +129,7 @@ __all__ = [
 # --------------------------------------------------------------------------- loading
 
 
-class MissingTokenizerError(FileNotFoundError):
-    """A checkpoint directory has no tokenizer files and no tokenizer was given."""
-
-
-def load_tokenizer(path: str | os.PathLike) -> Any:
-    """Load the tokenizer saved next to a checkpoint, failing clearly if there is none.
-
-    Raises :class:`MissingTokenizerError` naming the directory and the fix, instead of the
-    opaque error (or a hub look-up) that ``AutoTokenizer`` would produce.
-    """
-    from transformers import AutoTokenizer
-
-    from .corpus import TOKENIZER_FILES, has_tokenizer_files
-
-    p = Path(path)
-    if p.is_dir() and not has_tokenizer_files(p):
-        raise MissingTokenizerError(
-            f"checkpoint {str(p)!r} has no tokenizer (none of {', '.join(TOKENIZER_FILES)} "
-            "found). Save it next to the weights with tokenizer.save_pretrained(<checkpoint>), "
-            "or pass --tokenizer PATH pointing to a directory that has one."
-        )
-    try:
-        tok = AutoTokenizer.from_pretrained(str(p))
-    except Exception as err:  # noqa: BLE001 - re-raised with context
-        raise MissingTokenizerError(
-            f"could not load a tokenizer from {str(p)!r}: {err}. Pass --tokenizer PATH to a "
-            "directory saved with tokenizer.save_pretrained()."
-        ) from err
-    return tok
-
-
-def _resolve_dtype(dtype: str | torch.dtype | None, device: str | torch.device) -> torch.dtype:
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype in (None, "auto"):
-        return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
-    try:
-        return {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-                "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}[dtype]
-    except KeyError:
-        raise ValueError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16") from None
-
-
-def default_device() -> str:
-    """``cuda`` when available, else ``cpu``."""
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def load_checkpoint(
-    path: str | os.PathLike,
-    *,
-    device: str | torch.device | None = None,
-    dtype: str | torch.dtype | None = "auto",
-    tokenizer_path: str | os.PathLike | None = None,
-    require_tokenizer: bool = True,
-    flag: str = "--model",
-) -> tuple[torch.nn.Module, Any]:
-    """Load a Hugging Face causal-LM checkpoint directory (weights + tokenizer) for evaluation.
-
-    Returns ``(model, tokenizer)``; the model is in eval mode on ``device``.  With
-    ``require_tokenizer=False`` a missing tokenizer gives ``None`` (and a warning) instead of
-    :class:`MissingTokenizerError`.  ``dtype="auto"`` is bfloat16 on CUDA, float32 otherwise.
-    """
-    from transformers import AutoModelForCausalLM
-
-    from memorization.model_files import check_model_dir
-
-    p = check_model_dir(path, flag)  # a missing, damaged or truncated directory: one line naming the file
-    device = device or default_device()
-    try:
-        tokenizer = load_tokenizer(tokenizer_path or p)
-    except MissingTokenizerError:
-        if require_tokenizer:
-            raise
-        log.warning("no tokenizer found for %s; continuing with token ids only", p)
-        tokenizer = None
-    model = AutoModelForCausalLM.from_pretrained(str(p), dtype=_resolve_dtype(dtype, device))
-    model.to(device)
-    model.eval()
-    return model, tokenizer
-
-
 # --------------------------------------------------------------------------- scoring
-
-
-def _model_device(model: torch.nn.Module) -> torch.device:
-    try:
-        return next(model.parameters()).device
-    except StopIteration:
-        return torch.device("cpu")
-
-
-def _model_max_length(model: torch.nn.Module, cap: int | None = DEFAULT_MAX_LENGTH_CAP) -> int:
-    """The default scoring window: the model's context (its trained length for a model trained from
-    scratch, :func:`memorization.models.model_context`; 2048 if unknown), at most ``cap``."""
-    from memorization.models import model_context
-
-    n = model_context(model) or 2048
-    return min(n, cap) if cap else n
-
-
-def _as_id_lists(docs: Docs) -> list[list[int]]:
-    if isinstance(docs, torch.Tensor):
-        if docs.dim() != 2:
-            raise ValueError("a tensor of documents must be 2-D (n_docs, length)")
-        return docs.tolist()
-    return [d.tolist() if isinstance(d, torch.Tensor) else list(d) for d in docs]
 
 
 def pad_batch(
@@ -313,7 +204,7 @@ def _score_with_model(
     loss = np.full(n_docs, np.nan)
     min_k = np.full(n_docs, np.nan)
     n_tok = np.zeros(n_docs, dtype=np.int64)
-    _check_vocab(model, docs, desc)
+    check_vocab(model, docs, desc)
     # documents with fewer than 2 tokens score nothing (NaN): a batch of only such documents
     # would be a zero-width forward pass, which the model cannot run
     order = sorted((i for i in range(n_docs) if len(docs[i]) >= 2), key=lambda i: -len(docs[i]))
@@ -331,28 +222,12 @@ def _score_with_model(
     return {"loss": loss, "min_k": min_k, "n_tokens": n_tok}
 
 
-def _check_vocab(model: torch.nn.Module, docs: Sequence[Sequence[int]], what: str,
-                 names: Sequence[str] | None = None) -> None:
-    """Raise ``ValueError`` if a token id is outside ``model``'s vocabulary (which would be an
-    opaque ``IndexError`` in the embedding on CPU, a device-side assert on CUDA).  The error
-    names the document by ``names[i]`` when given (e.g. its manifest id), else by its index."""
-    from .extraction import _vocab_size
-
-    vocab = _vocab_size(model)
-    for i, d in enumerate(docs):
-        if vocab and d and (min(d) < 0 or max(d) >= vocab):
-            bad = max(d) if max(d) >= vocab else min(d)
-            doc = f"document {i}" if names is None else f"document {names[i]!r}"
-            raise ValueError(f"{what}: {doc} has token id {bad}, outside the model's vocabulary "
-                             f"(0..{vocab - 1}): were its token_ids made with another tokenizer?")
-
-
 def _check_max_length(max_length: int | None, context: int | None) -> None:
     """Raise ``ValueError`` unless ``max_length`` is None or in ``[2, context]``: a window past the
     context would score positions the model was never trained on (extrapolation, not memory)."""
     if max_length is None:
         return
-    if not _is_int(max_length) or max_length < 2:
+    if not is_int(max_length) or max_length < 2:
         raise ValueError(f"max_length must be an integer >= 2 (or None for the model's context), "
                          f"got {max_length!r}")
     if context and max_length > context:
@@ -365,7 +240,7 @@ def _prepare_docs(
 ) -> tuple[list[list[int]], np.ndarray]:
     """``(ids, truncated)``: the documents as scored (BOS prepended, cut to ``max_length``)
     and a boolean mask of the ones that were cut."""
-    ids = _as_id_lists(docs)
+    ids = as_id_lists(docs)
     if bos_token_id is not None:
         ids = [d if (d and d[0] == bos_token_id) else [bos_token_id, *d] for d in ids]
     truncated = np.array([len(d) > max_length for d in ids], dtype=bool)
@@ -446,15 +321,15 @@ def mia_scores(
     """
     if not 0.0 < k <= 1.0:
         raise ValueError(f"k must be in (0, 1], got {k}")
-    if not _is_int(batch_size) or batch_size < 1:
+    if not is_int(batch_size) or batch_size < 1:
         raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
     from memorization.models import model_context
 
     _check_max_length(max_length, model_context(model))
-    dev = torch.device(device) if device is not None else _model_device(model)
-    max_length = max_length or _model_max_length(model)
-    if reference_model is not None and _model_max_length(reference_model) < max_length:
-        max_length = _model_max_length(reference_model)
+    dev = torch.device(device) if device is not None else model_device(model)
+    max_length = max_length or model_max_length(model)
+    if reference_model is not None and model_max_length(reference_model) < max_length:
+        max_length = model_max_length(reference_model)
         log.info("truncating documents to the reference model's context of %d tokens, so that "
                  "both models score the same span", max_length)
     bos = getattr(tokenizer, "bos_token_id", None) if (add_bos and tokenizer is not None) else None
@@ -486,7 +361,7 @@ def mia_scores(
     scores["min_k"] = out["min_k"]
 
     if reference_model is not None:
-        ref_max = _model_max_length(reference_model)
+        ref_max = model_max_length(reference_model)
         if (reference_tokenizer is None or tokenizer is None
                 or _same_vocab(tokenizer, reference_tokenizer)):
             ref_ids, ref_cut = ids, np.zeros(len(ids), dtype=bool)  # the very same span
@@ -496,7 +371,7 @@ def mia_scores(
             ref_ids, ref_cut = _prepare_docs(_reference_ids(ids, tokenizer, reference_tokenizer),
                                              ref_max, None, "reference")
         ref = _score_with_model(reference_model, ref_ids, batch_size=batch_size,
-                                device=_model_device(reference_model), k=k,
+                                device=model_device(reference_model), k=k,
                                 desc="MIA reference")
         ref_loss = ref["loss"].copy()
         if ref_cut.any():
@@ -863,7 +738,7 @@ def run_mia(
         raise ValueError(f"k must be a fraction in (0, 1]: 0.2 is 20%, got {k}")
     if not 0.0 < fpr_target < 1.0:
         raise ValueError(f"fpr_target must be a fraction in (0, 1): 0.01 is 1%, got {fpr_target}")
-    if not _is_int(batch_size) or batch_size < 1:
+    if not is_int(batch_size) or batch_size < 1:
         raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
     _check_max_length(max_length, None)
     if max_length is not None and (Path(model_path) / "config.json").is_file():
@@ -885,7 +760,7 @@ def run_mia(
     docs = members + nonmembers
     ids = _tokenize_docs(docs, tok, "documents")
     # name a bad document by its manifest id: mia_scores only knows its place in members + nonmembers
-    _check_vocab(model, ids, f"manifest {manifest_path}",
+    check_vocab(model, ids, f"manifest {manifest_path}",
                  names=[str(d.get("id", i)) for i, d in enumerate(docs)])
 
     ref_model, ref_tok = None, None

@@ -149,13 +149,13 @@ def load_manifest(path: str | Path) -> dict[str, Any]:
         if "exposures" not in doc:
             raise ValueError(f"manifest {path}: targets[{i}] has no 'exposures'")
         e = doc["exposures"]
-        if not (_is_int(e) or (isinstance(e, float) and e.is_integer())) or e < 0:
+        if not (is_int(e) or (isinstance(e, float) and e.is_integer())) or e < 0:
             raise ValueError(f"manifest {path}: targets[{i}] has exposures {e!r}; it must be a "
                              "non-negative integer (0 for a held-out control, N >= 1 for a member)")
     return manifest
 
 
-def _is_int(x: Any) -> bool:
+def is_int(x: Any) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
 
 
@@ -168,7 +168,7 @@ def check_manifest_doc(doc: Any, where: str) -> None:
     if "token_ids" not in doc and "text" not in doc:
         raise ValueError(f"{where} has neither token_ids nor text")
     ids = doc.get("token_ids")
-    if "token_ids" in doc and not (isinstance(ids, list) and all(_is_int(t) for t in ids)):
+    if "token_ids" in doc and not (isinstance(ids, list) and all(is_int(t) for t in ids)):
         raise ValueError(f"{where} ({doc.get('id', '?')}): token_ids must be a list of integers, "
                          f"got {str(ids)[:60]}")
     if "text" in doc and "token_ids" not in doc and not isinstance(doc["text"], str):

@@ -259,7 +259,7 @@ class EvalOptions:
     dtype: str = "auto"  # bfloat16 on CUDA, float32 otherwise
 
     def __post_init__(self) -> None:
-        from memorization.mia import default_device
+        from memorization.eval_model import default_device
 
         self.device = self.device or default_device()
 
@@ -348,9 +348,9 @@ def evaluate_arm(arm_dir: Path, manifest: Path, opts: EvalOptions) -> dict:
 
 def _hpc_dtype(opts: EvalOptions) -> str:
     """``opts.dtype`` as eval/hpc_code.py's ``--dtype`` (``auto`` resolved as the other evaluations resolve it)."""
-    from memorization.mia import _resolve_dtype
+    from memorization.eval_model import resolve_dtype
 
-    return str(_resolve_dtype(opts.dtype, opts.device)).removeprefix("torch.")
+    return str(resolve_dtype(opts.dtype, opts.device)).removeprefix("torch.")
 
 
 def run_hpc_code(model: Path, output: Path, opts: EvalOptions) -> dict:

@@ -60,11 +60,11 @@ def test_one_world_all_reduce_weights_each_shard_by_its_copies(monkeypatch) -> N
     world / |S| copies then sum to one)."""
     import torch.distributed as dist
 
-    from axonn.grid import Grid, _coords_of
+    from axonn.grid import Grid, coords_of
     from axonn.sharding import ShardSpec
 
     sizes = {"data": 1, "depth": 2, "row": 2, "col": 2}
-    grid = Grid(sizes=sizes, coords=_coords_of(0, sizes), rank=0, world_size=8, backend="gloo",
+    grid = Grid(sizes=sizes, coords=coords_of(0, sizes), rank=0, world_size=8, backend="gloo",
                 device=torch.device("cpu"))
     monkeypatch.setattr(grid, "group", lambda axes: f"group{tuple(axes)}")
     calls = []

@@ -127,10 +127,10 @@ def test_local_device_index_without_a_gpu_says_what_to_check() -> None:
 
 
 def _fake_grid(data=1, depth=1, row=1, col=1):
-    from axonn.grid import Grid, _coords_of
+    from axonn.grid import Grid, coords_of
 
     sizes = {"data": data, "depth": depth, "row": row, "col": col}
-    return Grid(sizes=sizes, coords=_coords_of(0, sizes), rank=0, world_size=data * depth * row * col,
+    return Grid(sizes=sizes, coords=coords_of(0, sizes), rank=0, world_size=data * depth * row * col,
                 backend="gloo", device=torch.device("cpu"))
 
 

@@ -75,11 +75,9 @@ def test_fused_path_runs_the_head_gemm_three_times_not_four():
     head, hidden, labels = _case()
     gemm = 2 * B * (T - 1) * H * V
 
-    def flops(fusable: bool) -> int:
-        from benchmarks.fused_loss import fused
-
-        with fused(fusable), FlopCounterMode(display=False) as fc:
-            loss_mod.chunked_lm_loss_sum(hidden, head, labels, _ce, 40).backward()
+    def flops(fuse: bool) -> int:
+        with FlopCounterMode(display=False) as fc:
+            loss_mod.chunked_lm_loss_sum(hidden, head, labels, _ce, 40, fuse=fuse).backward()
         return fc.get_total_flops()
 
     assert flops(True) == 3 * gemm
@@ -91,7 +89,7 @@ def test_no_grad_and_biased_heads_take_the_plain_path():
     with torch.no_grad():
         a = loss_mod.chunked_lm_loss_sum(hidden, head, labels, _ce, 40)
     torch.testing.assert_close(a, _full_logits_loss(hidden, head, labels).detach(), rtol=1e-5, atol=1e-5)
-    assert not loss_mod._fusable(torch.nn.Linear(H, V, bias=True))
+    assert not loss_mod.fusable(torch.nn.Linear(H, V, bias=True))
     seen = []
     head.register_forward_hook(lambda *_: seen.append(1))  # a hooked head is called, so its hooks run
     loss_mod.chunked_lm_loss_sum(hidden, head, labels, _ce, 40).backward()

@@ -193,7 +193,7 @@ def test_a_model_trained_from_scratch_is_evaluated_within_its_trained_length(tmp
     import axonn.checkpoint as ckpt
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    from memorization.mia import _model_max_length
+    from memorization.mia import model_max_length
     from memorization.models import TRAINED_CONTEXT, build_model, model_config, model_context
     from memorization.runtime import Runtime
 
@@ -201,7 +201,7 @@ def test_a_model_trained_from_scratch_is_evaluated_within_its_trained_length(tmp
     ckpt.export_hf(model, tmp_path / "m")
     hf = AutoModelForCausalLM.from_pretrained(tmp_path / "m")
     assert hf.config.max_position_embeddings == 1024 and getattr(hf.config, TRAINED_CONTEXT) == 128
-    assert model_context(hf) == 128 and _model_max_length(hf) == 128
+    assert model_context(hf) == 128 and model_max_length(hf) == 128
     assert getattr(model_config(None, 4096, init=str(tmp_path / "m"), max_seq=256), TRAINED_CONTEXT) == 256
     assert getattr(model_config(None, 4096, init=str(tmp_path / "m"), max_seq=64), TRAINED_CONTEXT) == 128
     LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,

@@ -12,10 +12,10 @@ from memorization import jobs as gen
 
 
 def _fake_grid(data=1, depth=1, row=1, col=1):
-    from axonn.grid import Grid as AxonnGrid, _coords_of
+    from axonn.grid import Grid as AxonnGrid, coords_of
 
     sizes = {"data": data, "depth": depth, "row": row, "col": col}
-    return AxonnGrid(sizes=sizes, coords=_coords_of(0, sizes), rank=0, world_size=data * depth * row * col,
+    return AxonnGrid(sizes=sizes, coords=coords_of(0, sizes), rank=0, world_size=data * depth * row * col,
                      backend="gloo", device=torch.device("cpu"))
 
 

@@ -1,0 +1,149 @@
+"""Loading a Hugging Face model for evaluation, and what every evaluation asks of it: its device, context,
+vocabulary and dtype.  Shared by membership inference, downstream evaluation, extraction and the sweep."""
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+log = logging.getLogger(__name__)
+
+#: Default cap on the context length used when the model config allows far more than any
+#: training sequence in this project (Llama 3.1 declares 131072 positions).
+DEFAULT_MAX_LENGTH_CAP = 4096
+
+Docs = Sequence[Sequence[int]] | Sequence[torch.Tensor] | torch.Tensor
+
+
+class MissingTokenizerError(FileNotFoundError):
+    """A checkpoint directory has no tokenizer files and no tokenizer was given."""
+
+
+def load_tokenizer(path: str | os.PathLike) -> Any:
+    """Load the tokenizer saved next to a checkpoint, failing clearly if there is none.
+
+    Raises :class:`MissingTokenizerError` naming the directory and the fix, instead of the
+    opaque error (or a hub look-up) that ``AutoTokenizer`` would produce.
+    """
+    from transformers import AutoTokenizer
+
+    from .corpus import TOKENIZER_FILES, has_tokenizer_files
+
+    p = Path(path)
+    if p.is_dir() and not has_tokenizer_files(p):
+        raise MissingTokenizerError(
+            f"checkpoint {str(p)!r} has no tokenizer (none of {', '.join(TOKENIZER_FILES)} "
+            "found). Save it next to the weights with tokenizer.save_pretrained(<checkpoint>), "
+            "or pass --tokenizer PATH pointing to a directory that has one."
+        )
+    try:
+        tok = AutoTokenizer.from_pretrained(str(p))
+    except Exception as err:  # noqa: BLE001 - re-raised with context
+        raise MissingTokenizerError(
+            f"could not load a tokenizer from {str(p)!r}: {err}. Pass --tokenizer PATH to a "
+            "directory saved with tokenizer.save_pretrained()."
+        ) from err
+    return tok
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: str | torch.device) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype in (None, "auto"):
+        return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+    try:
+        return {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+                "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}[dtype]
+    except KeyError:
+        raise ValueError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16") from None
+
+
+def default_device() -> str:
+    """``cuda`` when available, else ``cpu``."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_checkpoint(
+    path: str | os.PathLike,
+    *,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = "auto",
+    tokenizer_path: str | os.PathLike | None = None,
+    require_tokenizer: bool = True,
+    flag: str = "--model",
+) -> tuple[torch.nn.Module, Any]:
+    """Load a Hugging Face causal-LM checkpoint directory (weights + tokenizer) for evaluation.
+
+    Returns ``(model, tokenizer)``; the model is in eval mode on ``device``.  With
+    ``require_tokenizer=False`` a missing tokenizer gives ``None`` (and a warning) instead of
+    :class:`MissingTokenizerError`.  ``dtype="auto"`` is bfloat16 on CUDA, float32 otherwise.
+    """
+    from transformers import AutoModelForCausalLM
+
+    from memorization.model_files import check_model_dir
+
+    p = check_model_dir(path, flag)  # a missing, damaged or truncated directory: one line naming the file
+    device = device or default_device()
+    try:
+        tokenizer = load_tokenizer(tokenizer_path or p)
+    except MissingTokenizerError:
+        if require_tokenizer:
+            raise
+        log.warning("no tokenizer found for %s; continuing with token ids only", p)
+        tokenizer = None
+    model = AutoModelForCausalLM.from_pretrained(str(p), dtype=resolve_dtype(dtype, device))
+    model.to(device)
+    model.eval()
+    return model, tokenizer
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    try:
+        return next(model.parameters()).device
+    except StopIteration:
+        return torch.device("cpu")
+
+
+def model_max_length(model: torch.nn.Module, cap: int | None = DEFAULT_MAX_LENGTH_CAP) -> int:
+    """The default scoring window: the model's context (its trained length for a model trained from
+    scratch, :func:`memorization.models.model_context`; 2048 if unknown), at most ``cap``."""
+    from memorization.models import model_context
+
+    n = model_context(model) or 2048
+    return min(n, cap) if cap else n
+
+
+def as_id_lists(docs: Docs) -> list[list[int]]:
+    if isinstance(docs, torch.Tensor):
+        if docs.dim() != 2:
+            raise ValueError("a tensor of documents must be 2-D (n_docs, length)")
+        return docs.tolist()
+    return [d.tolist() if isinstance(d, torch.Tensor) else list(d) for d in docs]
+
+
+def check_vocab(model: torch.nn.Module, docs: Sequence[Sequence[int]], what: str,
+                 names: Sequence[str] | None = None) -> None:
+    """Raise ``ValueError`` if a token id is outside ``model``'s vocabulary (which would be an
+    opaque ``IndexError`` in the embedding on CPU, a device-side assert on CUDA).  The error
+    names the document by ``names[i]`` when given (e.g. its manifest id), else by its index."""
+    vocab = vocab_size(model)
+    for i, d in enumerate(docs):
+        if vocab and d and (min(d) < 0 or max(d) >= vocab):
+            bad = max(d) if max(d) >= vocab else min(d)
+            doc = f"document {i}" if names is None else f"document {names[i]!r}"
+            raise ValueError(f"{what}: {doc} has token id {bad}, outside the model's vocabulary "
+                             f"(0..{vocab - 1}): were its token_ids made with another tokenizer?")
+
+
+def vocab_size(model_or_config) -> int | None:
+    """Rows of the model's input embedding (``config.vocab_size`` as a fallback, or given a config), None if
+    unknown."""
+    try:
+        return int(model_or_config.get_input_embeddings().num_embeddings)
+    except (AttributeError, NotImplementedError, TypeError):
+        n = getattr(getattr(model_or_config, "config", model_or_config), "vocab_size", None)
+        return int(n) if n else None
