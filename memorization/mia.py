@@ -31,6 +31,18 @@ is not scored; prepend BOS to score it), the scores are:
 
               An unseen text has a few very surprising tokens; a memorised one has none, so
               *higher* is more member-like.  ``k = 0.2`` by default.
+``min_k_pp``  Min-K%++ (Zhang et al., 2024, "Min-K%++: Improved Baseline for Detecting Pre-Training
+              Data from Large Language Models"): each token's log-prob standardised by the
+              model's own next-token distribution at that position, then Min-k% of those::
+
+                  z_t = (log p_t - mu_t) / sigma_t,   mu_t = E_{z ~ p(.|x_<t)} log p(z|x_<t),
+                  sigma_t^2 = E_{z ~ p(.|x_<t)} (log p(z|x_<t))^2 - mu_t^2
+                  K(x) = mean of the max(1, floor(k (n-1))) smallest z_t
+
+              Training pushes a member's tokens towards a local maximum of the likelihood, above
+              what the distribution at that position would give a typical token; a position
+              whose distribution is a single token (sigma_t = 0) scores z_t = 0.  *Higher* is
+              more member-like.
 ``ref_diff``  loss under the target model minus loss under a reference model that did not see
               the members (e.g. the base checkpoint before fine-tuning, or a model trained on
               the same distribution without the targets)::
@@ -95,13 +107,14 @@ from .mixture import is_int, load_manifest
 log = logging.getLogger(__name__)
 
 #: Orientation of each score: multiply by this so that higher means "more member-like".
-SCORE_DIRECTIONS: dict[str, float] = {"loss": -1.0, "zlib": -1.0, "min_k": 1.0, "ref_diff": -1.0}
+SCORE_DIRECTIONS: dict[str, float] = {"loss": -1.0, "zlib": -1.0, "min_k": 1.0, "min_k_pp": 1.0, "ref_diff": -1.0}
 
 #: Human-readable description of each score (used in the markdown report).
 SCORE_DESCRIPTIONS: dict[str, str] = {
     "loss": "mean token NLL (lower = member)",
     "zlib": "loss / zlib-compressed bytes of the scored tokens' text (lower = member)",
     "min_k": "mean of the lowest k% token log-probs (higher = member)",
+    "min_k_pp": "Min-K%++: mean of the lowest k% standardised token log-probs (higher = member)",
     "ref_diff": "target loss - reference loss on the same text (lower = member)",
 }
 
@@ -159,9 +172,32 @@ def sequence_token_logprobs(
     float32 and ``valid[b, t-1]`` true where both ``x_{t-1}`` and ``x_t`` are real (unpadded)
     tokens.  Computed as ``-cross_entropy(logits[:, :-1], x[:, 1:])`` over the whole batch.
     """
+    logp, _, valid = _token_stats(model, input_ids, attention_mask, standardise=False)
+    return logp, valid
+
+
+@torch.no_grad()
+def _token_stats(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                 standardise: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """``(logp, z, valid)`` of one forward pass: :func:`sequence_token_logprobs`'s log-probs and, with
+    ``standardise``, Min-K%++'s ``z_t = (log p_t - mu_t) / sigma_t`` (module docstring; None without)."""
     out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
     logits = out.logits[:, :-1]
     targets = input_ids[:, 1:]
+    valid = attention_mask[:, 1:].bool() & attention_mask[:, :-1].bool()
+    if standardise:  # log_softmax, its probabilities and two products: ~4 float32 copies of a row group
+        rows = max(1, _LOGIT_CHUNK_ELEMENTS // max(1, 2 * logits.size(1) * logits.size(2)))
+        logps, zs = [], []
+        for chunk, tgt in zip(logits.split(rows), targets.split(rows)):
+            lsm = chunk.float().log_softmax(-1)
+            lp = lsm.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
+            prob = lsm.exp()
+            mu = (prob * lsm).sum(-1)
+            sigma = (prob * (lsm - mu.unsqueeze(-1)).square()).sum(-1).sqrt()  # two-pass: no cancellation
+            zs.append(torch.where(sigma > 0, (lp - mu) / sigma.clamp(min=1e-30), torch.zeros_like(lp)))
+            logps.append(lp)
+            del lsm, prob
+        return torch.cat(logps), torch.cat(zs), valid
     # The float32 upcast + log-softmax inside cross_entropy need ~2 extra copies of the logits;
     # at a 128k vocabulary that is GBs per row, so large batches are converted in row groups.
     rows = max(1, _LOGIT_CHUNK_ELEMENTS // max(1, logits.size(1) * logits.size(2)))
@@ -171,8 +207,7 @@ def sequence_token_logprobs(
                         reduction="none").view_as(tgt)
         for chunk, tgt in zip(logits.split(rows), targets.split(rows))
     ])
-    valid = attention_mask[:, 1:].bool() & attention_mask[:, :-1].bool()
-    return -nll, valid
+    return -nll, None, valid
 
 
 def _min_k_mean(logp: torch.Tensor, valid: torch.Tensor, k: float) -> torch.Tensor:
@@ -195,7 +230,7 @@ def _score_with_model(
     k: float,
     desc: str,
 ) -> dict[str, np.ndarray]:
-    """Loss, min-k and token count per doc.  Docs are processed longest-first (so each batch
+    """Loss, min-k, Min-K%++ and token count per doc.  Docs are processed longest-first (so each batch
     has little padding and an out-of-memory error shows up on the first batch) and results
     are put back in input order."""
     from tqdm.auto import tqdm
@@ -203,6 +238,7 @@ def _score_with_model(
     n_docs = len(docs)
     loss = np.full(n_docs, np.nan)
     min_k = np.full(n_docs, np.nan)
+    min_k_pp = np.full(n_docs, np.nan)
     n_tok = np.zeros(n_docs, dtype=np.int64)
     check_vocab(model, docs, desc)
     # documents with fewer than 2 tokens score nothing (NaN): a batch of only such documents
@@ -212,14 +248,15 @@ def _score_with_model(
     for s in tqdm(starts, desc=desc, unit="batch", disable=len(starts) <= 1):
         idx = order[s : s + batch_size]
         ids, mask = pad_batch([docs[i] for i in idx], device)
-        logp, valid = sequence_token_logprobs(model, ids, mask)
+        logp, z, valid = _token_stats(model, ids, mask, standardise=True)
         cnt = valid.sum(dim=1)
         mean_nll = -(logp * valid).sum(dim=1) / cnt.clamp(min=1)
         mean_nll = torch.where(cnt > 0, mean_nll, torch.full_like(mean_nll, float("nan")))
         loss[idx] = mean_nll.double().cpu().numpy()
         min_k[idx] = _min_k_mean(logp, valid, k).double().cpu().numpy()
+        min_k_pp[idx] = _min_k_mean(z, valid, k).double().cpu().numpy()
         n_tok[idx] = cnt.cpu().numpy()
-    return {"loss": loss, "min_k": min_k, "n_tokens": n_tok}
+    return {"loss": loss, "min_k": min_k, "min_k_pp": min_k_pp, "n_tokens": n_tok}
 
 
 def _check_max_length(max_length: int | None, context: int | None) -> None:
@@ -309,14 +346,14 @@ def mia_scores(
             encode, for ``zlib``.  A document that ``max_length`` truncates gets a NaN zlib
             score then, since its text covers more than the scored tokens.  Without texts or
             a tokenizer, ``zlib`` is left out (with a warning).
-        k: the fraction for Min-k% Prob (0 < k <= 1).
+        k: the fraction for Min-k% Prob and Min-K%++ (0 < k <= 1).
         max_length: documents longer than this are truncated to their first ``max_length``
             tokens (default: the model's context length, capped at 4096).
         add_bos: prepend ``tokenizer.bos_token_id`` to documents that do not start with it,
             so that the first real token is scored too.
 
     Returns:
-        ``{"loss", "zlib", "min_k", ["ref_diff", "ref_loss"], "n_tokens"}`` -> arrays of
+        ``{"loss", "zlib", "min_k", "min_k_pp", ["ref_diff", "ref_loss"], "n_tokens"}`` -> arrays of
         shape ``(n_docs,)`` in input order.  ``n_tokens`` is the number of scored tokens.
     """
     if not 0.0 < k <= 1.0:
@@ -359,6 +396,7 @@ def mia_scores(
     else:
         log.warning("no texts and no tokenizer: the zlib score is skipped")
     scores["min_k"] = out["min_k"]
+    scores["min_k_pp"] = out["min_k_pp"]
 
     if reference_model is not None:
         ref_max = model_max_length(reference_model)

@@ -57,7 +57,7 @@ RESERVED_OPTIONS = ("--size", "--exposures", "--goldfish-k", "--goldfish-h", "--
                     "--overwrite", "--plan", "--gpus", "--machine")
 
 #: MIA scores shown in the report (ref_diff needs a reference model the sweep does not have).
-MIA_SCORES = ("loss", "zlib", "min_k")
+MIA_SCORES = ("loss", "zlib", "min_k", "min_k_pp")
 
 
 class SweepError(ValueError):

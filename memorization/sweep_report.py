@@ -314,9 +314,10 @@ def sweep_markdown(results: dict, figures: Sequence[str]) -> str:
         lines += ["", "## Membership inference (targets vs held-out nonmembers)", "",
                   "AUC 0.5 = chance; higher = the attack tells the trained targets from unseen documents.", ""]
         mrows = [[r["size"], str(r["exposures"]), arm_label(r), *[fmt_metric(r.get(f"mia_auc_{s}")) for s in
-                  ("loss", "zlib", "min_k")], fmt_metric(r.get("mia_tpr_loss"))]
+                  ("loss", "zlib", "min_k", "min_k_pp")], fmt_metric(r.get("mia_tpr_loss"))]
                  for r in rows if r.get("mia_auc_loss") is not None]
-        lines += _table(["size", "exposures", "arm", "AUC loss", "AUC zlib", "AUC min-k", "TPR@1%FPR loss"], mrows)
+        lines += _table(["size", "exposures", "arm", "AUC loss", "AUC zlib", "AUC min-k", "AUC min-k++",
+                         "TPR@1%FPR loss"], mrows)
         sc = figure_score(rows)
         lines += ["", f"`mia.png` shows the `{sc}` score: of loss, min-k and zlib, the one whose AUC differs most "
                   "between the standard and Goldfish arms (a saturated attack, AUC 1.0 for both arms, "

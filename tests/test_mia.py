@@ -435,3 +435,28 @@ def test_missing_tokenizer_is_clear(mia_env, tmp_path):
     # MIA itself only needs token ids: a manifest with token_ids works without a tokenizer
     rep = mia.run_mia(bare, mia_env["manifest"], device="cpu")
     assert "loss" in rep["scores"]
+
+
+def test_min_k_pp_is_the_mean_of_the_lowest_standardised_log_probs():
+    """Min-K%++ against a float64 implementation written from the paper's formula, position by position:
+    z_t = (log p_t - E_p[log p]) / sqrt(Var_p[log p]) over the model's next-token distribution, then the mean
+    of the lowest max(1, floor(k (n-1))) z_t of each document (documents of different lengths, padded)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from memorization.mia import mia_scores
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=1, vocab_size=50)).eval()
+    docs = [torch.randint(0, 50, (n,)).tolist() for n in (12, 7, 20)]
+    k = 0.3
+    got = mia_scores(model, None, docs, batch_size=2, k=k, texts=["a", "b", "c"])["min_k_pp"]
+    for d, g in zip(docs, got):
+        with torch.no_grad():
+            lsm = model(torch.tensor([d])).logits[0, :-1].double().log_softmax(-1)
+        p = lsm.exp()
+        mu = (p * lsm).sum(-1)
+        sigma = ((p * lsm**2).sum(-1) - mu**2).sqrt()
+        z = (lsm.gather(-1, torch.tensor(d[1:])[:, None])[:, 0] - mu) / sigma
+        want = z.sort().values[: max(1, int(k * (len(d) - 1)))].mean().item()
+        assert g == pytest.approx(want, rel=1e-4, abs=1e-5)
