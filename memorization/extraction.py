@@ -10,6 +10,12 @@ greedy continuation ``g`` of ``S`` tokens.  Prefix + suffix must fit the model's
 * token match  ``mean_i 1[g_i == s_i]``,
 * Rouge-L F1   between the decoded texts (``rouge-score``'s LCS, but on case- and
   punctuation-preserving Unicode tokens, see :func:`rouge_l`; on token ids when no tokenizer).
+* prefix match ``max{i : g_1..i == s_1..i} / S``: how far the continuation is verbatim before its first
+  error (Carlini et al. 2023's extractable length, as a fraction of the suffix).
+* edit similarity ``1 - lev(g, s) / S``, ``lev`` the Levenshtein distance over tokens (insertions,
+  deletions, substitutions; :func:`token_edit_distance`): approximate memorization (Ippolito et al.
+  2022), which a continuation shifted by one token or with one substitution keeps while exact and
+  token match lose it; ``near_verbatim`` counts documents with edit similarity >= 0.9.
 
 Generation is batched: prefixes are sorted by length, left-padded, and decoded together with
 a KV cache (one forward of the prefixes, keeping only the last position's logits, then one
@@ -230,10 +236,13 @@ def extract(model: torch.nn.Module, docs: list[dict], cfg: ExtractionConfig = Ex
         preds = [" ".join(map(str, g)) for g in gens]
         refs = [" ".join(map(str, s)) for s in sfx.tolist()]
     rl = rouge_l(preds, refs)
+    prefix = prefix_match(gen, sfx)
+    edit = 1.0 - token_edit_distance(gen, sfx).double() / max(1, sfx.shape[1])
     records = []
     for j, d in enumerate(kept):
         records.append({"id": d.get("id"), "exposures": d.get("exposures"), "exact_match": bool(exact[j]),
-                        "token_match": float(token[j]), "rouge_l": rl[j], "suffix": refs[j], "generated": preds[j]})
+                        "token_match": float(token[j]), "rouge_l": rl[j], "prefix_match": float(prefix[j]),
+                        "edit_similarity": float(edit[j]), "suffix": refs[j], "generated": preds[j]})
     groups = defaultdict(list)
     for r in records:
         groups[r["exposures"]].append(r)
@@ -246,6 +255,30 @@ def extract(model: torch.nn.Module, docs: list[dict], cfg: ExtractionConfig = Ex
     }
 
 
+def prefix_match(gen: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """Per row, the length of the longest common prefix of ``gen`` and ``ref`` ``(N, S)`` as a fraction of ``S``."""
+    if ref.shape[1] == 0:
+        return torch.ones(ref.shape[0], dtype=torch.float64)
+    return (gen == ref).long().cumprod(1).sum(1).double() / ref.shape[1]
+
+
+def token_edit_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Levenshtein distance between each row of ``a`` ``(N, S)`` and of ``b`` ``(N, T)`` (unit costs), all rows
+    at once: the dynamic programme ``D[i][j] = min(D[i-1][j] + 1, D[i][j-1] + 1, D[i-1][j-1] + [a_i != b_j])``
+    one row ``i`` at a time, vectorised over documents; the ``j`` recursion is a running minimum
+    ``D[i][j] = min_k<=j (E[k] + j - k)`` of the row ``E`` without insertions, computed with ``cummin``."""
+    n, S, T = a.shape[0], a.shape[1], b.shape[1]
+    j = torch.arange(T + 1, dtype=torch.long)
+    prev = j.expand(n, T + 1).clone()  # D[0][j] = j
+    for i in range(1, S + 1):
+        sub_cost = (a[:, i - 1 : i] != b).long()  # (n, T)
+        e = torch.empty_like(prev)
+        e[:, 0] = i
+        e[:, 1:] = torch.minimum(prev[:, 1:] + 1, prev[:, :-1] + sub_cost)  # deletion, substitution / match
+        prev = torch.cummin(e - j, dim=1).values + j  # insertions: D[i][j] = min_k (E[k] + (j - k))
+    return prev[:, T]
+
+
 def trained(records: list[dict]) -> list[dict]:
     """The records that count as members: all but the exposure-0 controls (never trained on).
     A record whose ``exposures`` is unknown (None, e.g. ``eval/extract.py --documents``) counts."""
@@ -254,20 +287,33 @@ def trained(records: list[dict]) -> list[dict]:
 
 def summarize(records: list[dict]) -> dict:
     """Per-document means of ``records``: exact match ``k/n`` with its 95% Wilson interval, token
-    match ``1/n sum_d m_d`` and Rouge-L ``1/n sum_d r_d``; every metric is None when ``n = 0``."""
+    match ``1/n sum_d m_d``, Rouge-L ``1/n sum_d r_d``, and where the records have them prefix match, edit
+    similarity and the near-verbatim rate (edit similarity >= :data:`NEAR_VERBATIM`); every metric is None
+    when ``n = 0``."""
     from .stats import rate_ci
 
     n = len(records)
+    approx = n > 0 and all("edit_similarity" in r for r in records)
     if n == 0:
         return {"n": 0, "exact_match": None, "exact_match_ci95": None, "token_match": None, "rouge_l": None}
     k = sum(bool(r["exact_match"]) for r in records)
-    return {
+    out = {
         "n": n,
         "exact_match": k / n,
         "exact_match_ci95": list(rate_ci(k, n)),
         "token_match": sum(r["token_match"] for r in records) / n,
         "rouge_l": sum(r["rouge_l"] for r in records) / n,
     }
+    if approx:
+        out["prefix_match"] = sum(r["prefix_match"] for r in records) / n
+        out["edit_similarity"] = sum(r["edit_similarity"] for r in records) / n
+        out["near_verbatim"] = sum(r["edit_similarity"] >= NEAR_VERBATIM for r in records) / n
+    return out
+
+
+#: edit similarity from which a continuation counts as near-verbatim (``near_verbatim``): at most one token in
+#: ten inserted, deleted or substituted
+NEAR_VERBATIM = 0.9
 
 
 def fmt_metric(x: object, digits: int = 3) -> str:
