@@ -5,6 +5,11 @@ reproduces the true suffix (exact match of all S tokens, token match fraction, R
     python eval/extract.py --model runs/memorize/standard/model --manifest runs/memorize/manifest.json
     python eval/extract.py --model ckpt/ --documents docs.jsonl --prefix-mode all-but-suffix --out results/
     python eval/extract.py --model runs/jobs/mem-70b-.../goldfish/model --manifest ... --device-map auto
+    torchrun --nproc_per_node 8 eval/extract.py --model .../model --manifest ... --grid 2,4,1,1   # on a 4D grid
+
+With ``--grid D,R,C,Z`` (under torchrun, mpiexec or srun, like training) the model is parallelized as in
+training, each rank reading only its own shards of the safetensors files: no rank holds the whole model, and
+the documents are split over the D x Z replicas. The generated tokens are those of one process.
 """
 from __future__ import annotations
 
@@ -45,6 +50,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device-map", default=None, choices=["auto", "balanced", "sequential"],
                    help="spread the layers over every visible GPU (then CPU) with accelerate, for a model larger "
                         "than one GPU (a 70B in bf16 is 140 GB); replaces --device")
+    p.add_argument("--grid", default=None, metavar="D,R,C,Z",
+                   help="run on a data,row,column,depth grid of the launcher's processes (torchrun, mpiexec, "
+                        "srun): the model sharded as in training, the documents split over data x depth (default: "
+                        "one process)")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
                    help="weights dtype (auto: bf16 on CUDA, fp32 on CPU)")
     p.add_argument("--out", default=None, help="directory for extraction.json and extraction.md")
@@ -114,17 +123,23 @@ def main(argv: list[str] | None = None) -> dict:
             prepare(AutoConfig.from_pretrained(str(model_dir)), docs, cfg)
     except (OSError, ValueError) as e:
         raise SystemExit(f"error: {e}") from None
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(
-        args.dtype, torch.bfloat16 if device.type == "cuda" else torch.float32)
-    if args.device_map:  # accelerate places the layers; inputs go to the embedding's device, outputs come back
-        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype, device_map=args.device_map).eval()
+    if args.grid:
+        res = _extract_on_grid(args, model_dir, docs, cfg, tok)
+        if res is None:  # not rank 0: rank 0 reports
+            return {}
     else:
-        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype).to(device).eval()
-    try:
-        res = extract(model, docs, cfg, tok, progress=not args.no_progress)
-    except ValueError as e:
-        raise SystemExit(f"error: {e}") from None
+        device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(
+            args.dtype, torch.bfloat16 if device.type == "cuda" else torch.float32)
+        if args.device_map:  # accelerate places the layers; inputs go to the embedding's device, outputs come back
+            model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype,
+                                                         device_map=args.device_map).eval()
+        else:
+            model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype).to(device).eval()
+        try:
+            res = extract(model, docs, cfg, tok, progress=not args.no_progress)
+        except ValueError as e:
+            raise SystemExit(f"error: {e}") from None
     res["model"], res["source"] = str(model_dir), str(src)
     md = markdown_table(res, title=f"Extraction: {model_dir}")
     if args.out:
@@ -133,6 +148,35 @@ def main(argv: list[str] | None = None) -> dict:
         (out / "extraction.md").write_text(md)
     print(json.dumps({"overall": res["overall"], "by_exposure": res["by_exposure"]}, indent=1) if args.json else md)
     return res
+
+
+def _extract_on_grid(args: argparse.Namespace, model_dir: Path, docs: list[dict], cfg, tok) -> dict | None:
+    """Extraction with the model parallelized on ``--grid`` (:func:`memorization.extraction.extract_on_grid`);
+    the result on rank 0, None on the other ranks."""
+    import torch
+
+    from memorization.experiment.validate import parse_grid
+    from memorization.extraction import extract_on_grid
+    from memorization.models import build_model
+    from memorization.runtime import Runtime
+
+    if args.device_map or args.device:
+        raise SystemExit("error: --grid places the model itself (each rank on its own GPU, or the CPU): drop "
+                         "--device/--device-map")
+    try:
+        rt = Runtime.create(*parse_grid(args.grid))
+    except (ValueError, SystemExit) as e:
+        raise SystemExit(f"error: --grid {args.grid}: {getattr(e, 'code', None) or e}") from None
+    model = build_model(None, len(tok), init=str(model_dir), runtime=rt).eval()  # each rank: its own shards
+    on_gpu = rt.device.type == "cuda"
+    bf16 = on_gpu and args.dtype != "float32"
+    with torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else torch.autocast("cpu", enabled=False):
+        try:
+            res = extract_on_grid(model, docs, rt.grid, cfg, tok, progress=not args.no_progress)
+        except ValueError as e:
+            raise SystemExit(f"error: {e}") from None
+    res["grid"] = args.grid
+    return res if rt.is_main else None
 
 
 if __name__ == "__main__":

@@ -222,6 +222,16 @@ def extract(model: torch.nn.Module, docs: list[dict], cfg: ExtractionConfig = Ex
     lowered to it (with a warning).  The result's ``config`` is the configuration used.
     """
     cfg, ctx, kept, splits, skipped = prepare(model, docs, cfg)
+    records = extraction_records(model, kept, splits, cfg, tokenizer, progress)
+    return extraction_result(records, cfg, ctx, skipped)
+
+
+def extraction_records(model: torch.nn.Module, kept: list[dict], splits: list[tuple[list[int], list[int]]],
+                       cfg: ExtractionConfig, tokenizer=None, progress: bool = False) -> list[dict]:
+    """One record per document of ``kept`` (with its ``(prefix, suffix)`` of ``splits``): the greedy
+    continuation and every per-document metric (module docstring)."""
+    if not kept:
+        return []
     pad = getattr(tokenizer, "pad_token_id", None) or 0
     gens = greedy_continue(model, [p for p, _ in splits], cfg.suffix_len, cfg.batch_size, pad, progress)
     sfx = torch.tensor([s for _, s in splits])
@@ -238,11 +248,14 @@ def extract(model: torch.nn.Module, docs: list[dict], cfg: ExtractionConfig = Ex
     rl = rouge_l(preds, refs)
     prefix = prefix_match(gen, sfx)
     edit = 1.0 - token_edit_distance(gen, sfx).double() / max(1, sfx.shape[1])
-    records = []
-    for j, d in enumerate(kept):
-        records.append({"id": d.get("id"), "exposures": d.get("exposures"), "exact_match": bool(exact[j]),
-                        "token_match": float(token[j]), "rouge_l": rl[j], "prefix_match": float(prefix[j]),
-                        "edit_similarity": float(edit[j]), "suffix": refs[j], "generated": preds[j]})
+    return [{"id": d.get("id"), "exposures": d.get("exposures"), "exact_match": bool(exact[j]),
+             "token_match": float(token[j]), "rouge_l": rl[j], "prefix_match": float(prefix[j]),
+             "edit_similarity": float(edit[j]), "suffix": refs[j], "generated": preds[j],
+             "generated_ids": gens[j]} for j, d in enumerate(kept)]
+
+
+def extraction_result(records: list[dict], cfg: ExtractionConfig, ctx: int | None, skipped: list) -> dict:
+    """:func:`extract`'s result of ``records``: overall (trained documents), by exposure, the documents."""
     groups = defaultdict(list)
     for r in records:
         groups[r["exposures"]].append(r)
@@ -253,6 +266,32 @@ def extract(model: torch.nn.Module, docs: list[dict], cfg: ExtractionConfig = Ex
         "documents": records,
         "skipped": skipped,
     }
+
+
+def extract_on_grid(model: torch.nn.Module, docs: list[dict], grid, cfg: ExtractionConfig = ExtractionConfig(),
+                    tokenizer=None, progress: bool = False) -> dict:
+    """:func:`extract` for a model parallelized on the axonn ``grid``: the documents are split over its data x
+    depth replicas (replica ``r`` takes every ``replicas``-th document from ``r``), each replica's row x column
+    ranks decode its share together (their KV cache holds their own heads), and every rank returns the whole
+    result, records in the documents' order -- the same records as one process decoding them all.
+
+    Every replica decodes the same number of documents (the last ones repeat one of theirs, dropped after):
+    the depth axis all-gathers each layer's weights in every forward, so its ranks must run the same
+    forwards."""
+    import torch.distributed as dist
+
+    cfg, ctx, kept, splits, skipped = prepare(model, docs, cfg)
+    replicas, r = grid.size(("data", "depth")), grid.index(("data", "depth"))
+    mine = list(range(r, len(kept), replicas))
+    per = -(-len(kept) // replicas) if kept else 0
+    padded = mine + [mine[0] if mine else 0] * (per - len(mine)) if kept else []
+    local = extraction_records(model, [kept[i] for i in padded], [splits[i] for i in padded], cfg, tokenizer,
+                               progress and grid.rank == 0)
+    shares = [None] * grid.world_size
+    dist.all_gather_object(shares, list(zip(padded[: len(mine)], local[: len(mine)])))
+    by_index = dict(item for share in shares for item in share)
+    records = [by_index[i] for i in range(len(kept))]
+    return extraction_result(records, cfg, ctx, skipped)
 
 
 def prefix_match(gen: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:

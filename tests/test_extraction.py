@@ -3,6 +3,7 @@ KV-cache decoder gives exactly what per-document greedy `generate` gives (comput
 logits for the last position only), all-but-suffix cuts documents at 2,048 tokens, and Rouge-L
 counts punctuation, case and non-Latin text."""
 import importlib.util
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -271,3 +272,85 @@ def test_token_edit_distance_is_levenshtein_on_every_row():
     shifted = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]])
     ref = torch.tensor([[1, 2, 3, 5, 6, 7, 8, 9, 10, 11]])  # one token left out, one appended
     assert token_edit_distance(shifted, ref).item() == 2 and prefix_match(shifted, ref).item() == 0.3
+
+
+@pytest.fixture(scope="module")
+def grid_model(tmp_path_factory):
+    """A tiny Llama saved by transformers with the shipped tokenizer (heads, KV heads, hidden, ffn and vocabulary
+    divisible by every grid axis of size 2), and 7 documents as token ids: 7 does not divide over 2 replicas."""
+    from memorization.corpus import DEFAULT_CORPUS, load_documents, load_tokenizer
+    from memorization.mixture import tokenize_with_bos
+
+    root = tmp_path_factory.mktemp("grid")
+    tok = load_tokenizer()
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, vocab_size=len(tok),
+                                         max_position_embeddings=128))
+    model.save_pretrained(root / "model")
+    tok.save_pretrained(root / "model")
+    texts = load_documents(DEFAULT_CORPUS)[:7]
+    docs = [{"id": f"d{i}", "token_ids": ids[:40], "exposures": None}
+            for i, ids in enumerate(tokenize_with_bos(tok, texts))]
+    (root / "docs.json").write_text(json.dumps(docs))
+    return root, model.eval(), docs, len(tok)
+
+
+def test_extraction_on_four_grids_generates_the_tokens_of_one_process(grid_model, tmp_path):
+    """The model sharded over row, column and depth and the documents split over data and depth replicas
+    (1,2,2,1 / 1,1,2,2 / 2,2,1,1 / 1,2,1,2 on 4 gloo ranks, fp32, one job) give the greedy tokens of the
+    unsharded model decoding every document in one process, up to fp32 near-ties."""
+    import sys as _sys
+
+    _sys.path.insert(0, str(Path(__file__).resolve().parent / "axonn_workers"))
+    import launcher
+
+    root, model, docs, vocab = grid_model
+    cfg = ExtractionConfig(prefix_len=10, suffix_len=12, batch_size=3)
+    want = [r["generated_ids"] for r in extract(model, docs, cfg)["documents"]]
+    out = tmp_path / "grids.json"
+    codes, log = launcher.launch("extract_grids.py", 4, timeout=240, extra_env={
+        "MODEL_DIR": str(root / "model"), "DOCS": str(root / "docs.json"), "OUT_JSON": str(out), "VOCAB": str(vocab)})
+    assert codes == [0, 0, 0, 0], log[-3000:]
+    got = json.loads(out.read_text())
+    assert sorted(got) == ["1,1,2,2", "1,2,1,2", "1,2,2,1", "2,2,1,1"]
+    for grid, gens in got.items():
+        for d, g, w in zip(docs, gens, want):
+            if g != w:  # equal up to the first difference, which must be a near-tie of the serial logits
+                k = next(i for i, (a, b) in enumerate(zip(g, w)) if a != b)
+                with torch.no_grad():
+                    logits = model(torch.tensor([d["token_ids"][:10] + w[:k]])).logits[0, -1].double()
+                gap = float(logits[w[k]] - logits[g[k]])
+                assert gap <= 1e-4 * float(logits.abs().max()), f"grid {grid}, {d['id']}: step {k} not a near-tie"
+
+
+@pytest.mark.slow
+def test_extract_cli_on_a_grid_reports_what_one_process_reports(grid_model, tmp_path):
+    """`torchrun ... eval/extract.py --grid 1,2,2,1` (each rank reading its own shards): the same report."""
+    import subprocess
+    import sys as _sys
+
+    root, _, docs, _ = grid_model
+    (tmp_path / "docs.jsonl").write_text("\n".join(json.dumps({"text": t}) for t in _texts(root, docs)))
+    common = ["--model", str(root / "model"), "--documents", str(tmp_path / "docs.jsonl"), "--prefix", "10",
+              "--suffix", "12", "--no-progress", "--json"]
+    repo = Path(__file__).resolve().parents[1]
+    env = {**__import__("os").environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
+    one = subprocess.run([_sys.executable, str(repo / "eval" / "extract.py"), *common, "--out", str(tmp_path / "a")],
+                         capture_output=True, text=True, env=env, timeout=300)
+    four = subprocess.run([_sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4",
+                           str(repo / "eval" / "extract.py"), *common, "--grid", "1,2,2,1", "--out",
+                           str(tmp_path / "b")], capture_output=True, text=True, env=env, timeout=300)
+    assert one.returncode == 0 and four.returncode == 0, one.stderr[-2000:] + four.stderr[-2000:]
+    a, b = (json.loads((tmp_path / d / "extraction.json").read_text()) for d in ("a", "b"))
+    assert b["grid"] == "1,2,2,1" and len(b["documents"]) == len(a["documents"]) == len(docs)
+    assert [d["id"] for d in b["documents"]] == [d["id"] for d in a["documents"]]
+    same = sum(x["generated_ids"] == y["generated_ids"] for x, y in zip(a["documents"], b["documents"]))
+    assert same >= len(docs) - 1  # fp32 near-ties aside (the test above checks each difference)
+
+
+def _texts(root, docs):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(root / "model"))
+    return [tok.decode(d["token_ids"][1:]) for d in docs]

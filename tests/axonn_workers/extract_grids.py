@@ -1,0 +1,25 @@
+"""Extraction on four grids of the launcher's 4 ranks, in one job: each grid's model built from the HF
+checkpoint $MODEL_DIR (each rank reading its own shards), the documents of $DOCS split over its replicas;
+rank 0 writes every grid's generated token ids to $OUT_JSON."""
+from __future__ import annotations
+
+import json
+import os
+
+from memorization.extraction import ExtractionConfig, extract_on_grid
+from memorization.models import build_model
+from memorization.runtime import Runtime
+
+GRIDS = ((1, 2, 2, 1), (1, 1, 2, 2), (2, 2, 1, 1), (1, 2, 1, 2))  # data, row, column, depth
+docs = json.loads(open(os.environ["DOCS"]).read())
+cfg = ExtractionConfig(prefix_len=10, suffix_len=12, batch_size=3)
+out = {}
+for g in GRIDS:
+    rt = Runtime.create(*g)
+    model = build_model(None, int(os.environ["VOCAB"]), init=os.environ["MODEL_DIR"], runtime=rt).eval()
+    res = extract_on_grid(model, docs, rt.grid, cfg)
+    out[",".join(map(str, g))] = [r["generated_ids"] for r in res["documents"]]
+    rt.grid.destroy()
+if int(os.environ["RANK"]) == 0:
+    with open(os.environ["OUT_JSON"], "w") as f:
+        json.dump(out, f)
