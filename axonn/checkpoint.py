@@ -324,7 +324,7 @@ _pool_lock = threading.Lock()
 _buffers = threading.local()
 
 
-def _hash_pool() -> ThreadPoolExecutor:
+def hash_pool() -> ThreadPoolExecutor:
     """The threads that compute crc32s (``zlib.crc32`` and ``os.preadv`` release the GIL), started once per
     process (a forked child does not inherit the parent's threads: it starts its own)."""
     global _pool
@@ -359,7 +359,7 @@ class _CrcWriter:
             crcs = [zlib.crc32(mv[a:b], c) for (a, b), c in zip(segments, starts)]
             self.f.write(mv)
         else:
-            futures = [_hash_pool().submit(zlib.crc32, mv[a:b], c) for (a, b), c in zip(segments, starts)]
+            futures = [hash_pool().submit(zlib.crc32, mv[a:b], c) for (a, b), c in zip(segments, starts)]
             try:
                 self.f.write(mv)
             finally:  # (also when the write fails: no thread may still read the caller's buffer)
@@ -403,7 +403,7 @@ def _crcs_of_file(f: Path, size: int) -> list[int]:
                 off += n
             return crc
 
-        return list(_hash_pool().map(block, range(math.ceil(size / CHECKSUM_BLOCK))))
+        return list(hash_pool().map(block, range(math.ceil(size / CHECKSUM_BLOCK))))
     finally:
         os.close(fd)
 

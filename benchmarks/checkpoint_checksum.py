@@ -73,7 +73,7 @@ def hash_rates(nbytes: int = 512 * 2**20) -> dict[str, float]:
             fn(b)
         rates[name] = len(data) / (time.perf_counter() - t0) / 1e9
     t0 = time.perf_counter()
-    list(ckpt._hash_pool().map(zlib.crc32, blocks))
+    list(ckpt.hash_pool().map(zlib.crc32, blocks))
     rates["pool"] = len(data) / (time.perf_counter() - t0) / 1e9
     return rates
 

@@ -87,10 +87,10 @@ def main(argv: list[str] | None = None) -> dict:
     from memorization.extraction import ExtractionConfig, extract, markdown_table, prepare
     from memorization.mixture import atomic_write_json, load_manifest, tokenize_with_bos
 
-    from memorization.model_files import ModelDirError, check_model_dir
+    from memorization.model_files import ModelDirError, check_model_config, check_model_dir
 
-    try:  # after every argument check, before anything is read: a damaged file is one line naming it
-        check_model_dir(model_dir)
+    try:  # a broken config.json is named as such, not as a missing tokenizer
+        check_model_config(model_dir)
     except ModelDirError as e:
         raise SystemExit(f"error: {e}") from None
     try:
@@ -122,6 +122,10 @@ def main(argv: list[str] | None = None) -> dict:
             warnings.simplefilter("ignore")
             prepare(AutoConfig.from_pretrained(str(model_dir)), docs, cfg)
     except (OSError, ValueError) as e:
+        raise SystemExit(f"error: {e}") from None
+    try:  # after the documents are checked, before any weight is read: a damaged file is one line naming it
+        check_model_dir(model_dir)
+    except ModelDirError as e:
         raise SystemExit(f"error: {e}") from None
     if args.grid:
         res = _extract_on_grid(args, model_dir, docs, cfg, tok)

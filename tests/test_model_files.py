@@ -17,9 +17,13 @@ REPO = Path(__file__).resolve().parents[1]
 def model(tmp_path_factory):
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    from memorization.corpus import load_tokenizer
+
     d = tmp_path_factory.mktemp("m") / "model"
+    tok = load_tokenizer()
     LlamaForCausalLM(LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                                 num_key_value_heads=1, vocab_size=128)).save_pretrained(d)
+                                 num_key_value_heads=1, vocab_size=len(tok))).save_pretrained(d)
+    tok.save_pretrained(d)
     return d
 
 
@@ -58,7 +62,8 @@ def test_a_broken_config_a_missing_config_or_shard_is_named(model, tmp_path):
         check_model_dir(d)
 
 
-@pytest.mark.parametrize("script, extra", [("eval/extract.py", ["--documents", "DOCS"]),
+@pytest.mark.parametrize("script, extra", [("eval/extract.py", ["--documents", "DOCS", "--prefix", "1",
+                                                                "--suffix", "1"]),
                                            ("eval/hpc_code.py", [])])
 def test_evaluation_clis_refuse_a_truncated_model_in_one_line(model, tmp_path, script, extra):
     d = _copy(model, tmp_path)
