@@ -133,8 +133,9 @@ def main(argv: list[str] | None = None) -> dict:
             return {}
     else:
         device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(
-            args.dtype, torch.bfloat16 if device.type == "cuda" else torch.float32)
+        from memorization.eval_model import resolve_dtype
+
+        dtype = resolve_dtype(args.dtype, device)
         if args.device_map:  # accelerate places the layers; inputs go to the embedding's device, outputs come back
             model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype,
                                                          device_map=args.device_map).eval()

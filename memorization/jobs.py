@@ -240,10 +240,10 @@ class Job:
         checks (:func:`write_job` checks first)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.config_path.with_name(f".{self.config_path.name}.tmp")
-        tmp.write_text(f"# the experiment of {self.path.name} (recipes/jobs/generate.py), resolved\n"
-                       + dump_config(self.config))
-        tmp.replace(self.config_path)
+        from memorization.atomic import atomic_write_text
+
+        atomic_write_text(self.config_path, f"# the experiment of {self.path.name} (recipes/jobs/generate.py), "
+                          "resolved\n" + dump_config(self.config))
         self.path.write_text(self.text)
         self.path.chmod(0o755)
         return self.path

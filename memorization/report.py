@@ -1,9 +1,11 @@
 """Tables and plots of a memorize run (``results.json`` -> ``results.md``, ``results.png``)."""
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 
+from .atomic import atomic_write_bytes
 from .extraction import metric_cells
 
 
@@ -80,7 +82,7 @@ def plot_arms(results: dict, path: Path) -> None:
     ax2.set_title("Training loss")
     ax2.legend()
     fig.tight_layout()
-    tmp = Path(path).with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=110)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
-    tmp.replace(path)
+    atomic_write_bytes(path, buf.getvalue())

@@ -20,6 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
+from .atomic import atomic_write_text
 from .extraction import exact_with_ci, fmt_metric
 
 FIGURES = ("extraction_vs_exposures.png", "extraction_quality_vs_k.png", "mia.png")
@@ -433,14 +434,10 @@ def write_report(results: dict, out_dir: Path) -> dict[str, Path]:
             (out_dir / name).unlink()  # stale figure of an earlier report
     md = sweep_markdown(results, made)
     paths = {"markdown": out_dir / "report.md", "html": out_dir / "report.html"}
-    _atomic_text(paths["markdown"], md)
+    atomic_write_text(paths["markdown"], md)
     images = {n: (out_dir / n).read_bytes() for n in made}
-    _atomic_text(paths["html"], markdown_to_html(md, images, "Memorization sweep"))
+    atomic_write_text(paths["html"], markdown_to_html(md, images, "Memorization sweep"))
     paths.update({n: out_dir / n for n in made})
     return paths
 
 
-def _atomic_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)

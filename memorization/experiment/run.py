@@ -8,6 +8,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from memorization.atomic import atomic_write_text
 from memorization.experiment.config import ExperimentConfig, dump_config, resolve, settings
 from memorization.experiment.data import (cached_run_store, check_same_data, load_run_tokenizer, open_run_store,
                                           read_targets, targets_text_field, warmup_steps)
@@ -18,8 +19,7 @@ ARMS = ("standard", "goldfish")
 #: the resolved config of a run, in its --out (``--config`` reads it back)
 CONFIG_FILE = "config.yaml"
 # What a run writes into --out: all that --overwrite deletes (anything else there is left alone).
-RUN_ENTRIES = ("run_config.json", CONFIG_FILE, "manifest.json", "results.json", "results.md", "results.png",
-               ".results.md.tmp", f".{CONFIG_FILE}.tmp", *ARMS)
+RUN_ENTRIES = ("run_config.json", CONFIG_FILE, "manifest.json", "results.json", "results.md", "results.png", *ARMS)
 
 
 def arms_to_train(cfg: ExperimentConfig) -> list[str]:
@@ -108,10 +108,7 @@ def write_report(out: Path, results: dict) -> None:
     from memorization.report import plot_arms, results_markdown
 
     atomic_write_json(out / "results.json", results)
-    md = results_markdown(results)
-    tmp = out / ".results.md.tmp"
-    tmp.write_text(md)
-    tmp.replace(out / "results.md")
+    atomic_write_text(out / "results.md", results_markdown(results))
     plot_arms(results, out / "results.png")
 
 
@@ -190,9 +187,7 @@ def _write_and_train(cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path) -
     if rt.is_main:
         atomic_write_json(out / "run_config.json", settings(cfg))
         rerun = replace(cfg, output=replace(cfg.output, resume=False, overwrite=False))
-        tmp = out / f".{CONFIG_FILE}.tmp"
-        tmp.write_text(dump_config(rerun))
-        tmp.replace(out / CONFIG_FILE)
+        atomic_write_text(out / CONFIG_FILE, dump_config(rerun))
         mixture.save_manifest(out / "manifest.json")
     results = {"settings": settings(cfg), "num_steps": mixture.num_steps,
                "num_targets": len(mixture.targets), "skipped_targets": mixture.meta["skipped_short_targets"],

@@ -13,11 +13,9 @@ from typing import Callable
 
 import torch
 from tqdm.auto import tqdm
-from transformers import AutoModelForCausalLM, AutoTokenizer, StoppingCriteria, StoppingCriteriaList
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 from memorization.hpc_code.extract import PYTHON_STOP, c_body_closed
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class _RowsDone(StoppingCriteria):
@@ -39,15 +37,13 @@ class HFSampler:
     """Batched temperature / top-p sampling from a local checkpoint directory."""
 
     def __init__(self, model_path: str | Path, device: str = "cpu", dtype: str = "float32", seed: int = 0):
-        from memorization.model_files import check_model_dir
+        from memorization.eval_model import load_checkpoint
 
-        path = check_model_dir(model_path)  # a missing, damaged or truncated directory: one line naming the file
-        self.tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        # checked first (a damaged directory is one line naming the file), then model and tokenizer, local only
+        self.model, self.tok = load_checkpoint(model_path, device=device, dtype=dtype)
         self.tok.padding_side = "left"
         if self.tok.pad_token is None:
             self.tok.pad_token = self.tok.eos_token
-        self.model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=DTYPES[dtype])
-        self.model.to(device).eval()
         self.device = device
         torch.manual_seed(seed)
 
