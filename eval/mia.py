@@ -38,6 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=8, help="documents scored per forward pass")
     ap.add_argument("--device", default=None, help="cuda / cpu (default: cuda if available)")
     ap.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
+    ap.add_argument("--grid", default=None, metavar="D,R,C,Z",
+                    help="run on a data,row,column,depth grid of the launcher's processes (torchrun, mpiexec, "
+                         "srun): the models sharded as in training, no rank holding a whole one, the documents "
+                         "split over data x depth (default: one process)")
     ap.add_argument("--k", type=float, default=0.2, help="fraction for min-k%% prob (0.2 = 20%%)")
     ap.add_argument("--max-length", type=int, default=None,
                     help="truncate documents to this many tokens; zlib and the reference "
@@ -62,10 +66,14 @@ def main(argv: list[str] | None = None) -> int:
         report = run_mia(args.model, args.manifest, args.reference_model, out_dir=args.out,
                          batch_size=args.batch_size, device=args.device, dtype=args.dtype,
                          k=args.k, max_length=args.max_length, add_bos=not args.no_bos,
-                         fpr_target=args.fpr, tokenizer_path=args.tokenizer)
+                         fpr_target=args.fpr, tokenizer_path=args.tokenizer, grid=args.grid)
     except (MissingTokenizerError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    from axonn.cli import launched_rank
+
+    if launched_rank() != 0:  # rank 0 reports
+        return 0
     if args.json:
         print(json.dumps({k: v for k, v in report.items() if k != "markdown"}, indent=2))
     else:

@@ -278,19 +278,15 @@ def extract_on_grid(model: torch.nn.Module, docs: list[dict], grid, cfg: Extract
     Every replica decodes the same number of documents (the last ones repeat one of theirs, dropped after):
     the depth axis all-gathers each layer's weights in every forward, so its ranks must run the same
     forwards."""
-    import torch.distributed as dist
+    from memorization.runtime import map_over_replicas
 
     cfg, ctx, kept, splits, skipped = prepare(model, docs, cfg)
-    replicas, r = grid.size(("data", "depth")), grid.index(("data", "depth"))
-    mine = list(range(r, len(kept), replicas))
-    per = -(-len(kept) // replicas) if kept else 0
-    padded = mine + [mine[0] if mine else 0] * (per - len(mine)) if kept else []
-    local = extraction_records(model, [kept[i] for i in padded], [splits[i] for i in padded], cfg, tokenizer,
-                               progress and grid.rank == 0)
-    shares = [None] * grid.world_size
-    dist.all_gather_object(shares, list(zip(padded[: len(mine)], local[: len(mine)])))
-    by_index = dict(item for share in shares for item in share)
-    records = [by_index[i] for i in range(len(kept))]
+
+    def decode(share: list[tuple[dict, tuple]]) -> list[dict]:
+        return extraction_records(model, [d for d, _ in share], [sp for _, sp in share], cfg, tokenizer,
+                                  progress and grid.rank == 0)
+
+    records = map_over_replicas(decode, list(zip(kept, splits)), grid)
     return extraction_result(records, cfg, ctx, skipped)
 
 

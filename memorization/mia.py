@@ -422,6 +422,32 @@ def mia_scores(
     return scores
 
 
+def _grid_runtime(grid: str):
+    """The runtime of ``grid`` (``"D,R,C,Z"``); ``ValueError`` naming ``--grid`` for a bad one."""
+    from axonn.grid import parse_grid
+    from memorization.runtime import Runtime
+
+    try:
+        return Runtime.create(*parse_grid(grid))
+    except ValueError as e:
+        raise ValueError(f"--grid {grid}: {e}") from None
+
+
+def _load_on_grid(path, rt, tokenizer_path, flag: str) -> tuple[torch.nn.Module, Any]:
+    """``(model, tokenizer)`` of the checkpoint ``path`` parallelized on ``rt``'s grid, each rank reading only its
+    own shards (:func:`memorization.models.build_model`); the tokenizer None if there is none."""
+    from memorization.model_files import check_model_dir
+    from memorization.models import build_model
+
+    p = check_model_dir(path, flag)
+    try:
+        tok = load_tokenizer(tokenizer_path or p)
+    except MissingTokenizerError:
+        log.warning("no tokenizer found for %s; continuing with token ids only", p)
+        tok = None
+    return build_model(None, len(tok) if tok is not None else 0, init=str(p), runtime=rt).eval(), tok
+
+
 # --------------------------------------------------------------------------- ROC / AUC
 
 
@@ -750,8 +776,14 @@ def run_mia(
     add_bos: bool = True,
     fpr_target: float = 0.01,
     tokenizer_path: str | os.PathLike | None = None,
+    grid: str | None = None,
 ) -> dict[str, Any]:
     """Score the members and nonmembers of a manifest and report how separable they are.
+
+    With ``grid`` (``"D,R,C,Z"``, under torchrun/mpiexec/srun) the models are parallelized on that grid as in
+    training, each rank reading only its own shards, and the documents are split over its data x depth
+    replicas (:func:`memorization.runtime.map_over_replicas`): every rank returns the report, rank 0 alone
+    writes ``out_dir``.
 
     Members are the targets with ``exposures >= 1``; nonmembers are chosen by
     :func:`select_nonmembers` (the exposure-0 targets when there are any).  The manifest's
@@ -793,8 +825,13 @@ def run_mia(
         raise ValueError(f"manifest {manifest_path}: {err}") from None
     for w in warns:
         log.warning("%s", w)
-    model, tok = load_checkpoint(model_path, device=device, dtype=dtype,
-                                 tokenizer_path=tokenizer_path, require_tokenizer=False)
+    rt = _grid_runtime(grid) if grid else None
+    if rt is None:
+        model, tok = load_checkpoint(model_path, device=device, dtype=dtype,
+                                     tokenizer_path=tokenizer_path, require_tokenizer=False)
+    else:
+        model, tok = _load_on_grid(model_path, rt, tokenizer_path, "--model")
+        device = None  # each rank's own device
     docs = members + nonmembers
     ids = _tokenize_docs(docs, tok, "documents")
     # name a bad document by its manifest id: mia_scores only knows its place in members + nonmembers
@@ -802,16 +839,30 @@ def run_mia(
                  names=[str(d.get("id", i)) for i, d in enumerate(docs)])
 
     ref_model, ref_tok = None, None
-    if reference_model_path is not None:
+    if reference_model_path is not None and rt is not None:
+        ref_model, ref_tok = _load_on_grid(reference_model_path, rt, None, "--reference-model")
+    elif reference_model_path is not None:
         ref_model, ref_tok = load_checkpoint(reference_model_path, device=device, dtype=dtype,
                                              require_tokenizer=False, flag="--reference-model")
         if ref_tok is not None and tok is None:
             log.warning("the target checkpoint has no tokenizer: assuming the reference model "
                         "shares its vocabulary and scoring the same token ids")
 
-    scores = mia_scores(model, tok, ids, batch_size=batch_size, device=device,
-                        reference_model=ref_model, reference_tokenizer=ref_tok,
-                        k=k, max_length=max_length, add_bos=add_bos)
+    def score(share: list[list[int]]) -> dict[str, np.ndarray]:
+        return mia_scores(model, tok, share, batch_size=batch_size, device=device, reference_model=ref_model,
+                          reference_tokenizer=ref_tok, k=k, max_length=max_length, add_bos=add_bos)
+
+    if rt is None:
+        scores = score(ids)
+    else:
+        from memorization.runtime import map_over_replicas
+
+        def rows(share: list[list[int]]) -> list[dict[str, Any]]:
+            s = score(share)
+            return [{n: v[i] for n, v in s.items()} for i in range(len(share))]
+
+        per_doc = map_over_replicas(rows, ids, rt.grid)
+        scores = {n: np.array([r[n] for r in per_doc]) for n in per_doc[0]}
     n_m = len(members)
     member = {n: v[:n_m] for n, v in scores.items()}
     nonmember = {n: v[n_m:] for n, v in scores.items()}
@@ -831,8 +882,10 @@ def run_mia(
         "warnings": warns,
     })
     report["markdown"] = report_markdown(report)
+    if rt is not None:
+        report["grid"] = grid
 
-    if out_dir is not None:
+    if out_dir is not None and (rt is None or rt.is_main):
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         with open(out / "mia.json", "w", encoding="utf-8") as fh:

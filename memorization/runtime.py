@@ -42,6 +42,33 @@ def _finding(e: Exception) -> str:
     return str(e).removesuffix(": " + ack.DAMAGED)
 
 
+def map_over_replicas(fn: Callable[[list], list], items: list, grid: axonn.Grid) -> list:
+    """``fn(items)`` computed by the data x depth replicas of ``grid`` together: replica ``r`` takes every
+    ``replicas``-th item from ``r``, its row x column ranks call ``fn`` on that share together (``fn`` runs a
+    model sharded over them), and every rank returns the per-item results in the items' order.
+
+    Every replica calls ``fn`` on the same number of items (a short share repeats one of its items, whose
+    result is dropped): the depth axis all-gathers each layer's weights in every forward, so its ranks must
+    run the same forwards.  ``fn`` returns one picklable result per item, in order."""
+    import torch.distributed as dist
+
+    if not items:
+        return []
+    replicas, r = grid.size(("data", "depth")), grid.index(("data", "depth"))
+    mine = list(range(r, len(items), replicas))
+    per = -(-len(items) // replicas)
+    padded = mine + [mine[0] if mine else 0] * (per - len(mine))
+    local = fn([items[i] for i in padded])
+    if len(local) != len(padded):
+        raise ValueError(f"map_over_replicas: fn returned {len(local)} results for {len(padded)} items")
+    if grid.world_size == 1:
+        return local
+    shares = [None] * grid.world_size
+    dist.all_gather_object(shares, list(zip(mine, local[: len(mine)])))
+    by_index = dict(item for share in shares for item in share)
+    return [by_index[i] for i in range(len(items))]
+
+
 @dataclass
 class Runtime:
     grid: axonn.Grid

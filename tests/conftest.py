@@ -20,3 +20,31 @@ def corpus():
     from memorization.corpus import DEFAULT_CORPUS, load_documents
 
     return load_documents(DEFAULT_CORPUS)
+
+
+@pytest.fixture(scope="session")
+def grid_checkpoint(tmp_path_factory):
+    """For the evaluations on a grid: a tiny Llama saved by transformers with the shipped tokenizer (heads, KV
+    heads, hidden, ffn and vocabulary divisible by every grid axis of size 2), and 7 documents as token ids
+    (7 does not divide over 2 replicas).  ``(root, model, docs, vocab)``: the model in ``root/model``."""
+    import json
+
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from memorization.corpus import DEFAULT_CORPUS, load_documents, load_tokenizer
+    from memorization.mixture import tokenize_with_bos
+
+    root = tmp_path_factory.mktemp("grid")
+    tok = load_tokenizer()
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, vocab_size=len(tok),
+                                         max_position_embeddings=128))
+    model.save_pretrained(root / "model")
+    tok.save_pretrained(root / "model")
+    texts = load_documents(DEFAULT_CORPUS)[:7]
+    docs = [{"id": f"d{i}", "token_ids": ids[:40], "exposures": None}
+            for i, ids in enumerate(tokenize_with_bos(tok, texts))]
+    (root / "docs.json").write_text(json.dumps(docs))
+    return root, model.eval(), docs, len(tok)

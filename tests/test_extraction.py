@@ -274,29 +274,7 @@ def test_token_edit_distance_is_levenshtein_on_every_row():
     assert token_edit_distance(shifted, ref).item() == 2 and prefix_match(shifted, ref).item() == 0.3
 
 
-@pytest.fixture(scope="module")
-def grid_model(tmp_path_factory):
-    """A tiny Llama saved by transformers with the shipped tokenizer (heads, KV heads, hidden, ffn and vocabulary
-    divisible by every grid axis of size 2), and 7 documents as token ids: 7 does not divide over 2 replicas."""
-    from memorization.corpus import DEFAULT_CORPUS, load_documents, load_tokenizer
-    from memorization.mixture import tokenize_with_bos
-
-    root = tmp_path_factory.mktemp("grid")
-    tok = load_tokenizer()
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                         num_attention_heads=4, num_key_value_heads=2, vocab_size=len(tok),
-                                         max_position_embeddings=128))
-    model.save_pretrained(root / "model")
-    tok.save_pretrained(root / "model")
-    texts = load_documents(DEFAULT_CORPUS)[:7]
-    docs = [{"id": f"d{i}", "token_ids": ids[:40], "exposures": None}
-            for i, ids in enumerate(tokenize_with_bos(tok, texts))]
-    (root / "docs.json").write_text(json.dumps(docs))
-    return root, model.eval(), docs, len(tok)
-
-
-def test_extraction_on_four_grids_generates_the_tokens_of_one_process(grid_model, tmp_path):
+def test_extraction_on_four_grids_generates_the_tokens_of_one_process(grid_checkpoint, tmp_path):
     """The model sharded over row, column and depth and the documents split over data and depth replicas
     (1,2,2,1 / 1,1,2,2 / 2,2,1,1 / 1,2,1,2 on 4 gloo ranks, fp32, one job) give the greedy tokens of the
     unsharded model decoding every document in one process, up to fp32 near-ties."""
@@ -305,7 +283,7 @@ def test_extraction_on_four_grids_generates_the_tokens_of_one_process(grid_model
     _sys.path.insert(0, str(Path(__file__).resolve().parent / "axonn_workers"))
     import launcher
 
-    root, model, docs, vocab = grid_model
+    root, model, docs, vocab = grid_checkpoint
     cfg = ExtractionConfig(prefix_len=10, suffix_len=12, batch_size=3)
     want = [r["generated_ids"] for r in extract(model, docs, cfg)["documents"]]
     out = tmp_path / "grids.json"
@@ -325,12 +303,12 @@ def test_extraction_on_four_grids_generates_the_tokens_of_one_process(grid_model
 
 
 @pytest.mark.slow
-def test_extract_cli_on_a_grid_reports_what_one_process_reports(grid_model, tmp_path):
+def test_extract_cli_on_a_grid_reports_what_one_process_reports(grid_checkpoint, tmp_path):
     """`torchrun ... eval/extract.py --grid 1,2,2,1` (each rank reading its own shards): the same report."""
     import subprocess
     import sys as _sys
 
-    root, _, docs, _ = grid_model
+    root, _, docs, _ = grid_checkpoint
     (tmp_path / "docs.jsonl").write_text("\n".join(json.dumps({"text": t}) for t in _texts(root, docs)))
     common = ["--model", str(root / "model"), "--documents", str(tmp_path / "docs.jsonl"), "--prefix", "10",
               "--suffix", "12", "--no-progress", "--json"]

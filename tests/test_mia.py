@@ -460,3 +460,36 @@ def test_min_k_pp_is_the_mean_of_the_lowest_standardised_log_probs():
         z = (lsm.gather(-1, torch.tensor(d[1:])[:, None])[:, 0] - mu) / sigma
         want = z.sort().values[: max(1, int(k * (len(d) - 1)))].mean().item()
         assert g == pytest.approx(want, rel=1e-4, abs=1e-5)
+
+
+def test_mia_on_four_grids_scores_what_one_process_scores(grid_checkpoint, tmp_path):
+    """Every score of every document (loss, zlib, Min-k%, Min-K%++, the reference difference) from the model
+    sharded over row, column and depth with the documents split over data and depth replicas (1,2,2,1 /
+    1,1,2,2 / 2,2,1,1 / 1,2,1,2 on 4 gloo ranks, fp32) equals the single-process score to 1e-5."""
+    import sys as _sys
+
+    from memorization.mia import run_mia
+
+    _sys.path.insert(0, str(Path(__file__).resolve().parent / "axonn_workers"))
+    import launcher
+
+    root, _, docs, _ = grid_checkpoint
+    manifest = {"targets": [{**d, "exposures": 1 + i % 2} for i, d in enumerate(docs[:4])]
+                + [{**d, "exposures": 0} for d in docs[4:]], "nonmembers": []}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    run_mia(root / "model", tmp_path / "manifest.json", root / "model", batch_size=2, out_dir=tmp_path / "one")
+    codes, log = launcher.launch("mia_grids.py", 4, timeout=240, extra_env={
+        "MODEL_DIR": str(root / "model"), "MANIFEST": str(tmp_path / "manifest.json"), "OUT_DIR": str(tmp_path)})
+    assert codes == [0, 0, 0, 0], log[-3000:]
+
+    def rows(d):
+        return [json.loads(x) for x in (tmp_path / d / "mia_scores.jsonl").read_text().splitlines()]
+
+    want = rows("one")
+    names = ("loss", "zlib", "min_k", "min_k_pp", "ref_diff", "ref_loss")
+    for grid in ("1,2,2,1", "1,1,2,2", "2,2,1,1", "1,2,1,2"):
+        got = rows(grid)
+        assert [r["id"] for r in got] == [r["id"] for r in want]
+        for g, w in zip(got, want):
+            for n in names:
+                assert g[n] == pytest.approx(w[n], rel=1e-5, abs=1e-6), (grid, g["id"], n)
