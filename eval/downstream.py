@@ -50,6 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=8, help="sequences per forward pass (perplexity and lm-eval)")
     ap.add_argument("--device", default=None, help="cuda / cpu (default: cuda if available)")
     ap.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
+    ap.add_argument("--grid", default=None, metavar="D,R,C,Z",
+                    help="perplexity on a data,row,column,depth grid of the launcher's processes (torchrun, "
+                         "mpiexec, srun): the model sharded as in training, the windows split over data x depth "
+                         "(lm-eval --tasks: one process only, for now)")
     ap.add_argument("--max-length", type=int, default=None,
                     help="context window (default: model context, capped at 4096)")
     ap.add_argument("--stride", type=int, default=None,
@@ -85,10 +89,14 @@ def main(argv: list[str] | None = None) -> int:
             num_fewshot=args.num_fewshot, out_dir=args.out, batch_size=args.batch_size,
             device=args.device, dtype=args.dtype, max_length=args.max_length,
             stride=args.stride, text_key=args.text_key, add_bos=not args.no_bos,
-            tokenizer_path=args.tokenizer)
+            tokenizer_path=args.tokenizer, grid=args.grid)
     except (MissingTokenizerError, LMEvalNotInstalledError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    from axonn.cli import launched_rank
+
+    if launched_rank() != 0:  # rank 0 reports
+        return 0
     print(report["markdown"])
     errors = dict((report.get("lm_eval") or {}).get("errors") or {})
     if report.get("perplexity_error"):

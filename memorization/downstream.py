@@ -58,8 +58,8 @@ import numpy as np
 import torch
 
 from memorization.models import model_context
-from memorization.eval_model import (MissingTokenizerError, as_id_lists, check_vocab, default_device, load_checkpoint,
-                                     model_device, model_max_length)
+from memorization.eval_model import (MissingTokenizerError, as_id_lists, check_vocab, default_device, grid_runtime,
+                                     load_checkpoint, load_on_grid, model_device, model_max_length)
 from memorization.mia import pad_batch, sequence_token_logprobs
 from memorization.mixture import check_manifest_doc
 
@@ -139,8 +139,13 @@ def perplexity(
     batch_size: int = 8,
     device: str | torch.device | None = None,
     progress: bool = True,
+    grid=None,
 ) -> dict[str, Any]:
     """Token-weighted sliding-window perplexity of ``model`` on token-id documents.
+
+    With ``grid`` (an axonn grid ``model`` is parallelized on) the windows are split over its data x depth
+    replicas (:func:`memorization.runtime.map_over_replicas`: equal shares, so every depth rank runs the same
+    forwards) and every rank returns the whole result.
 
     Args:
         model: causal LM returning ``.logits``, already on ``device``.
@@ -171,23 +176,37 @@ def perplexity(
             windows.append((d, x[b:e], first))
     if not windows:
         raise ValueError("no document has 2 or more tokens: nothing to score")
-    order = sorted(range(len(windows)), key=lambda i: -len(windows[i][1]))
+
+    def window_nll(share: list[tuple[int, list[int], int]]) -> list[tuple[float, int]]:
+        """(summed NLL, scored tokens) of each window, longest windows batched first."""
+        order = sorted(range(len(share)), key=lambda i: -len(share[i][1]))
+        out: list[tuple[float, int]] = [(0.0, 0)] * len(share)
+        starts = range(0, len(order), batch_size)
+        for s in tqdm(starts, desc="perplexity", unit="batch", disable=not progress or len(starts) <= 1):
+            idx = order[s : s + batch_size]
+            batch = [share[i] for i in idx]
+            input_ids, attn = pad_batch([w[1] for w in batch], dev)
+            logp, valid = sequence_token_logprobs(model, input_ids, attn)
+            first = torch.tensor([w[2] for w in batch], device=dev)
+            # logp[:, c] scores target position c + 1 of the window
+            col = torch.arange(logp.size(1), device=dev)[None, :]
+            scored = valid & (col >= (first[:, None] - 1))
+            sums = (-(logp * scored).sum(dim=1).double()).tolist()
+            for i, v, c in zip(idx, sums, scored.sum(dim=1).tolist()):
+                out[i] = (v, c)
+        return out
+
+    if grid is None:
+        per_window = window_nll(windows)
+    else:
+        from memorization.runtime import map_over_replicas
+
+        per_window = map_over_replicas(window_nll, windows, grid)
     doc_sum = np.zeros(len(ids), dtype=np.float64)
     doc_cnt = np.zeros(len(ids), dtype=np.int64)
-    starts = range(0, len(order), batch_size)
-    for s in tqdm(starts, desc="perplexity", unit="batch", disable=not progress or len(starts) <= 1):
-        batch = [windows[i] for i in order[s : s + batch_size]]
-        input_ids, attn = pad_batch([w[1] for w in batch], dev)
-        logp, valid = sequence_token_logprobs(model, input_ids, attn)
-        first = torch.tensor([w[2] for w in batch], device=dev)
-        # logp[:, c] scores target position c + 1 of the window
-        col = torch.arange(logp.size(1), device=dev)[None, :]
-        scored = valid & (col >= (first[:, None] - 1))
-        nll_sum = -(logp * scored).sum(dim=1).double().cpu().numpy()
-        cnt = scored.sum(dim=1).cpu().numpy()
-        doc_idx = np.array([w[0] for w in batch])
-        np.add.at(doc_sum, doc_idx, nll_sum)
-        np.add.at(doc_cnt, doc_idx, cnt)
+    doc_idx = np.array([w[0] for w in windows])
+    np.add.at(doc_sum, doc_idx, np.array([v for v, _ in per_window], dtype=np.float64))
+    np.add.at(doc_cnt, doc_idx, np.array([c for _, c in per_window], dtype=np.int64))
     n_tok = int(doc_cnt.sum())
     nll = float(doc_sum.sum() / n_tok)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -297,8 +316,9 @@ def evaluate_perplexity(
     batch_size: int = 8,
     device: str | torch.device | None = None,
     add_bos: bool = True,
+    grid=None,
 ) -> dict[str, Any]:
-    """:func:`perplexity` on the documents of ``source`` (see :func:`load_perplexity_docs`).
+    """:func:`perplexity` on the documents of ``source`` (see :func:`load_perplexity_docs`), on ``grid`` if given.
 
     Texts are tokenised without special tokens; with ``add_bos`` the tokenizer's BOS is
     prepended to every document that does not start with it, so the first real token is
@@ -315,7 +335,7 @@ def evaluate_perplexity(
     if bos is not None:
         ids = [d if d and d[0] == bos else [bos, *d] for d in ids]
     out = perplexity(model, ids, max_length=max_length, stride=stride, batch_size=batch_size,
-                     device=device)
+                     device=device, grid=grid)
     out["source"] = str(source)
     return out
 
@@ -592,8 +612,12 @@ def run_downstream(
     text_key: str = "text",
     add_bos: bool = True,
     tokenizer_path: str | os.PathLike | None = None,
+    grid: str | None = None,
 ) -> dict[str, Any]:
     """Perplexity and/or lm-eval tasks for one checkpoint directory.
+
+    With ``grid`` (``"D,R,C,Z"``, under torchrun/mpiexec/srun) the model is parallelized on it as in training and
+    the perplexity windows split over its replicas; lm-eval tasks do not run on a grid yet (refused).
 
     The checkpoint must have a tokenizer (or ``tokenizer_path``): a missing one raises
     :class:`MissingTokenizerError` before anything runs.  A failing perplexity source or task
@@ -611,6 +635,9 @@ def run_downstream(
         raise ValueError(f"max_length must be >= 2, got {max_length}")
     if tasks:
         _check_lm_eval_args(limit, num_fewshot)
+    if tasks and grid:
+        raise ValueError("lm-eval --tasks do not run on a --grid yet: run them in one process (--device-map auto "
+                         "spreads a model over a node's GPUs), and the perplexity on the grid")
     from transformers import AutoConfig
 
     from memorization.model_files import check_model_config
@@ -620,15 +647,19 @@ def run_downstream(
     if perplexity_source is not None:  # window and stride as perplexity() will take them
         L = int(max_length or model_max_length(config))
         window_spans(0, L, int(stride if stride is not None else max(1, L // 2)))
-    device = device or default_device()
-    model, tok = load_checkpoint(model_path, device=device, dtype=dtype,
-                                 tokenizer_path=tokenizer_path, require_tokenizer=True)
+    rt = grid_runtime(grid) if grid else None
+    if rt is None:
+        device = device or default_device()
+        model, tok = load_checkpoint(model_path, device=device, dtype=dtype,
+                                     tokenizer_path=tokenizer_path, require_tokenizer=True)
+    else:
+        model, tok = load_on_grid(model_path, rt, tokenizer_path, require_tokenizer=True)
     report: dict[str, Any] = {"model": str(model_path)}
     if perplexity_source is not None:
         try:
             ppl = evaluate_perplexity(model, tok, perplexity_source, text_key=text_key,
                                       max_length=max_length, stride=stride,
-                                      batch_size=batch_size, add_bos=add_bos)
+                                      batch_size=batch_size, add_bos=add_bos, grid=rt and rt.grid)
             ppl.pop("doc_nll")
             report["perplexity"] = ppl
         except (FileNotFoundError, ValueError, KeyError, json.JSONDecodeError) as err:
@@ -639,8 +670,10 @@ def run_downstream(
             model, tok, tasks, include_path=include_path, include_defaults=include_defaults,
             limit=limit, num_fewshot=num_fewshot, batch_size=batch_size,
             max_length=max_length)
+    if rt is not None:
+        report["grid"] = grid
     report["markdown"] = report_markdown(report)
-    if out_dir is not None:
+    if out_dir is not None and (rt is None or rt.is_main):
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         with open(out / "downstream.json", "w", encoding="utf-8") as fh:

@@ -147,3 +147,34 @@ def vocab_size(model_or_config) -> int | None:
     except (AttributeError, NotImplementedError, TypeError):
         n = getattr(getattr(model_or_config, "config", model_or_config), "vocab_size", None)
         return int(n) if n else None
+
+
+def grid_runtime(grid: str):
+    """The :class:`memorization.runtime.Runtime` of ``grid`` (``"D,R,C,Z"``: the launcher's processes as a data,
+    row, column, depth grid); ``ValueError`` naming ``--grid`` for a bad one."""
+    from axonn.grid import parse_grid
+    from memorization.runtime import Runtime
+
+    try:
+        return Runtime.create(*parse_grid(grid))
+    except ValueError as e:
+        raise ValueError(f"--grid {grid}: {e}") from None
+
+
+def load_on_grid(path: str | os.PathLike, rt, tokenizer_path: str | os.PathLike | None = None,
+                 flag: str = "--model", require_tokenizer: bool = False) -> tuple[torch.nn.Module, Any]:
+    """``(model, tokenizer)`` of the checkpoint ``path`` parallelized on ``rt``'s grid as in training, each rank
+    reading only its own shards of the safetensors files (:func:`memorization.models.build_model`), in eval
+    mode; the tokenizer None if there is none and ``require_tokenizer`` is False."""
+    from memorization.model_files import check_model_dir
+    from memorization.models import build_model
+
+    p = check_model_dir(path, flag)
+    try:
+        tok = load_tokenizer(tokenizer_path or p)
+    except MissingTokenizerError:
+        if require_tokenizer:
+            raise
+        log.warning("no tokenizer found for %s; continuing with token ids only", p)
+        tok = None
+    return build_model(None, len(tok) if tok is not None else 0, init=str(p), runtime=rt).eval(), tok

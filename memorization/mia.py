@@ -100,8 +100,8 @@ import torch
 import torch.nn.functional as F
 
 from .eval_model import (DEFAULT_MAX_LENGTH_CAP, Docs, MissingTokenizerError, as_id_lists, check_vocab,
-                         default_device, load_checkpoint, load_tokenizer, model_device, model_max_length,
-                         resolve_dtype)
+                         default_device, grid_runtime, load_checkpoint, load_on_grid, load_tokenizer, model_device,
+                         model_max_length, resolve_dtype)
 from .mixture import is_int, load_manifest
 
 log = logging.getLogger(__name__)
@@ -420,32 +420,6 @@ def mia_scores(
         scores["ref_loss"] = ref_loss
     scores["n_tokens"] = out["n_tokens"]
     return scores
-
-
-def _grid_runtime(grid: str):
-    """The runtime of ``grid`` (``"D,R,C,Z"``); ``ValueError`` naming ``--grid`` for a bad one."""
-    from axonn.grid import parse_grid
-    from memorization.runtime import Runtime
-
-    try:
-        return Runtime.create(*parse_grid(grid))
-    except ValueError as e:
-        raise ValueError(f"--grid {grid}: {e}") from None
-
-
-def _load_on_grid(path, rt, tokenizer_path, flag: str) -> tuple[torch.nn.Module, Any]:
-    """``(model, tokenizer)`` of the checkpoint ``path`` parallelized on ``rt``'s grid, each rank reading only its
-    own shards (:func:`memorization.models.build_model`); the tokenizer None if there is none."""
-    from memorization.model_files import check_model_dir
-    from memorization.models import build_model
-
-    p = check_model_dir(path, flag)
-    try:
-        tok = load_tokenizer(tokenizer_path or p)
-    except MissingTokenizerError:
-        log.warning("no tokenizer found for %s; continuing with token ids only", p)
-        tok = None
-    return build_model(None, len(tok) if tok is not None else 0, init=str(p), runtime=rt).eval(), tok
 
 
 # --------------------------------------------------------------------------- ROC / AUC
@@ -825,12 +799,12 @@ def run_mia(
         raise ValueError(f"manifest {manifest_path}: {err}") from None
     for w in warns:
         log.warning("%s", w)
-    rt = _grid_runtime(grid) if grid else None
+    rt = grid_runtime(grid) if grid else None
     if rt is None:
         model, tok = load_checkpoint(model_path, device=device, dtype=dtype,
                                      tokenizer_path=tokenizer_path, require_tokenizer=False)
     else:
-        model, tok = _load_on_grid(model_path, rt, tokenizer_path, "--model")
+        model, tok = load_on_grid(model_path, rt, tokenizer_path, "--model")
         device = None  # each rank's own device
     docs = members + nonmembers
     ids = _tokenize_docs(docs, tok, "documents")
@@ -840,7 +814,7 @@ def run_mia(
 
     ref_model, ref_tok = None, None
     if reference_model_path is not None and rt is not None:
-        ref_model, ref_tok = _load_on_grid(reference_model_path, rt, None, "--reference-model")
+        ref_model, ref_tok = load_on_grid(reference_model_path, rt, None, "--reference-model")
     elif reference_model_path is not None:
         ref_model, ref_tok = load_checkpoint(reference_model_path, device=device, dtype=dtype,
                                              require_tokenizer=False, flag="--reference-model")

@@ -312,3 +312,35 @@ def test_cli_exits_2_when_nothing_could_run(ckpt, tmp_path, capsys):
     empty.write_text(json.dumps({"version": 1, "targets": [], "nonmembers": []}))
     assert cli.main(["--model", str(ckpt["path"]), "--perplexity", str(empty), "--device", "cpu"]) == 2
     assert "no nonmembers" in capsys.readouterr().err
+
+
+def test_perplexity_on_four_grids_equals_one_process(grid_checkpoint, tmp_path):
+    """Sliding-window perplexity (windows of 24 tokens, stride 8: several windows per document) from the model
+    sharded over row, column and depth with the windows split over data and depth replicas (1,2,2,1 /
+    1,1,2,2 / 2,2,1,1 / 1,2,1,2 on 4 gloo ranks, fp32) equals one process's to 1e-5, every token counted."""
+    import json
+    import sys as _sys
+    from pathlib import Path
+
+    from memorization.downstream import run_downstream
+
+    _sys.path.insert(0, str(Path(__file__).resolve().parent / "axonn_workers"))
+    import launcher
+
+    root, _, docs, _ = grid_checkpoint
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(root / "model"))
+    (tmp_path / "docs.jsonl").write_text("\n".join(json.dumps({"text": tok.decode(d["token_ids"][1:])}) for d in docs))
+    run_downstream(root / "model", perplexity_source=tmp_path / "docs.jsonl", batch_size=2, max_length=24,
+                   stride=8, out_dir=tmp_path / "one")
+    codes, log = launcher.launch("perplexity_grids.py", 4, timeout=240, extra_env={
+        "MODEL_DIR": str(root / "model"), "DOCS_JSONL": str(tmp_path / "docs.jsonl"), "OUT_DIR": str(tmp_path)})
+    assert codes == [0, 0, 0, 0], log[-3000:]
+    want = json.loads((tmp_path / "one" / "downstream.json").read_text())["perplexity"]
+    assert want["n_windows"] > len(docs)
+    for grid in ("1,2,2,1", "1,1,2,2", "2,2,1,1", "1,2,1,2"):
+        got = json.loads((tmp_path / grid / "downstream.json").read_text())["perplexity"]
+        assert (got["n_tokens"], got["n_windows"], got["n_docs"]) == (want["n_tokens"], want["n_windows"],
+                                                                     want["n_docs"])
+        assert got["nll"] == pytest.approx(want["nll"], rel=1e-5), grid
