@@ -89,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=float, default=60.0, help="seconds per candidate run (default: 60)")
     run.add_argument("--build-timeout", type=float, default=120.0, help="seconds per compile (default: 120)")
     run.add_argument("--memory-mb", type=int, default=4096,
-                     help="address-space limit per process in MiB, each MPI rank included (default: 4096)")
+                     help="address-space limit per process in MiB, each MPI rank included; > 0: the sandbox has no "
+                          "unlimited mode (default: 4096)")
     run.add_argument("--output-limit-kb", type=int, default=1024,
                      help="captured stdout+stderr per run before it is killed (default: 1024)")
     run.add_argument("--allow-network", action="store_true",
@@ -135,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         ("--repeats", args.repeats, args.repeats >= 1),
         ("--timeout", args.timeout, args.timeout > 0),
         ("--build-timeout", args.build_timeout, args.build_timeout > 0),
+        ("--memory-mb", args.memory_mb, args.memory_mb > 0),
         ("--output-limit-kb", args.output_limit_kb, args.output_limit_kb >= 1)) if not ok]
     if bad:
         print(f"error: out of range: {', '.join(bad)} (counts and limits must be positive, 0 < top-p <= 1)",

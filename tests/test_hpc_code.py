@@ -257,6 +257,16 @@ def test_missing_tool_is_a_setup_error_not_a_failed_sample(tmp_path, monkeypatch
     assert rc == 2 and "'gcc' not found" in capsys.readouterr().err
 
 
+def test_cli_zero_or_negative_limits_are_refused(capsys):
+    """Every sandbox limit must be positive: 0 or less once meant "no limit" for the memory."""
+    cli = _load_cli()
+    for flag, v in (("--memory-mb", "0"), ("--memory-mb", "-5"), ("--timeout", "0"), ("--build-timeout", "-1"),
+                    ("--output-limit-kb", "0")):
+        rc = cli.main(["--use-references", "--quick", "--no-progress", "--problems", "reduce_array_sum_serial",
+                       flag, v])
+        assert rc == 2 and f"out of range: {flag} " in capsys.readouterr().err, (flag, v)
+
+
 def test_cli_bad_selection_or_k_is_an_error(tmp_path, capsys):
     cli = _load_cli()
     for args in (["--problems", "no_such_problem"], ["--problems", "reduce_*", "no_such_*"],
