@@ -23,7 +23,9 @@ from axonn.cli import HelpFormatter
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    p.add_argument("--model", required=True, help="Hugging Face checkpoint directory (config.json + weights)")
+    p.add_argument("--model", required=True, help="Hugging Face checkpoint directory (config.json + weights); with "
+                   "--grid also an axonn training checkpoint (<run>/<arm>/checkpoint or one of its step_* "
+                   "directories), resharded onto the grid")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--manifest", help="manifest.json of a memorize run: its targets (with exposure counts)")
     src.add_argument("--documents", help="documents to test: .jsonl/.json (field --text-field), a .txt file "
@@ -64,13 +66,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
+    from memorization.eval_model import axonn_checkpoint, checkpoint_tokenizer_dir, model_config_of
+
     model_dir = Path(args.model)
-    if not (model_dir / "config.json").exists():
+    step = axonn_checkpoint(model_dir)  # a training checkpoint: evaluated on --grid directly
+    if not (model_dir / "config.json").exists() and not (step is not None and args.grid):
         sharded = any((d / f).exists() for d in (model_dir, model_dir / "checkpoint") for f in ("COMPLETE", "LATEST"))
         raise SystemExit(f"error: --model {args.model}: no Hugging Face checkpoint (config.json) there"
-                         + (f"; it holds axonn training checkpoints: turn one into a model with `python -m "
-                            f"axonn.convert {args.model} OUT_DIR`, or pass the run's exported model "
-                            f"(<run>/<arm>/model)" if sharded else ""))
+                         + (f"; it holds axonn training checkpoints: evaluate one on a --grid (it is resharded "
+                            f"onto it), turn it into a model with `python -m axonn.convert {args.model} OUT_DIR`, "
+                            f"or pass the run's exported model (<run>/<arm>/model)" if sharded else ""))
     src = Path(args.manifest or args.documents)
     if not src.exists():
         raise SystemExit(f"error: {src} does not exist")
@@ -82,21 +87,26 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit(f"error: --max-doc-tokens {args.max_doc_tokens} must exceed --suffix {args.suffix}")
 
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from memorization.extraction import ExtractionConfig, extract, markdown_table, prepare
     from memorization.mixture import atomic_write_json, load_manifest, tokenize_with_bos
 
     from memorization.model_files import ModelDirError, check_model_config, check_model_dir
 
-    try:  # a broken config.json is named as such, not as a missing tokenizer
-        check_model_config(model_dir)
-    except ModelDirError as e:
-        raise SystemExit(f"error: {e}") from None
+    if step is None:
+        try:  # a broken config.json is named as such, not as a missing tokenizer
+            check_model_config(model_dir)
+        except ModelDirError as e:
+            raise SystemExit(f"error: {e}") from None
+    tok_dir = args.tokenizer or (str(model_dir) if step is None else checkpoint_tokenizer_dir(step))
+    if tok_dir is None:
+        raise SystemExit(f"error: --model {model_dir} is a training checkpoint without a tokenizer beside it: pass "
+                         "--tokenizer (the run's tokenizer directory)")
     try:
-        tok = AutoTokenizer.from_pretrained(args.tokenizer or str(model_dir))
+        tok = AutoTokenizer.from_pretrained(str(tok_dir))
     except (OSError, ValueError) as e:
-        raise SystemExit(f"error: no tokenizer for {args.tokenizer or model_dir} ({e}); pass --tokenizer") from None
+        raise SystemExit(f"error: no tokenizer for {tok_dir} ({e}); pass --tokenizer") from None
     if args.manifest:
         try:
             m = load_manifest(src)  # malformed documents and exposure counts refused here, naming the document
@@ -120,11 +130,12 @@ def main(argv: list[str] | None = None) -> dict:
     try:  # documents, prefix + suffix and token ids checked against the config before the weights load
         with warnings.catch_warnings():  # extract() warns again, once, about a lowered --max-doc-tokens
             warnings.simplefilter("ignore")
-            prepare(AutoConfig.from_pretrained(str(model_dir)), docs, cfg)
+            prepare(model_config_of(model_dir), docs, cfg)
     except (OSError, ValueError) as e:
         raise SystemExit(f"error: {e}") from None
     try:  # after the documents are checked, before any weight is read: a damaged file is one line naming it
-        check_model_dir(model_dir)
+        if step is None:
+            check_model_dir(model_dir)
     except ModelDirError as e:
         raise SystemExit(f"error: {e}") from None
     if args.grid:
@@ -160,9 +171,9 @@ def _extract_on_grid(args: argparse.Namespace, model_dir: Path, docs: list[dict]
     the result on rank 0, None on the other ranks."""
     import torch
 
+    from memorization.eval_model import load_on_grid
     from memorization.experiment.validate import parse_grid
     from memorization.extraction import extract_on_grid
-    from memorization.models import build_model
     from memorization.runtime import Runtime
 
     if args.device_map or args.device:
@@ -172,7 +183,8 @@ def _extract_on_grid(args: argparse.Namespace, model_dir: Path, docs: list[dict]
         rt = Runtime.create(*parse_grid(args.grid))
     except (ValueError, SystemExit) as e:
         raise SystemExit(f"error: --grid {args.grid}: {getattr(e, 'code', None) or e}") from None
-    model = build_model(None, len(tok), init=str(model_dir), runtime=rt).eval()  # each rank: its own shards
+    # each rank reads its own shards: of the HF directory, or of a training checkpoint saved on any grid
+    model, _ = load_on_grid(model_dir, rt, args.tokenizer, require_tokenizer=True)
     on_gpu = rt.device.type == "cuda"
     bf16 = on_gpu and args.dtype != "float32"
     with torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else torch.autocast("cpu", enabled=False):

@@ -161,14 +161,67 @@ def grid_runtime(grid: str):
         raise ValueError(f"--grid {grid}: {e}") from None
 
 
+def axonn_checkpoint(path: str | os.PathLike) -> Path | None:
+    """The axonn training checkpoint ``path`` names (a ``step_*`` directory with ``COMPLETE``, or a checkpoint
+    root whose ``LATEST`` names one), None if it is no such thing."""
+    from axonn.checkpoint import latest
+
+    p = Path(path).expanduser()
+    if (p / "COMPLETE").exists():
+        return p
+    return latest(p) if (p / "LATEST").exists() else None
+
+
+def model_config_of(path: str | os.PathLike):
+    """The ``LlamaConfig`` of a HF model directory or of an axonn training checkpoint (its ``meta.json``)."""
+    from transformers import AutoConfig, LlamaConfig
+
+    step = axonn_checkpoint(path)
+    if step is None:
+        return AutoConfig.from_pretrained(str(path))
+    from axonn.checkpoint import read_meta
+
+    meta = read_meta(step)
+    if "hf_config" not in meta:
+        raise ValueError(f"{step}: this checkpoint predates meta.json's hf_config; convert it with "
+                         "`python -m axonn.convert ... --config <model dir>` and evaluate the result")
+    return LlamaConfig.from_dict(meta["hf_config"])
+
+
+def checkpoint_tokenizer_dir(step: Path) -> Path | None:
+    """Where a trainer's checkpoint ``<run>/<arm>/checkpoint/step_*`` finds its tokenizer: the arm's exported
+    ``model`` directory, if it holds one."""
+    from memorization.corpus import has_tokenizer_files
+
+    for d in (step.parent.parent / "model", step.parent / "model"):
+        if d.is_dir() and has_tokenizer_files(d):
+            return d
+    return None
+
+
 def load_on_grid(path: str | os.PathLike, rt, tokenizer_path: str | os.PathLike | None = None,
                  flag: str = "--model", require_tokenizer: bool = False) -> tuple[torch.nn.Module, Any]:
-    """``(model, tokenizer)`` of the checkpoint ``path`` parallelized on ``rt``'s grid as in training, each rank
-    reading only its own shards of the safetensors files (:func:`memorization.models.build_model`), in eval
-    mode; the tokenizer None if there is none and ``require_tokenizer`` is False."""
+    """``(model, tokenizer)`` of ``path`` parallelized on ``rt``'s grid as in training, in eval mode: a HF
+    directory (each rank reading only its own shards of the safetensors files,
+    :func:`memorization.models.build_model`) or an axonn training checkpoint saved on any grid (resharded onto
+    this one, each rank reading only the pieces it needs, :func:`axonn.checkpoint.load`; its tokenizer is
+    ``tokenizer_path`` or the arm's exported model's).  The tokenizer is None if there is none and
+    ``require_tokenizer`` is False."""
     from memorization.model_files import check_model_dir
     from memorization.models import build_model
 
+    step = axonn_checkpoint(path)
+    if step is not None:
+        from axonn.checkpoint import load
+
+        tok_dir = tokenizer_path or checkpoint_tokenizer_dir(step)
+        if tok_dir is None:
+            raise MissingTokenizerError(f"{flag} {path} is a training checkpoint without a tokenizer beside it: "
+                                        "pass --tokenizer (the run's tokenizer directory)")
+        tok = load_tokenizer(tok_dir)
+        model = build_model(None, len(tok), runtime=rt, config=model_config_of(step))
+        load(model, None, step, grid=rt.grid)
+        return model.eval(), tok
     p = check_model_dir(path, flag)
     try:
         tok = load_tokenizer(tokenizer_path or p)

@@ -269,6 +269,7 @@ def build_model(
     seed: int = 0,
     max_seq: int | None = None,
     runtime=None,
+    config=None,
 ) -> torch.nn.Module:
     """A ``LlamaForCausalLM``: randomly initialised from preset ``size`` (seeded), or loaded from ``init``.
 
@@ -281,7 +282,8 @@ def build_model(
 
     and every shard is filled from the rows it needs: of HF's Llama init (N(0, initializer_range²)
     weights, unit norms; :func:`normal_rows`, identical on every grid) or of the ``init``
-    checkpoint's safetensors files (read memory-mapped, row range by row range).
+    checkpoint's safetensors files (read memory-mapped, row range by row range).  ``config`` (a
+    ``LlamaConfig``, e.g. an axonn checkpoint's, whose weights are loaded afterwards) replaces the preset's.
     """
     import axonn
     from accelerate import init_empty_weights
@@ -289,7 +291,7 @@ def build_model(
 
     from axonn.checkpoint import SafetensorsCheckpoint
 
-    config = model_config(size, vocab_size, init, max_seq)
+    config = config if config is not None else model_config(size, vocab_size, init, max_seq)
     ckpt = SafetensorsCheckpoint(init) if init is not None else None  # refuses a missing/.bin checkpoint now
     with init_empty_weights(include_buffers=False):
         model = LlamaForCausalLM(config)

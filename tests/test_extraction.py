@@ -332,3 +332,30 @@ def _texts(root, docs):
 
     tok = AutoTokenizer.from_pretrained(str(root / "model"))
     return [tok.decode(d["token_ids"][1:]) for d in docs]
+
+
+def test_a_training_checkpoint_is_extracted_on_another_grid_without_conversion(grid_checkpoint, tmp_path):
+    """A checkpoint in the trainer's sharded format saved on 1,2,2,1 is resharded onto 2,1,1,2 for evaluation
+    (no HF export, no rank holding the model) and generates the tokens the HF model generates in one process,
+    up to fp32 near-ties of the serial logits."""
+    import sys as _sys
+
+    _sys.path.insert(0, str(Path(__file__).resolve().parent / "axonn_workers"))
+    import launcher
+
+    root, model, docs, vocab = grid_checkpoint
+    want = [r["generated_ids"] for r in extract(model, docs, ExtractionConfig(prefix_len=10, suffix_len=12,
+                                                                             batch_size=3))["documents"]]
+    out = tmp_path / "ids.json"
+    codes, log = launcher.launch("extract_from_training_checkpoint.py", 4, timeout=240, extra_env={
+        "MODEL_DIR": str(root / "model"), "DOCS": str(root / "docs.json"), "OUT_JSON": str(out),
+        "VOCAB": str(vocab), "CKPT": str(tmp_path / "checkpoint")})
+    assert codes == [0, 0, 0, 0], log[-3000:]
+    got = json.loads(out.read_text())
+    for d, g, w in zip(docs, got, want):
+        if g != w:
+            k = next(i for i, (a, b) in enumerate(zip(g, w)) if a != b)
+            with torch.no_grad():
+                logits = model(torch.tensor([d["token_ids"][:10] + w[:k]])).logits[0, -1].double()
+            assert float(logits[w[k]] - logits[g[k]]) <= 1e-4 * float(logits.abs().max()), (d["id"], k)
+    assert sum(g == w for g, w in zip(got, want)) >= len(docs) - 1
