@@ -82,7 +82,7 @@ def run_main(main: Callable[[], object], resume_hint: str) -> None:
     printed by rank 0 only."""
     try:
         main()
-    except SameOnEveryRank as e:
+    except SameOnEveryRank:
         if launched_rank() != 0:
             raise SystemExit(1) from None
         raise

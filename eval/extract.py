@@ -171,18 +171,16 @@ def _extract_on_grid(args: argparse.Namespace, model_dir: Path, docs: list[dict]
     the result on rank 0, None on the other ranks."""
     import torch
 
-    from memorization.eval_model import load_on_grid
-    from memorization.experiment.validate import parse_grid
+    from memorization.eval_model import grid_runtime, load_on_grid
     from memorization.extraction import extract_on_grid
-    from memorization.runtime import Runtime
 
     if args.device_map or args.device:
         raise SystemExit("error: --grid places the model itself (each rank on its own GPU, or the CPU): drop "
                          "--device/--device-map")
     try:
-        rt = Runtime.create(*parse_grid(args.grid))
-    except (ValueError, SystemExit) as e:
-        raise SystemExit(f"error: --grid {args.grid}: {getattr(e, 'code', None) or e}") from None
+        rt = grid_runtime(args.grid)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
     # each rank reads its own shards: of the HF directory, or of a training checkpoint saved on any grid
     model, _ = load_on_grid(model_dir, rt, args.tokenizer, require_tokenizer=True)
     on_gpu = rt.device.type == "cuda"

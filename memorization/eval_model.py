@@ -67,6 +67,18 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def _tokenizer_of(model_dir: Path, tokenizer_path: str | os.PathLike | None, required: bool) -> Any:
+    """The tokenizer of ``tokenizer_path`` or else of ``model_dir``; without one, :class:`MissingTokenizerError`
+    if ``required``, else None (with a warning: token ids only)."""
+    try:
+        return load_tokenizer(tokenizer_path or model_dir)
+    except MissingTokenizerError:
+        if required:
+            raise
+        log.warning("no tokenizer found for %s; continuing with token ids only", model_dir)
+        return None
+
+
 def load_checkpoint(
     path: str | os.PathLike,
     *,
@@ -88,13 +100,7 @@ def load_checkpoint(
 
     p = check_model_dir(path, flag)  # a missing, damaged or truncated directory: one line naming the file
     device = device or default_device()
-    try:
-        tokenizer = load_tokenizer(tokenizer_path or p)
-    except MissingTokenizerError:
-        if require_tokenizer:
-            raise
-        log.warning("no tokenizer found for %s; continuing with token ids only", p)
-        tokenizer = None
+    tokenizer = _tokenizer_of(p, tokenizer_path, require_tokenizer)
     model = AutoModelForCausalLM.from_pretrained(str(p), dtype=resolve_dtype(dtype, device))
     model.to(device)
     model.eval()
@@ -223,11 +229,5 @@ def load_on_grid(path: str | os.PathLike, rt, tokenizer_path: str | os.PathLike 
         load(model, None, step, grid=rt.grid)
         return model.eval(), tok
     p = check_model_dir(path, flag)
-    try:
-        tok = load_tokenizer(tokenizer_path or p)
-    except MissingTokenizerError:
-        if require_tokenizer:
-            raise
-        log.warning("no tokenizer found for %s; continuing with token ids only", p)
-        tok = None
+    tok = _tokenizer_of(p, tokenizer_path, require_tokenizer)
     return build_model(None, len(tok) if tok is not None else 0, init=str(p), runtime=rt).eval(), tok

@@ -99,9 +99,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .eval_model import (DEFAULT_MAX_LENGTH_CAP, Docs, MissingTokenizerError, as_id_lists, check_vocab,
-                         default_device, grid_runtime, load_checkpoint, load_on_grid, load_tokenizer, model_device,
-                         model_max_length, resolve_dtype)
+from .eval_model import (Docs, MissingTokenizerError, as_id_lists, check_vocab, default_device, grid_runtime,
+                         load_checkpoint, load_on_grid, model_device, model_max_length)
 from .mixture import is_int, load_manifest
 
 log = logging.getLogger(__name__)

@@ -103,21 +103,29 @@ def open_run_store(cfg: ExperimentConfig, tokenizer, targets: list[str] | None):
         raise SystemExit(f"error: --store: {e}") from None
 
 
+def ensure_run_store(cfg: ExperimentConfig, tokenizer, targets: list[str] | None) -> tuple[Path, bool]:
+    """The cache's token store of the run's corpus, tokenizer, targets and mixture settings, prepared now if the
+    cache lacks it (:func:`memorization.token_store.ensure_cached_store`): ``(path, prepared)``."""
+    from memorization.token_store import ensure_cached_store
+
+    d = cfg.data
+    return ensure_cached_store(d.corpus, tokenizer_spec(cfg), mixture_config(cfg), tokenizer, targets=targets,
+                               targets_path=d.targets, text_field=d.text_field)
+
+
 def cached_run_store(cfg: ExperimentConfig, tokenizer, targets: list[str] | None, rt):
     """The run's mixture from the cache's token store of its corpus, tokenizer, targets and mixture settings
     (:func:`memorization.token_store.cached_store_path`), prepared there by rank 0 on first use: so a run
     without ``--store`` trains from the same memory-mapped store as one with it, and a second run of the
     same data tokenizes nothing.  A failure of the preparation (the corpus too small, unreadable, ...) is
     a SystemExit on every rank with rank 0's message (:class:`axonn.cli.SameOnEveryRank`: printed once)."""
-    from memorization.token_store import StoreError, ensure_cached_store, open_store
+    from memorization.token_store import StoreError, open_store
 
     mcfg = mixture_config(cfg)
     error = path = None
     if rt.is_main:
         try:
-            path, prepared = ensure_cached_store(
-                cfg.data.corpus, tokenizer_spec(cfg), mcfg, tokenizer, targets=targets, targets_path=cfg.data.targets,
-                text_field=cfg.data.text_field)
+            path, prepared = ensure_run_store(cfg, tokenizer, targets)
             if prepared and not cfg.output.no_progress:
                 print(f"prepared the token store {path} (once; later runs of this data read it)", file=sys.stderr)
         except (StoreError, ValueError, FileNotFoundError) as e:

@@ -123,7 +123,7 @@ def preflight(cfg: ExperimentConfig, shape=None) -> list[Check]:
 def _check_corpus(cfg: ExperimentConfig, tokenizer) -> Check:
     if tokenizer is None:
         return Check("corpus", NOT_CHECKED, "needs the tokenizer (above) to count the corpus's tokens")
-    from memorization.experiment.data import mixture_config, open_run_store, read_targets, targets_text_field
+    from memorization.experiment.data import open_run_store, read_targets, targets_text_field
 
     d, t = cfg.data, cfg.training
     if d.store:  # the prepared store the job will memory-map: of this corpus, tokenizer, targets and settings
@@ -136,14 +136,13 @@ def _check_corpus(cfg: ExperimentConfig, tokenizer) -> Check:
                      f"{d.seq_len} tokens of --corpus {d.corpus} with {len(mixture.targets)} targets (exposures "
                      f"{d.exposures})")
     try:  # the store the run will read from the cache, prepared now if it is not there: the run reuses it
-        from memorization.experiment.data import tokenizer_spec
-        from memorization.token_store import ensure_cached_store, open_store
+        from memorization.experiment.data import ensure_run_store
+        from memorization.token_store import open_store
 
         targets = read_targets(d.targets, targets_text_field(cfg)) if d.targets else None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the run itself says it (non-members of another distribution)
-            path, _ = ensure_cached_store(d.corpus, tokenizer_spec(cfg), mixture_config(cfg), tokenizer,
-                                          targets=targets, targets_path=d.targets, text_field=d.text_field)
+            path, _ = ensure_run_store(cfg, tokenizer, targets)
         mixture = open_store(path)
     except (SystemExit, ValueError, OSError) as e:
         return Check("corpus", FAILED, f"--corpus {d.corpus}: {_message(e)}")
