@@ -159,8 +159,8 @@ def _mpi_world() -> tuple[int, int] | None:
 # mpiexec inside the job starts, while Open MPI's / MPICH's / PALS's are set per process.
 _LOCAL_RANK_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK",
                     "PALS_LOCAL_RANKID", "SLURM_LOCALID")
-_LOCAL_SIZE_VARS = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PALS_LOCAL_SIZE",
-                    "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
+LOCAL_SIZE_VARS = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PALS_LOCAL_SIZE",
+                   "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
 
 
 def parse_grid(text: str) -> tuple[int, int, int, int]:
@@ -193,7 +193,7 @@ def local_device_index(rank: int, device_count: int, env: Mapping[str, str] = os
 def ranks_per_node(env: Mapping[str, str] = os.environ) -> int:
     """Processes sharing this node (its host memory): from the launcher (torchrun, Slurm, Open MPI,
     MPICH/Hydra, Cray PALS), else the GPUs this process sees, else 1."""
-    for k in _LOCAL_SIZE_VARS:
+    for k in LOCAL_SIZE_VARS:
         # Slurm writes "8(x2)" (8 on each of 2 nodes) or "3(x2),2" (uneven): take the largest count
         counts = [int(c) for c in re.findall(r"(?:^|,)\s*(\d+)", env.get(k, ""))]
         if counts and max(counts) > 0:

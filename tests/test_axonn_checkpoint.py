@@ -68,15 +68,10 @@ def test_convert_cli_turns_a_trainer_checkpoint_into_a_hf_model(tmp_path) -> Non
     from transformers import LlamaForCausalLM
 
     import axonn
-    from memorization.models import build_model
     from memorization.runtime import Runtime
 
     rt = Runtime(axonn.init())
-    model = build_model("tiny", 512, seed=3, runtime=rt)
-    opt = torch.optim.AdamW(model.parameters())
-    x = torch.randint(0, 512, (2, 16))
-    model(input_ids=x, labels=x).loss.backward()
-    opt.step()
+    model, opt, x = _stepped_tiny(rt)
     rt.save_checkpoint(model, opt, tmp_path / "ckpt", {"step": 1})
     root = Path(__file__).resolve().parents[1]
     run = [sys.executable, "-m", "axonn.convert", str(tmp_path / "ckpt"), str(tmp_path / "hf")]
@@ -109,11 +104,7 @@ def test_background_save_is_a_snapshot_published_by_finish(tmp_path, monkeypatch
     from memorization.models import build_model
 
     axonn.init()
-    model = build_model("tiny", 512, seed=3)
-    opt = torch.optim.AdamW(model.parameters())
-    x = torch.randint(0, 512, (2, 16))
-    model(input_ids=x, labels=x).loss.backward()
-    opt.step()
+    model, opt, x = _stepped_tiny()
     want = {n: p.detach().clone() for n, p in model.named_parameters()}
     want_m = {n: opt.state[p]["exp_avg"].clone() for n, p in model.named_parameters()}
     pending = ckpt.save(model, opt, tmp_path / "ck", {"step": 1}, background=True)
@@ -206,6 +197,10 @@ def test_background_save_without_host_memory_for_the_snapshot_saves_blocking(tmp
     pending = ckpt.save(model, opt, tmp_path / "ck2", {"step": 1}, background=True)
     assert pending is not None
     pending.finish()
+    from axonn.grid import LOCAL_SIZE_VARS
+
+    for var in LOCAL_SIZE_VARS:  # (an in-process MPI init earlier in the session may have set one)
+        monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("SLURM_NTASKS_PER_NODE", "4(x2)")  # the node's memory is shared by 4 ranks
     assert ranks_per_node() == 4
     with pytest.warns(UserWarning, match="saving blocking"):
@@ -238,12 +233,32 @@ def test_discard_renames_at_once_and_deletes_in_the_background(tmp_path, monkeyp
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step_0000020"]
 
 
-def _tiny_llama(**kw):
-    """The workers' tiny Llama (``tests/axonn_workers/common.py``), in this process."""
+def _common():
+    """The workers' shared helpers (``tests/axonn_workers/common.py``), in this process."""
     spec = importlib.util.spec_from_file_location("axonn_common", WORKERS / "common.py")
     common = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(common)
-    return common.tiny_llama(0, **kw)
+    return common
+
+
+def _tiny_llama(**kw):
+    """The workers' tiny Llama, in this process."""
+    return _common().tiny_llama(0, **kw)
+
+
+def _stepped_tiny(rt=None):
+    """``(model, optimizer, tokens)``: the tiny preset (seed 3) after one AdamW step on the random ``tokens``
+    (2 x 16), so weights and optimizer state are both non-trivial.  On ``rt``'s grid, or plain without one."""
+    import torch
+
+    from memorization.models import build_model
+
+    model = build_model("tiny", 512, seed=3, runtime=rt)
+    opt = torch.optim.AdamW(model.parameters())
+    x = torch.randint(0, 512, (2, 16))
+    model(input_ids=x, labels=x).loss.backward()
+    opt.step()
+    return model, opt, x
 
 
 def test_export_config_dtype_is_the_dtype_written(tmp_path) -> None:
@@ -460,14 +475,6 @@ def test_a_replacement_cut_between_its_renames_names_the_copy_to_restore(tmp_pat
     assert (tmp_path / "step_0000004" / "which").read_text() == "new"
 
 
-def _flip(f, n: int = 64, at: float = 0.5) -> None:
-    """Flip ``n`` bytes of file ``f`` from the fraction ``at`` of its length (a disk or a copy gone wrong)."""
-    data = bytearray(f.read_bytes())
-    i = int(len(data) * at)
-    data[i:i + n] = bytes(b ^ 0xFF for b in data[i:i + n])
-    f.write_bytes(bytes(data))
-
-
 def test_flipped_bytes_in_a_shard_are_refused_naming_step_and_file(tmp_path, monkeypatch) -> None:
     """The issue's case: 64 flipped bytes in rank00000.pt used to load silently (embedding values of
     -116 for 0.037).  The save records each file's size and block crc32s; a load, a convert and a
@@ -498,7 +505,7 @@ def test_flipped_bytes_in_a_shard_are_refused_naming_step_and_file(tmp_path, mon
 
     fresh = build_model("tiny", 512, seed=4)
     before = {n: p.detach().clone() for n, p in fresh.named_parameters()}
-    _flip(shard, 64, at=0.5)
+    _common().flip_bytes(shard, 64, at=0.5)
     block = int(shard.stat().st_size * 0.5) // ckpt.CHECKSUM_BLOCK + 1
     why = rf"checkpoint of step 7: \S*rank00000.pt: the crc32 of its bytes \d+\.\.\d+ \(block {block} of {blocks}\) " \
           r"is [0-9a-f]{8}, [0-9a-f]{8} when it was saved: the checkpoint is damaged"
@@ -529,11 +536,7 @@ def test_checkpoint_saved_without_checksums_still_loads(tmp_path, capsys) -> Non
     from memorization.runtime import Runtime
 
     rt = Runtime(axonn.init())
-    saved = build_model("tiny", 512, seed=3, runtime=rt)
-    opt = torch.optim.AdamW(saved.parameters())
-    x = torch.randint(0, 512, (2, 16))
-    saved(input_ids=x, labels=x).loss.backward()
-    opt.step()
+    saved, opt, _ = _stepped_tiny(rt)
     ckpt.save(saved, opt, tmp_path / "root" / "step_0000002", {"step": 2}, checksums=False)
     (tmp_path / "root" / "LATEST").write_text("step_0000002")
     old = tmp_path / "root" / "step_0000002"
@@ -559,16 +562,10 @@ def test_resume_falls_back_to_the_newest_intact_checkpoint(tmp_path, capsys) -> 
 
     rt = Runtime(axonn.init())
     model = build_model("tiny", 512, seed=3, runtime=rt)
-    opt = torch.optim.AdamW(model.parameters())
     root = tmp_path / "ckpt"
-    rt.save_checkpoint(model, opt, root, {"step": 4})
-    at4 = {n: p.detach().clone() for n, p in model.named_parameters()}
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(1.0)
-    rt.save_checkpoint(model, opt, root, {"step": 8})
+    at4 = _common().save_steps_4_and_8(rt, model, torch.optim.AdamW(model.parameters()), root)
     assert rt.resume_point(root) == root / "step_0000008" and capsys.readouterr().err == ""
-    _flip(root / "step_0000008" / "rank00000.pt")
+    _common().flip_bytes(root / "step_0000008" / "rank00000.pt")
     fresh = build_model("tiny", 512, seed=5, runtime=rt)
     extra = rt.load_checkpoint(fresh, torch.optim.AdamW(fresh.parameters()), root)
     assert extra["step"] == 4
@@ -577,7 +574,7 @@ def test_resume_falls_back_to_the_newest_intact_checkpoint(tmp_path, capsys) -> 
     assert len(err) == 1 and err[0].startswith(f"resume: checkpoint step_0000008 in {root} is damaged (checkpoint "
                                                f"of step 8: {root / 'step_0000008' / 'rank00000.pt'}: the crc32"), err
     assert err[0].endswith("; resuming from step_0000004, the newest intact one"), err
-    _flip(root / "step_0000004" / "extra.pt", 8)
+    _common().flip_bytes(root / "step_0000004" / "extra.pt", 8)
     with pytest.raises(ckpt.DamagedCheckpoint, match=rf"no intact checkpoint in {root} to resume from \(step_0000008: "
                                                      r".*rank00000.pt.*; step_0000004: .*extra.pt: the crc32"):
         rt.resume_point(root)

@@ -88,3 +88,23 @@ def run_main(fn) -> None:
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
+
+
+def flip_bytes(f, n: int = 64, at: float = 0.5) -> None:
+    """Flip ``n`` bytes of file ``f`` from the fraction ``at`` of its length (a disk or a copy gone wrong)."""
+    data = bytearray(f.read_bytes())
+    i = int(len(data) * at)
+    data[i:i + n] = bytes(b ^ 0xFF for b in data[i:i + n])
+    f.write_bytes(bytes(data))
+
+
+def save_steps_4_and_8(rt, model, opt, root) -> dict:
+    """Checkpoints of steps 4 and 8 under ``root`` by the trainer's runtime ``rt``, every weight changed in
+    between (+1); returns step 4's weights by name."""
+    rt.save_checkpoint(model, opt, root, {"step": 4})
+    at4 = {n: p.detach().clone() for n, p in model.named_parameters()}
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    rt.save_checkpoint(model, opt, root, {"step": 8})
+    return at4

@@ -15,16 +15,9 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 import axonn.checkpoint as ckpt  # noqa: E402
-from common import run_main  # noqa: E402
+from common import flip_bytes, run_main, save_steps_4_and_8  # noqa: E402
 from memorization.models import build_model  # noqa: E402
 from memorization.runtime import Runtime  # noqa: E402
-
-
-def flip(f: Path) -> None:
-    data = bytearray(f.read_bytes())
-    i = len(data) // 2
-    data[i:i + 64] = bytes(b ^ 0xFF for b in data[i:i + 64])
-    f.write_bytes(bytes(data))
 
 
 def main() -> None:
@@ -32,15 +25,10 @@ def main() -> None:
     root = Path(rt.from_main(tempfile.mkdtemp(prefix="axonn_damaged_") if rt.is_main else None)) / "ckpt"
     model = build_model("tiny", 512, seed=3, runtime=rt)
     opt = torch.optim.AdamW(model.parameters())
-    rt.save_checkpoint(model, opt, root, {"step": 4})
-    at4 = {n: p.detach().clone() for n, p in model.named_parameters()}
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(1.0)
-    rt.save_checkpoint(model, opt, root, {"step": 8})
+    at4 = save_steps_4_and_8(rt, model, opt, root)
     assert sorted(p.name for p in (root / "step_0000008").glob("rank*.pt")) == ["rank00000.pt", "rank00001.pt"]
     if rt.is_main:
-        flip(root / "step_0000008" / "rank00001.pt")
+        flip_bytes(root / "step_0000008" / "rank00001.pt")
     rt.barrier()
     fresh = build_model("tiny", 512, seed=5, runtime=rt)
     extra = rt.load_checkpoint(fresh, torch.optim.AdamW(fresh.parameters()), root)
@@ -49,7 +37,7 @@ def main() -> None:
     print(f"rank {rt.grid.rank}: fell back to step 4 with its state", flush=True)
     rt.barrier()
     if rt.is_main:
-        flip(root / "step_0000004" / "rank00000.pt")
+        flip_bytes(root / "step_0000004" / "rank00000.pt")
     rt.barrier()
     try:
         rt.resume_point(root)
