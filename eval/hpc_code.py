@@ -29,7 +29,8 @@ from memorization.hpc_code.harness import RunConfig, require_tools
 from memorization.hpc_code.humaneval import humaneval_available, load_humaneval
 from memorization.hpc_code.problems import MODELS, default_suite_dir, load_suite
 from memorization.hpc_code.runner import evaluate_samples, summarize
-from memorization.hpc_code.sandbox import SandboxLimits, network_isolation_available
+from memorization.hpc_code.reference import SetupError
+from memorization.hpc_code.sandbox import SandboxError, SandboxLimits, isolation
 
 
 def _csv_ints(text: str) -> tuple[int, ...]:
@@ -83,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--k", type=int, nargs="+", default=[1], help="k values for pass@k etc. (default: 1)")
     run.add_argument("--quick", action="store_true",
                      help="small inputs and a single timed repetition (tests; speedups are then noise)")
-    run.add_argument("--repeats", type=int, default=3, help="timed kernel repetitions, best kept (default: 3)")
+    run.add_argument("--repeats", type=int, default=3,
+                     help="timed runs per worker count, each on fresh inputs, best kept (default: 3)")
     run.add_argument("--jobs", type=int, default=1,
                      help="candidates evaluated concurrently (default: 1; >1 distorts speedups on few cores)")
     run.add_argument("--timeout", type=float, default=60.0, help="seconds per candidate run (default: 60)")
@@ -93,8 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "unlimited mode (default: 4096)")
     run.add_argument("--output-limit-kb", type=int, default=1024,
                      help="captured stdout+stderr per run before it is killed (default: 1024)")
+    run.add_argument("--max-processes", type=int, default=256,
+                     help="processes + threads a run may have at once (RLIMIT_NPROC; default: 256); raise it for "
+                          "many ranks x threads")
     run.add_argument("--allow-network", action="store_true",
-                     help="do not run candidates in a fresh network namespace (unshare -n)")
+                     help="let candidates use the network (no network namespace; the filesystem stays isolated)")
     run.add_argument("--keep-temp", action="store_true", help="keep each candidate's temp directory")
 
     out = ap.add_argument_group("output")
@@ -137,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         ("--timeout", args.timeout, args.timeout > 0),
         ("--build-timeout", args.build_timeout, args.build_timeout > 0),
         ("--memory-mb", args.memory_mb, args.memory_mb > 0),
-        ("--output-limit-kb", args.output_limit_kb, args.output_limit_kb >= 1)) if not ok]
+        ("--output-limit-kb", args.output_limit_kb, args.output_limit_kb >= 1),
+        ("--max-processes", args.max_processes, args.max_processes >= 1)) if not ok]
     if bad:
         print(f"error: out of range: {', '.join(bad)} (counts and limits must be positive, 0 < top-p <= 1)",
               file=sys.stderr)
@@ -160,14 +166,17 @@ def main(argv: list[str] | None = None) -> int:
         print("error: need some k <= --samples", file=sys.stderr)
         return 2
     isolate = not args.allow_network
-    if isolate and not network_isolation_available():
-        print("warning: `unshare -n` is unavailable; candidates run WITH network access", file=sys.stderr)
+    iso = isolation(isolate)
+    if iso.not_enforced():
+        print(f"warning: the sandbox here ({iso.how}) does not enforce: {'; '.join(iso.not_enforced())}",
+              file=sys.stderr)
     cfg = RunConfig(
         workers=tuple(sorted(set(args.workers))),
         quick=args.quick,
         repeats=args.repeats,
-        run_limits=SandboxLimits(args.timeout, args.memory_mb, args.output_limit_kb << 10, isolate),
-        build_limits=SandboxLimits(args.build_timeout, 0, 4 << 20, isolate),
+        run_limits=SandboxLimits(args.timeout, args.memory_mb, args.output_limit_kb << 10, isolate,
+                                 max_processes=args.max_processes),
+        build_limits=SandboxLimits(args.build_timeout, None, 4 << 20, isolate, max_processes=args.max_processes),
         keep_dirs=args.keep_temp,
     )
     progress = not args.no_progress
@@ -218,8 +227,10 @@ def main(argv: list[str] | None = None) -> int:
         "k": ks,
         "workers": list(cfg.workers),
         "quick": args.quick,
-        "network_isolated": isolate and network_isolation_available(),
-        "limits": {"timeout_s": args.timeout, "memory_mb": args.memory_mb, "output_kb": args.output_limit_kb},
+        "network_isolated": iso.network,
+        "sandbox": iso.to_dict(),
+        "limits": {"timeout_s": args.timeout, "memory_mb": args.memory_mb, "output_kb": args.output_limit_kb,
+                   "max_processes": args.max_processes},
     }
     if sampler is not None:
         report["generation"] = {"temperature": args.temperature, "top_p": args.top_p,
@@ -238,7 +249,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.save_completions:
             completions_log += [{"benchmark": bench, "problem": p.name, "sample": j, "raw": r, "body": b}
                                 for p, rs, bs in zip(problems, raw, bodies) for j, (r, b) in enumerate(zip(rs, bs))]
-        results = evaluate_samples(problems, bodies, cfg, jobs=args.jobs, progress=progress, desc=bench)
+        try:
+            results = evaluate_samples(problems, bodies, cfg, jobs=args.jobs, progress=progress, desc=bench)
+        except (SetupError, SandboxError) as exc:  # the suite's or the machine's fault: no verdicts
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         sub = summarize(problems, results, ks, cfg.workers, errors)
         sub["seconds"] = round(time.time() - t0, 1)
         if bench == "hpc":

@@ -2,16 +2,18 @@
 
 A ParEval-style suite (``data/hpc_code``) of problems we wrote ourselves: each
 problem has a prompt (C signature + description that the model completes), a
-reference solution and a C driver that checks the candidate against a serial
-baseline it computes itself and times both.  The runner builds and runs every
-candidate in a sandbox (temp dir, time/memory/output limits, no network) and
-reports pass@k, build@k and speedup_n@k.  HumanEval (Python) runs through the
+reference solution and a C driver.  Every candidate is compiled and run in a
+sandbox it cannot see out of (own root, no network, no privileges, limits); its
+output is checked and its time taken by trusted programs it cannot reach.
+Reports pass@k, build@k and speedup_n@k.  HumanEval (Python) runs through the
 same sandbox.
 
-Modules: :mod:`.problems` (suite loading), :mod:`.sandbox` (limited
-subprocesses), :mod:`.extract` (completion -> function body), :mod:`.harness`
-(build/run/classify one C candidate), :mod:`.humaneval`, :mod:`.metrics`,
-:mod:`.generate` (HF sampling) and :mod:`.runner` (whole evaluations).
+Modules: :mod:`.problems` (suite loading), :mod:`.sandbox` (+ :mod:`.sandbox_init`:
+isolated, limited commands), :mod:`.toolchain` (compilers, launcher),
+:mod:`.reference` (the trusted programs and baseline of a problem),
+:mod:`.extract` (completion -> function body), :mod:`.harness` (build/run/score
+one C candidate), :mod:`.humaneval`, :mod:`.metrics`, :mod:`.generate` (HF
+sampling) and :mod:`.runner` (whole evaluations).
 """
 
 from memorization.hpc_code.metrics import pass_at_k, speedup_at_k

@@ -5,6 +5,11 @@ program is ``prompt + completion + test + check(entry_point)`` run by a small
 bootstrap in a fresh temp dir under the sandbox limits, so failure kinds match
 the C side: ``build_error`` (SyntaxError), ``wrong_output`` (a test assertion
 failed), ``runtime_error`` (any other exception, incl. MemoryError), ``timeout``.
+
+HumanEval's tests are assertions that run in the candidate's own process (as in
+OpenAI's harness), so unlike the C suite's verdicts these are not proof against a
+hostile candidate: one that exits cleanly or prints the bootstrap's pass line can
+fake a pass.  The sandbox still contains what it does.
 """
 
 from __future__ import annotations
@@ -82,7 +87,7 @@ def evaluate_python(problem: PyProblem, completion: str, limits: SandboxLimits, 
         (wd / "candidate.py").write_text(program)
         (wd / "bootstrap.py").write_text(_BOOTSTRAP)
         nonce = secrets.token_hex(8)
-        res = run_sandboxed([sys.executable, "-I", "bootstrap.py", nonce], workdir, limits, candidate_env(workdir, 1))
+        res = run_sandboxed([sys.executable, "-I", "bootstrap.py", nonce], workdir, limits, candidate_env(1))
         if res.timed_out:
             return SampleResult("timeout", f"killed after {res.wall_s:.1f}s")
         if res.output_exceeded:

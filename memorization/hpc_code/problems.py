@@ -1,7 +1,7 @@
 """Loading the HPC-code problem suite.
 
 A suite directory holds ``problems/*.yaml`` (one problem per file), the shared
-per-type drivers in ``drivers/`` and the generic harness mains in ``harness/``.
+per-type drivers in ``drivers/`` and the generic mains in ``harness/``.
 A problem file has the keys::
 
     name, type, model (serial|openmp|mpi), description, driver (path relative
@@ -15,6 +15,7 @@ A file that does not parse or is missing keys becomes a :class:`TaskError`
 from __future__ import annotations
 
 import fnmatch
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +44,14 @@ class Problem:
     @property
     def parallel(self) -> bool:
         return self.model != "serial"
+
+    @property
+    def function(self) -> str:
+        """Name of the function the prompt asks for (the signature that ends the prompt)."""
+        m = re.search(r"(\w+)\s*\([^()]*\)\s*\{\s*$", self.prompt)
+        if m is None:
+            raise ValueError(f"{self.name}: the prompt does not end with a function signature and '{{'")
+        return m.group(1)
 
 
 @dataclass(frozen=True)

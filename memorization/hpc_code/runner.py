@@ -13,14 +13,15 @@ from memorization.hpc_code.harness import RunConfig, SampleResult, evaluate_c
 from memorization.hpc_code.humaneval import PyProblem, evaluate_python
 from memorization.hpc_code.metrics import mean_or_none, pass_at_k, speedup_at_k
 from memorization.hpc_code.problems import Problem, TaskError
+from memorization.hpc_code.reference import Reference, prepare_reference
 
 STATUS_ORDER = ("passed", "wrong_output", "runtime_error", "timeout", "build_error")
 
 
-def _evaluate_one(problem, body: str, cfg: RunConfig) -> SampleResult:
+def _evaluate_one(problem, body: str, cfg: RunConfig, ref: Reference | None) -> SampleResult:
     if isinstance(problem, PyProblem):
         return evaluate_python(problem, body, cfg.run_limits, cfg.keep_dirs)
-    return evaluate_c(problem, body, cfg)
+    return evaluate_c(problem, body, cfg, ref)
 
 
 def evaluate_samples(
@@ -33,25 +34,37 @@ def evaluate_samples(
 ) -> list[list[SampleResult]]:
     """Score ``bodies[i][j]`` (sample j of problem i); results keep the same shape.
 
-    ``jobs > 1`` uses a spawn-context process pool (``preexec_fn`` is not safe
-    in threads); keep ``jobs=1`` when the speedups matter, since concurrent
-    runs share the cores with the timed kernels.
+    Problem by problem: its trusted programs and baseline (:func:`prepare_reference`) are
+    prepared once, shared by its samples, and removed before the next problem (so their
+    outputs never pile up).  ``jobs > 1`` scores a problem's samples in a spawn-context
+    process pool (``preexec_fn`` is not safe in threads); keep ``jobs=1`` when the speedups
+    matter, since concurrent runs share the cores with the timed kernels.
     """
-    work = [(i, j) for i, bs in enumerate(bodies) for j in range(len(bs))]
     results: list[list[SampleResult | None]] = [[None] * len(bs) for bs in bodies]
-    bar = tqdm(total=len(work), desc=desc, disable=not progress)
-    if jobs <= 1:
-        for i, j in work:
-            results[i][j] = _evaluate_one(problems[i], bodies[i][j], cfg)
-            bar.update()
-    else:
-        with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
-            futs = {pool.submit(_evaluate_one, problems[i], bodies[i][j], cfg): (i, j) for i, j in work}
-            for fut in as_completed(futs):
-                i, j = futs[fut]
-                results[i][j] = fut.result()
-                bar.update()
-    bar.close()
+    bar = tqdm(total=sum(len(bs) for bs in bodies), desc=desc, disable=not progress)
+    pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) if jobs > 1 else None
+    try:
+        for i, (problem, bs) in enumerate(zip(problems, bodies)):
+            if not bs:
+                continue
+            ref = prepare_reference(problem, cfg) if isinstance(problem, Problem) else None
+            try:
+                if pool is None:
+                    for j, body in enumerate(bs):
+                        results[i][j] = _evaluate_one(problem, body, cfg, ref)
+                        bar.update()
+                else:
+                    futs = {pool.submit(_evaluate_one, problem, body, cfg, ref): j for j, body in enumerate(bs)}
+                    for fut in as_completed(futs):
+                        results[i][futs[fut]] = fut.result()
+                        bar.update()
+            finally:
+                if ref is not None:
+                    ref.cleanup()
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+        bar.close()
     return results  # type: ignore[return-value]
 
 

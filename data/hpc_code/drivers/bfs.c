@@ -35,7 +35,7 @@ void *hpc_setup(long n, uint64_t seed) {
         c->adj[deg[ev[e]]++] = eu[e];
     }
     free(eu); free(ev); free(deg);
-    c->got = hpc_xmalloc((size_t)nv * sizeof(int));
+    c->got = hpc_output_alloc((size_t)nv * sizeof(int));
     c->want = hpc_xmalloc((size_t)nv * sizeof(int));
     c->queue = hpc_xmalloc((size_t)nv * sizeof(int));
     return c;
@@ -62,5 +62,11 @@ int hpc_check(void *p, char *msg, size_t len) {
 }
 void hpc_free(void *p) {
     ctx_t *c = p;
-    free(c->rowptr); free(c->adj); free(c->got); free(c->want); free(c->queue); free(c);
+    free(c->rowptr); free(c->adj); hpc_output_free(c->got); free(c->want); free(c->queue); free(c);
+}
+size_t hpc_result(void *p, void **got, void **want) {
+    ctx_t *c = p;
+    *got = c->got;
+    *want = c->want;
+    return (size_t)c->nv * sizeof *c->got;
 }

@@ -11,7 +11,7 @@ void *hpc_setup(long n, uint64_t seed) {
     c->n = (size_t)n;
     c->A = hpc_xmalloc(c->n * c->n * sizeof(double));
     c->x = hpc_xmalloc(c->n * sizeof(double));
-    c->got = hpc_xmalloc(c->n * sizeof(double));
+    c->got = hpc_output_alloc(c->n * sizeof(double));
     c->want = hpc_xmalloc(c->n * sizeof(double));
     for (size_t i = 0; i < c->n * c->n; i++) c->A[i] = hpc_rand_double(&seed, -1.0, 1.0);
     for (size_t i = 0; i < c->n; i++) c->x[i] = hpc_rand_double(&seed, -1.0, 1.0);
@@ -31,4 +31,10 @@ int hpc_check(void *p, char *msg, size_t len) {
     ctx_t *c = p;
     return hpc_check_doubles(c->got, c->want, c->n, 1e-9, 1e-9 * (double)c->n, msg, len);
 }
-void hpc_free(void *p) { ctx_t *c = p; free(c->A); free(c->x); free(c->got); free(c->want); free(c); }
+void hpc_free(void *p) { ctx_t *c = p; free(c->A); free(c->x); hpc_output_free(c->got); free(c->want); free(c); }
+size_t hpc_result(void *p, void **got, void **want) {
+    ctx_t *c = p;
+    *got = c->got;
+    *want = c->want;
+    return c->n * sizeof *c->got;
+}

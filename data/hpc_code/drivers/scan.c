@@ -9,7 +9,7 @@ void *hpc_setup(long n, uint64_t seed) {
     ctx_t *c = hpc_xmalloc(sizeof *c);
     c->n = (size_t)n;
     c->x = hpc_xmalloc(c->n * sizeof(long long));
-    c->got = hpc_xmalloc(c->n * sizeof(long long));
+    c->got = hpc_output_alloc(c->n * sizeof(long long));
     c->want = hpc_xmalloc(c->n * sizeof(long long));
     for (size_t i = 0; i < c->n; i++) c->x[i] = hpc_rand_int(&seed, -1000, 1000);
     return c;
@@ -25,4 +25,10 @@ int hpc_check(void *p, char *msg, size_t len) {
     ctx_t *c = p;
     return hpc_check_longs(c->got, c->want, c->n, msg, len);
 }
-void hpc_free(void *p) { ctx_t *c = p; free(c->x); free(c->got); free(c->want); free(c); }
+void hpc_free(void *p) { ctx_t *c = p; free(c->x); hpc_output_free(c->got); free(c->want); free(c); }
+size_t hpc_result(void *p, void **got, void **want) {
+    ctx_t *c = p;
+    *got = c->got;
+    *want = c->want;
+    return c->n * sizeof *c->got;
+}

@@ -10,7 +10,7 @@ void *hpc_setup(long n, uint64_t seed) {
     ctx_t *c = hpc_xmalloc(sizeof *c);
     c->n = (size_t)n;
     c->x = hpc_xmalloc(c->n * sizeof(double));
-    c->got = hpc_xmalloc(c->n * sizeof(double));
+    c->got = hpc_output_alloc(c->n * sizeof(double));
     c->want = hpc_xmalloc(c->n * sizeof(double));
     for (size_t i = 0; i < c->n; i++) c->x[i] = hpc_rand_double(&seed, -20.0, 20.0);
     return c;
@@ -25,4 +25,10 @@ int hpc_check(void *p, char *msg, size_t len) {
     ctx_t *c = p;
     return hpc_check_doubles(c->got, c->want, c->n, 1e-12, 1e-15, msg, len);
 }
-void hpc_free(void *p) { ctx_t *c = p; free(c->x); free(c->got); free(c->want); free(c); }
+void hpc_free(void *p) { ctx_t *c = p; free(c->x); hpc_output_free(c->got); free(c->want); free(c); }
+size_t hpc_result(void *p, void **got, void **want) {
+    ctx_t *c = p;
+    *got = c->got;
+    *want = c->want;
+    return c->n * sizeof *c->got;
+}

@@ -13,7 +13,7 @@ void *hpc_setup(long n, uint64_t seed) {
     ctx_t *c = hpc_xmalloc(sizeof *c);
     c->n = (size_t)n;
     c->orig = hpc_xmalloc(c->n * sizeof(int));
-    c->got = hpc_xmalloc(c->n * sizeof(int));
+    c->got = hpc_output_alloc(c->n * sizeof(int));
     c->want = hpc_xmalloc(c->n * sizeof(int));
     for (size_t i = 0; i < c->n; i++) c->orig[i] = (int)hpc_rand_int(&seed, -1000000000L, 1000000000L);
     return c;
@@ -29,4 +29,10 @@ int hpc_check(void *p, char *msg, size_t len) {
     ctx_t *c = p;
     return hpc_check_ints(c->got, c->want, c->n, msg, len);
 }
-void hpc_free(void *p) { ctx_t *c = p; free(c->orig); free(c->got); free(c->want); free(c); }
+void hpc_free(void *p) { ctx_t *c = p; free(c->orig); hpc_output_free(c->got); free(c->want); free(c); }
+size_t hpc_result(void *p, void **got, void **want) {
+    ctx_t *c = p;
+    *got = c->got;
+    *want = c->want;
+    return c->n * sizeof *c->got;
+}

@@ -23,7 +23,7 @@ void *hpc_setup(long n, uint64_t seed) {
         c->val[k] = hpc_rand_double(&seed, -1.0, 1.0);
     }
     c->x = hpc_xmalloc(c->n * sizeof(double));
-    c->got = hpc_xmalloc(c->n * sizeof(double));
+    c->got = hpc_output_alloc(c->n * sizeof(double));
     c->want = hpc_xmalloc(c->n * sizeof(double));
     for (size_t i = 0; i < c->n; i++) c->x[i] = hpc_rand_double(&seed, -1.0, 1.0);
     return c;
@@ -47,5 +47,11 @@ int hpc_check(void *p, char *msg, size_t len) {
 }
 void hpc_free(void *p) {
     ctx_t *c = p;
-    free(c->rowptr); free(c->col); free(c->val); free(c->x); free(c->got); free(c->want); free(c);
+    free(c->rowptr); free(c->col); free(c->val); free(c->x); hpc_output_free(c->got); free(c->want); free(c);
+}
+size_t hpc_result(void *p, void **got, void **want) {
+    ctx_t *c = p;
+    *got = c->got;
+    *want = c->want;
+    return c->n * sizeof *c->got;
 }

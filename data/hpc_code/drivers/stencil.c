@@ -10,7 +10,7 @@ void *hpc_setup(long n, uint64_t seed) {
     c->n = (size_t)n;
     size_t nn = c->n * c->n;
     c->in = hpc_xmalloc(nn * sizeof(double));
-    c->got = hpc_xmalloc(nn * sizeof(double));
+    c->got = hpc_output_alloc(nn * sizeof(double));
     c->want = hpc_xmalloc(nn * sizeof(double));
     for (size_t i = 0; i < nn; i++) c->in[i] = hpc_rand_double(&seed, 0.0, 1.0);
     return c;
@@ -35,4 +35,10 @@ int hpc_check(void *p, char *msg, size_t len) {
     ctx_t *c = p;
     return hpc_check_doubles(c->got, c->want, c->n * c->n, 1e-12, 1e-12, msg, len);
 }
-void hpc_free(void *p) { ctx_t *c = p; free(c->in); free(c->got); free(c->want); free(c); }
+void hpc_free(void *p) { ctx_t *c = p; free(c->in); hpc_output_free(c->got); free(c->want); free(c); }
+size_t hpc_result(void *p, void **got, void **want) {
+    ctx_t *c = p;
+    *got = c->got;
+    *want = c->want;
+    return c->n * c->n * sizeof *c->got;
+}

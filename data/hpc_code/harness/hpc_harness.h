@@ -1,10 +1,16 @@
 /* Shared declarations for HPC-code problem drivers.
  *
- * A problem driver (data/hpc_code/drivers/<type>.c) implements the hooks below;
- * the generic mains (main_omp.c for serial/OpenMP, main_mpi.c for MPI) own
- * argument parsing, timing, repetition and the result line the Python runner
- * parses.  Inputs are generated from a fixed seed with hpc_rand_*, so every MPI
- * rank (and every run) sees identical data.
+ * A problem driver (data/hpc_code/drivers/<type>.c) implements the hooks below.
+ * Two trusted programs are linked from it, neither with candidate code in it:
+ *   - the runner (main_run_omp.c / main_run_mpi.c): builds the inputs, loads the candidate
+ *     (a shared library, only after the inputs exist), calls its function once and writes
+ *     the output to a file, marking the start and end of that timed window;
+ *   - the reference program (main_ref.c): writes the serial baseline's output, and checks
+ *     a candidate's output file against it.
+ * The driver calls the candidate's function by its name; the build defines that name as
+ * (*hpc_kernel), a pointer the runner sets from the loaded library (-D<name>=(*hpc_kernel)).
+ * Inputs are generated from the run's seed with hpc_rand_*, so every MPI rank (and the
+ * reference program) sees identical data.
  */
 #ifndef HPC_HARNESS_H
 #define HPC_HARNESS_H
@@ -27,6 +33,8 @@ void hpc_candidate(void *ctx);
 void hpc_baseline(void *ctx);
 /* Compare candidate output with the baseline; 1 = correct. Rank 0 only. */
 int hpc_check(void *ctx, char *msg, size_t msglen);
+/* The output buffers: *got (the candidate's), *want (the baseline's); returns their size in bytes. */
+size_t hpc_result(void *ctx, void **got, void **want);
 void hpc_free(void *ctx);
 
 /* ---- deterministic RNG (splitmix64) ----------------------------------- */
@@ -86,6 +94,85 @@ static inline int hpc_check_ints(const int *got, const int *want, size_t n,
             return 0;
         }
     return 1;
+}
+
+/* ---- timing marks ------------------------------------------------------ */
+/* Mark the start ('S') or end ('E') of the timed window: one byte to the FIFO named by
+ * $HPC_MARKS, which the sandbox's init reads and timestamps (no-op outside a sandbox).
+ * At 'E' the init ends every process of the run, so the output is what it was then. */
+#include <fcntl.h>
+#include <unistd.h>
+static inline void hpc_mark(char what) {
+    static int fd = -2;
+    if (fd == -2) {
+        const char *path = getenv("HPC_MARKS");
+        fd = path ? open(path, O_WRONLY | O_NONBLOCK) : -1;
+    }
+    if (fd >= 0 && write(fd, &what, 1) != 1) fprintf(stderr, "driver: cannot write a timing mark\n");
+}
+
+/* ---- the candidate's output buffer -------------------------------------- */
+/* Allocate the candidate's output buffer (`got`) with hpc_output_alloc and free it with
+ * hpc_output_free.  In the runner (hpc_output_path set, rank 0 only) the buffer is a shared
+ * mapping of the output file: what the candidate writes is in the file at once, so the
+ * output needs no copy inside the timed window.  Elsewhere it is plain memory. */
+#include <sys/mman.h>
+extern const char *hpc_output_path; /* NULL: plain memory */
+extern void *hpc_output_mapped;      /* the mapped buffer, once allocated */
+extern size_t hpc_output_bytes;
+/* Each main defines the three once. */
+#define HPC_OUTPUT_STATE const char *hpc_output_path; void *hpc_output_mapped; size_t hpc_output_bytes;
+static inline void *hpc_output_alloc(size_t bytes) {
+    if (!hpc_output_path || hpc_output_mapped) return hpc_xmalloc(bytes);
+    int fd = open(hpc_output_path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0) {
+        fprintf(stderr, "driver: cannot create %s\n", hpc_output_path);
+        exit(3);
+    }
+    void *p = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) {
+        fprintf(stderr, "driver: cannot map %s\n", hpc_output_path);
+        exit(3);
+    }
+    hpc_output_mapped = p;
+    hpc_output_bytes = bytes;
+    return p;
+}
+static inline void hpc_output_free(void *p) {
+    if (p && p == hpc_output_mapped) munmap(p, hpc_output_bytes ? hpc_output_bytes : 1);
+    else free(p);
+}
+
+/* The null run's report of its thread/rank count (to the file `workers`: stdout may be lost
+ * when the sandbox ends the run at its end mark). */
+static inline void hpc_report_workers(int workers) {
+    FILE *f = fopen("workers", "w");
+    if (f) {
+        fprintf(f, "%d\n", workers);
+        fclose(f);
+    }
+}
+
+/* ---- output files ------------------------------------------------------ */
+/* Write bytes to path; 0 on success. */
+static inline int hpc_write_file(const char *path, const void *buf, size_t bytes) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    size_t put = fwrite(buf, 1, bytes, f);
+    return (fclose(f) != 0 || put != bytes) ? -1 : 0;
+}
+/* Read exactly `bytes` from path into buf; 0 on success, -1 if unreadable, else the file's size. */
+static inline long hpc_read_file(const char *path, void *buf, size_t bytes) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    long size = (fseek(f, 0, SEEK_END) == 0) ? ftell(f) : -1;
+    if (size != (long)bytes || fseek(f, 0, SEEK_SET) != 0 || fread(buf, 1, bytes, f) != bytes) {
+        fclose(f);
+        return size < 0 ? -1 : (size == 0 ? -2 : size);
+    }
+    fclose(f);
+    return 0;
 }
 
 #endif
