@@ -169,3 +169,161 @@ def test_axonn_linear_same_with_tuning_on_and_off(tmp_path):
                 got = fwd_bwd()
             for a, b in zip(off, got):
                 torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5, msg=f"{op}/{name}")
+
+
+# ------------------------------------------------------------ caches, dispatch, the benchmark
+
+@pytest.mark.parametrize("content", ['{"entries": []}', '{"entries": null}', '[1, 2]'])
+def test_cache_of_the_wrong_shape_is_ignored_with_a_warning(tmp_path, content):
+    """Valid JSON that is not a cache (hand-edited, another tool's file at that path) must be ignored with a
+    warning and replaced on the next write, never crash the training step."""
+    path = tmp_path / "c.json"
+    path.write_text(content)
+    t = _small_tuner(path)
+    with pytest.warns(UserWarning, match="unreadable cache"):
+        choice = t.tune("fwd", 32, 16, 8)
+    assert choice in at.VARIANTS["fwd"] and t.n_tuned == 1
+    entries = json.loads(path.read_text())["entries"]
+    assert [e["best"] for e in entries.values()] == [choice]
+
+
+@pytest.mark.parametrize("best", [["nt_mm"], {}])
+def test_cache_entry_with_a_malformed_winner_is_dropped(tmp_path, best):
+    """An entry whose winner is not a variant name is dropped (re-timed), not a crash (unhashable list/dict)."""
+    path = tmp_path / "c.json"
+    key = at.make_key("fwd", 32, 16, 8, torch.float32, "cpu")
+    path.write_text(json.dumps({"version": 1, "entries": {key: {"best": best}}}))
+    t = _small_tuner(path)
+    choice = t.tune("fwd", 32, 16, 8)
+    assert choice in at.VARIANTS["fwd"] and t.n_tuned == 1
+    entries = json.loads(path.read_text())["entries"]
+    assert [e["best"] for e in entries.values()] == [choice]
+
+
+def test_fake_and_meta_operands_are_not_timed_nor_persisted(tmp_path):
+    """Under FakeTensorMode (memorization/memory_trace.py) every 'time' is Python dispatch overhead: a winner
+    picked from it must not be persisted under the real device's key, where later real runs would use it."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    path = tmp_path / "c.json"
+    tuner = _small_tuner(path)
+    at.enable(True)
+    at.set_tuner(tuner)
+    with FakeTensorMode():
+        y = at.matmul("fwd", torch.randn(4, 16, 32), torch.randn(24, 32))
+        dx = at.matmul("dgrad", torch.randn(64, 24), torch.randn(24, 32))
+    assert y.shape == (4, 16, 24) and dx.shape == (64, 32)
+    y = at.matmul("fwd", torch.empty(64, 32, device="meta"), torch.empty(24, 32, device="meta"))
+    assert y.shape == (64, 24) and y.device.type == "meta"
+    assert tuner.n_tuned == 0 and not path.exists()
+    # real operands of the same shape are still timed (and persisted) afterwards
+    at.matmul("fwd", torch.randn(64, 32), torch.randn(24, 32))
+    assert tuner.n_tuned == 1 and len(json.loads(path.read_text())["entries"]) == 1
+
+
+def test_a_dispatch_mode_sees_only_the_layers_product():
+    """Timing under FlopCounterMode (or any dispatch-mode tracer) would count every timed call as the step's."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    tuner = at.MatmulTuner(persist=False, warmup=1, reps=3, min_flops=0)
+    at.enable(True)
+    at.set_tuner(tuner)
+    m, n, k = 64, 24, 32
+    x, w = torch.randn(m, k), torch.randn(n, k)
+    with FlopCounterMode(display=False) as fc:
+        y = at.matmul("fwd", x, w)
+    assert fc.get_total_flops() == 2 * m * n * k
+    torch.testing.assert_close(y, torch.nn.functional.linear(x, w))
+    assert tuner.n_tuned == 0
+
+
+def test_default_switch_honours_the_environment_variable(monkeypatch):
+    """``None`` restores *the default*, which AXONN_MATMUL_AUTOTUNE overrides (also when set after import)."""
+    monkeypatch.setenv("AXONN_MATMUL_AUTOTUNE", "0")
+    at.enable(None)
+    assert not at.is_enabled("cuda")
+    with at.set_matmul_autotune(True):
+        assert at.is_enabled("cuda")
+    with at.set_matmul_autotune(None):
+        assert not at.is_enabled("cuda")
+    monkeypatch.setenv("AXONN_MATMUL_AUTOTUNE", "1")
+    assert at.is_enabled("cpu")
+    with at.set_matmul_autotune(False):
+        assert not at.is_enabled("cpu")
+    monkeypatch.delenv("AXONN_MATMUL_AUTOTUNE")
+    assert at.is_enabled("cuda") and not at.is_enabled("cpu")
+
+
+def test_winner_of_another_torch_build_is_not_reused(tmp_path, monkeypatch):
+    """cuBLAS/MKL kernels and heuristics change with the torch build; the default cache lives in ~/.cache and
+    outlives upgrades, so a winner timed under one build must be re-timed under another."""
+    path = tmp_path / "c.json"
+    with monkeypatch.context() as mp:
+        mp.setattr(torch, "__version__", "2.0.0+old")
+        old = _small_tuner(path)
+        old.tune("fwd", 32, 16, 8)
+        assert old.n_tuned == 1
+    new = _small_tuner(path)
+    new.tune("fwd", 32, 16, 8)
+    assert new.n_tuned == 1  # re-timed, not the old build's winner
+    again = _small_tuner(path)
+    again.tune("fwd", 32, 16, 8)
+    assert again.n_tuned == 0  # the same build reuses its own entry
+    assert len(json.loads(path.read_text())["entries"]) == 2
+
+
+class _Grid:
+    """Just enough of axonn.grid.Grid for Linear's constructor: rank 0 of a data x row x col x depth grid."""
+
+    def __init__(self, gr: int, gc: int):
+        self._sizes = {"data": 1, "row": gr, "col": gc, "depth": 1}
+        self.sizes = tuple(self._sizes.values())
+
+    def size(self, axes) -> int:
+        return self._sizes[axes]
+
+    def index(self, axes) -> int:
+        return 0
+
+
+def _layer_blocks(preset: str, tp: tuple[int, int]) -> set[tuple[int, int]]:
+    """(local_out, local_in) of every Linear of a Llama block + lm_head, as axonn.parallelize builds them."""
+    from axonn.intra_layer import Linear
+    from axonn.presets import get_preset
+
+    s = get_preset(preset)
+    h, q, kv = s.hidden, s.heads * s.head_dim, s.kv_heads * s.head_dim
+    layers = {"q": (h, q, False), "k": (h, kv, False), "v": (h, kv, False), "o": (q, h, True),
+              "gate": (h, s.ffn, False), "up": (h, s.ffn, False), "down": (s.ffn, h, True),
+              "lm_head": (h, s.vocab, False)}
+    blocks = set()
+    for in_f, out_f, transpose in layers.values():
+        lin = Linear(in_f, out_f, bias=False, transpose=transpose, grid=_Grid(*tp), init=False)
+        blocks.add((lin.local_out, lin.local_in))
+    return blocks
+
+
+@pytest.mark.parametrize("tp", [(2, 1), (1, 2), (2, 4)])
+def test_benchmark_times_the_local_shapes_of_the_parallel_layers(tp):
+    """``--tp Gr,Gc`` must time the (out, in) block each rank's Linear really holds: o_proj and down_proj are
+    transposed Linears (out over col, in over row) in axonn.parallelize."""
+    from benchmarks.matmul_autotune import linear_shapes
+
+    assert {(n, k) for _, n, k in linear_shapes("tiny", True, tp)} == _layer_blocks("tiny", tp)
+
+
+def test_benchmark_write_cache_pretunes_every_layer(tmp_path, monkeypatch):
+    """``--tp 2,1 --write-cache`` pre-tunes every product of every Linear of a 2x1 row x col grid: a run then
+    re-times nothing (the documented way to make the layer choices reproducible)."""
+    import benchmarks.matmul_autotune as bench
+
+    path = tmp_path / "c.json"
+    monkeypatch.setenv("AXONN_AUTOTUNE_CACHE", str(path))
+    assert bench.main(["--presets", "tiny", "--m", "64", "--tp", "2,1", "--lm-head", "--reps", "1",
+                       "--warmup", "0", "--write-cache"]) == 0
+    tuner = at.MatmulTuner(path, min_flops=0)
+    tuner.time_variants = lambda *a, **k: pytest.fail("a layer's product was not pre-tuned")
+    for n, k in _layer_blocks("tiny", (2, 1)):
+        for op in at.VARIANTS:
+            tuner.choose(op, *at.operands(op, 64, n, k))
+    assert tuner.n_tuned == 0

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -66,3 +67,17 @@ def test_reduce_scatter_falls_back_on_gloo_only(backend, monkeypatch):
         out = comm.reduce_scatter(t, "depth", grid=_TwoRankGrid())
         assert torch.equal(out, torch.arange(4.0, 8.0)) and len(calls) == 1  # all-reduced, rank 1's half
         assert comm._RS_SUPPORTED == {"gloo": False}
+
+
+# ------------------------------------------------ sub-group timeouts
+
+@pytest.mark.timeout(60)
+def test_stuck_rank_on_a_subgroup_times_out(tmp_path) -> None:
+    """``AXONN_TIMEOUT`` bounds collectives on the row/col/depth sub-groups too, not only the world's:
+    ``dist.new_group`` does not inherit the world group's timeout (it takes torch's default, 30 min
+    on gloo), so a rank stuck outside a tensor-parallel collective used to hang its peers."""
+    codes, out = launcher.launch("stuck_rank.py", 4, timeout=50,
+                                 extra_env={"AXONN_TIMEOUT": "3", "AXONN_TEST_DONE": str(tmp_path / "done")})
+    m = re.search(r"rank0: error after ([\d.]+)s", out)
+    assert codes[0] == 7 and m, f"rank 0 should have raised, got rc={codes[0]}\n{out}"
+    assert float(m.group(1)) < 15, f"the sub-group collective waited past AXONN_TIMEOUT=3s\n{out}"

@@ -224,3 +224,67 @@ def test_data_checksums_name_the_bytes_a_run_was_built_from(tmp_path):
     f.write_text("a document\n\nanother one\n")
     assert data_checksums(str(f), tok)["corpus_sha256"] == hashlib.sha256(f.read_bytes()).hexdigest()
     assert data_checksums(str(tmp_path), tok)["corpus_sha256"] is None
+
+
+# ------------------------------------------------ empty, document-less and non-UTF-8 corpora are refused
+
+@pytest.mark.parametrize("name,content", [("empty.jsonl", b""), ("blank.jsonl", b"\n\n"), ("empty.json", b""),
+                                          ("empty.csv", b""), ("empty.parquet", b""), ("empty.txt", b"\n"),
+                                          ("list.json", b"[]"), ("records.jsonl", b"{}\n{}\n")])
+def test_an_empty_corpus_file_is_refused_in_plain_words(tmp_path, name, content) -> None:
+    from memorization.corpus import load_documents
+
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(ValueError, match=r"is empty \(no records\)|holds no (documents|records)"):
+        load_documents(str(tmp_path / name))
+
+
+def test_an_empty_file_among_good_ones_is_named(tmp_path) -> None:
+    from memorization.corpus import load_documents
+
+    (tmp_path / "a.jsonl").write_text("\n\n")
+    (tmp_path / "b.jsonl").write_text(json.dumps({"text": "a document"}) + "\n")
+    with pytest.raises(ValueError, match=r"1 of its files is empty \(no records\): a\.jsonl"):
+        load_documents(str(tmp_path))
+
+
+def test_files_of_a_directory_with_other_fields_are_refused_with_the_fix(tmp_path) -> None:
+    """datasets reads a directory's files with the first file's columns: a second file with an extra field
+    fails a cast whose message says what, not how to fix it."""
+    from memorization.corpus import load_documents
+
+    (tmp_path / "a.jsonl").write_text(json.dumps({"text": "first doc"}) + "\n")
+    (tmp_path / "b.jsonl").write_text(json.dumps({"text": "second doc", "id": 7}) + "\n")
+    with pytest.raises(ValueError, match=r"column names don't match; every file of a directory must hold the same"):
+        load_documents(str(tmp_path))
+
+
+def test_a_corpus_without_a_single_document_says_what_its_records_hold(tmp_path) -> None:
+    """``{"text": [...]}`` (a dict of lists) is one record whose text is a list: no document at all."""
+    from memorization.corpus import load_documents
+
+    (tmp_path / "docs.json").write_text(json.dumps({"text": ["first doc", "second doc"]}))
+    with pytest.raises(ValueError, match=r"holds no documents.*field 'text'.*a list"):
+        load_documents(str(tmp_path / "docs.json"))
+    (tmp_path / "blank.jsonl").write_text("\n".join(json.dumps({"text": t}) for t in ("", "  ", None)) + "\n")
+    with pytest.raises(ValueError, match=r"none of its 3 record\(s\)"):
+        load_documents(str(tmp_path / "blank.jsonl"))
+
+
+def test_a_corpus_that_is_not_utf8_names_the_file_and_the_fix(tmp_path) -> None:
+    from memorization.corpus import load_documents
+
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(json.dumps({"text": "café au lait"}, ensure_ascii=False).encode("latin-1") + b"\n")
+    with pytest.raises(ValueError, match=r"latin\.jsonl is not UTF-8 text.*iconv"):
+        load_documents(str(latin))
+    d = tmp_path / "dir"
+    d.mkdir()
+    (d / "a.jsonl").write_text(json.dumps({"text": "fine"}) + "\n")
+    (d / "b.jsonl").write_bytes(b'{"text": "ok"}\n' + '{"text": "caf\u00e9"}\n'.encode("cp1252"))
+    with pytest.raises(ValueError, match=r"dir: b\.jsonl is not UTF-8 text.*iconv"):
+        load_documents(str(d))
+    csv = tmp_path / "latin.csv"
+    csv.write_bytes("text\ncafé au lait\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin\.csv is not UTF-8 text.*iconv"):
+        load_documents(str(csv))

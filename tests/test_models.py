@@ -1,17 +1,14 @@
-"""Review of model building and corpus loading: what a researcher fine-tuning real Llama checkpoints meets.
+"""Building models (memorization/models.py, axonn/presets.py): what a researcher fine-tuning real Llama
+checkpoints meets.
 
 * a ``--init`` checkpoint with Llama 3.x features (tied embeddings, an explicit ``head_dim``, biases, llama3
   RoPE, bf16, several safetensors files) gives the logits of ``LlamaForCausalLM.from_pretrained``;
 * the shape of a checkpoint whose ``head_dim`` is not hidden / heads (Llama-3.1-Minitron-4B-Width) counts its
   parameters as built (the planner's memory and the pre-flight check rest on it);
-* an empty corpus file, a corpus without a single document, and a corpus that is not UTF-8 are refused before
-  any work, in words that name the file and the fix (not ``StopIteration`` or a bare ``UnicodeDecodeError``).
+* the real presets normalise with the published RMSNorm eps.
 """
 from __future__ import annotations
 
-import json
-
-import pytest
 import torch
 
 TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -65,68 +62,6 @@ def test_the_shape_of_a_checkpoint_with_its_own_head_dim_counts_what_is_built() 
         assert sum(p.numel() for p in LlamaForCausalLM(again).parameters()) == built
     plain = ModelShape.from_llama_config(LlamaConfig(**TINY))
     assert plain.explicit_head_dim is None and plain.head_dim == 16
-
-
-@pytest.mark.parametrize("name,content", [("empty.jsonl", b""), ("blank.jsonl", b"\n\n"), ("empty.json", b""),
-                                          ("empty.csv", b""), ("empty.parquet", b""), ("empty.txt", b"\n"),
-                                          ("list.json", b"[]"), ("records.jsonl", b"{}\n{}\n")])
-def test_an_empty_corpus_file_is_refused_in_plain_words(tmp_path, name, content) -> None:
-    from memorization.corpus import load_documents
-
-    (tmp_path / name).write_bytes(content)
-    with pytest.raises(ValueError, match=r"is empty \(no records\)|holds no (documents|records)"):
-        load_documents(str(tmp_path / name))
-
-
-def test_an_empty_file_among_good_ones_is_named(tmp_path) -> None:
-    from memorization.corpus import load_documents
-
-    (tmp_path / "a.jsonl").write_text("\n\n")
-    (tmp_path / "b.jsonl").write_text(json.dumps({"text": "a document"}) + "\n")
-    with pytest.raises(ValueError, match=r"1 of its files is empty \(no records\): a\.jsonl"):
-        load_documents(str(tmp_path))
-
-
-def test_files_of_a_directory_with_other_fields_are_refused_with_the_fix(tmp_path) -> None:
-    """datasets reads a directory's files with the first file's columns: a second file with an extra field
-    fails a cast whose message says what, not how to fix it."""
-    from memorization.corpus import load_documents
-
-    (tmp_path / "a.jsonl").write_text(json.dumps({"text": "first doc"}) + "\n")
-    (tmp_path / "b.jsonl").write_text(json.dumps({"text": "second doc", "id": 7}) + "\n")
-    with pytest.raises(ValueError, match=r"column names don't match; every file of a directory must hold the same"):
-        load_documents(str(tmp_path))
-
-
-def test_a_corpus_without_a_single_document_says_what_its_records_hold(tmp_path) -> None:
-    """``{"text": [...]}`` (a dict of lists) is one record whose text is a list: no document at all."""
-    from memorization.corpus import load_documents
-
-    (tmp_path / "docs.json").write_text(json.dumps({"text": ["first doc", "second doc"]}))
-    with pytest.raises(ValueError, match=r"holds no documents.*field 'text'.*a list"):
-        load_documents(str(tmp_path / "docs.json"))
-    (tmp_path / "blank.jsonl").write_text("\n".join(json.dumps({"text": t}) for t in ("", "  ", None)) + "\n")
-    with pytest.raises(ValueError, match=r"none of its 3 record\(s\)"):
-        load_documents(str(tmp_path / "blank.jsonl"))
-
-
-def test_a_corpus_that_is_not_utf8_names_the_file_and_the_fix(tmp_path) -> None:
-    from memorization.corpus import load_documents
-
-    latin = tmp_path / "latin.jsonl"
-    latin.write_bytes(json.dumps({"text": "café au lait"}, ensure_ascii=False).encode("latin-1") + b"\n")
-    with pytest.raises(ValueError, match=r"latin\.jsonl is not UTF-8 text.*iconv"):
-        load_documents(str(latin))
-    d = tmp_path / "dir"
-    d.mkdir()
-    (d / "a.jsonl").write_text(json.dumps({"text": "fine"}) + "\n")
-    (d / "b.jsonl").write_bytes(b'{"text": "ok"}\n' + '{"text": "caf\u00e9"}\n'.encode("cp1252"))
-    with pytest.raises(ValueError, match=r"dir: b\.jsonl is not UTF-8 text.*iconv"):
-        load_documents(str(d))
-    csv = tmp_path / "latin.csv"
-    csv.write_bytes("text\ncafé au lait\n".encode("latin-1"))
-    with pytest.raises(ValueError, match=r"latin\.csv is not UTF-8 text.*iconv"):
-        load_documents(str(csv))
 
 
 def test_real_model_presets_use_the_published_rms_norm_eps() -> None:
