@@ -24,6 +24,8 @@ import torch
 from memorization import downstream as ds
 from memorization.mia import MissingTokenizerError
 
+from eval_cli import load_eval_cli
+
 REPO = Path(__file__).resolve().parents[1]
 WORDS = ("amber basil cedar delta ember fjord grove harbor island jasper kelp lumen meadow "
          "nectar orchid pebble quartz river saffron tundra umber violet willow").split()
@@ -344,3 +346,65 @@ def test_perplexity_on_four_grids_equals_one_process(grid_checkpoint, tmp_path):
         assert (got["n_tokens"], got["n_windows"], got["n_docs"]) == (want["n_tokens"], want["n_windows"],
                                                                      want["n_docs"])
         assert got["nll"] == pytest.approx(want["nll"], rel=1e-5), grid
+
+
+# ------------------------------------------------------------ edge cases and bad input
+
+def _tiny_config(vocab: int = 100, ctx: int = 64):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=ctx)
+
+
+def _refuse(*args, **kwargs):
+    pytest.fail("the model was loaded before the input was checked")
+
+
+@pytest.mark.parametrize("name, content, match", [
+    # AttributeError / TypeError escaped run_downstream (which records ValueErrors) as a traceback
+    ("m.json", {"version": 1, "targets": [], "nonmembers": ["some held-out text"]},
+     r"nonmembers\[0\] is a str, not an object"),
+    ("m.json", {"version": 1, "targets": [], "nonmembers": [{"id": "n", "token_ids": None}]},
+     r"token_ids must be a list of integers"),
+    # a nonmember with neither text nor token_ids used to be scored as "" (silently dropped)
+    ("m.json", {"version": 1, "targets": [], "nonmembers": [{"id": "n"}]}, "has neither token_ids nor text"),
+    ("m.json", {"version": 1, "targets": [], "nonmembers": [{"id": "a", "token_ids": [1, 2, 3]}, {"text": "b c"}]},
+     r"nonmembers\[0\] has token_ids but no text, and others have no token_ids"),
+    ("l.json", ["fine", 3], r"item 1 is not a string or an object with a string 'text' field"),
+    ("l.json", [{"body": "x"}], r"item 0 is not a string or an object with a string 'text' field"),
+])
+def test_malformed_perplexity_sources_are_a_clear_value_error(tmp_path, name, content, match):
+    (tmp_path / name).write_text(json.dumps(content))
+    with pytest.raises(ValueError, match=match):
+        ds.load_perplexity_docs(tmp_path / name)
+    (tmp_path / "r.jsonl").write_text(json.dumps({"text": None}) + "\n")
+    with pytest.raises(ValueError, match=r"r\.jsonl:1: 'text' is a NoneType, not a string"):
+        ds.load_perplexity_docs(tmp_path / "r.jsonl")
+
+
+# --------------------------------------------------------------------------- downstream options
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    # lm-eval failed per task with "Indices for islice() must be None or an integer" (limit -3),
+    # "did not find any docs" (limit 0), and took a negative few-shot count silently
+    ({"tasks": ["goldfish_mc"], "limit": -3}, "limit must be > 0"),
+    ({"tasks": ["goldfish_mc"], "limit": 0}, "limit must be > 0"),
+    ({"tasks": ["goldfish_mc"], "num_fewshot": -2}, "num_fewshot must be >= 0"),
+    # max_length 0 silently meant "the model's context" for lm-eval
+    ({"tasks": ["goldfish_mc"], "max_length": 0}, "max_length must be >= 2"),
+])
+def test_downstream_options_are_checked_before_the_model_loads(tmp_path, monkeypatch, kwargs, match):
+    _tiny_config().save_pretrained(tmp_path / "m")
+    monkeypatch.setattr(ds, "load_checkpoint", _refuse)
+    with pytest.raises(ValueError, match=match):
+        ds.run_downstream(tmp_path / "m", device="cpu", **kwargs)
+
+
+def test_downstream_cli_bad_limit_is_exit_2(tmp_path, monkeypatch, capsys):
+    _tiny_config().save_pretrained(tmp_path / "m")
+    monkeypatch.setattr(ds, "load_checkpoint", _refuse)
+    rc = load_eval_cli("downstream").main(["--model", str(tmp_path / "m"), "--tasks", "goldfish_mc",
+                                       "--limit", "-3", "--device", "cpu"])
+    assert rc == 2 and "limit must be > 0" in capsys.readouterr().err

@@ -21,7 +21,10 @@ import numpy as np
 import pytest
 import torch
 
+from memorization import downstream as ds
 from memorization import mia
+
+from eval_cli import load_eval_cli
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -493,3 +496,133 @@ def test_mia_on_four_grids_scores_what_one_process_scores(grid_checkpoint, tmp_p
         for g, w in zip(got, want):
             for n in names:
                 assert g[n] == pytest.approx(w[n], rel=1e-5, abs=1e-6), (grid, g["id"], n)
+
+
+# ------------------------------------------------------------ edge cases and bad input
+
+def _tiny_config(vocab: int = 100, ctx: int = 64):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=ctx)
+
+
+def _refuse(*args, **kwargs):
+    pytest.fail("the model was loaded before the input was checked")
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    return LlamaForCausalLM(_tiny_config()).eval()
+
+
+def test_a_batch_of_only_too_short_documents_is_nan_not_a_crash(tiny):
+    """Documents are scored longest first, so with a small batch the last batches held only the
+    empty documents (e.g. --no-bos with an empty token_ids): a zero-width forward pass crashed
+    the whole run, and only for some batch sizes.  They are NaN, whatever the batch size."""
+    docs = [[5, 6, 7, 8, 9], [], [11], [12, 13, 14]]
+    with torch.no_grad():
+        per_doc = [-torch.log_softmax(tiny(torch.tensor([d])).logits[0, :-1], -1)
+                   .gather(1, torch.tensor(d[1:])[:, None]).mean().item() for d in (docs[0], docs[3])]
+    for bs in (1, 2, 3, 4):
+        s = mia.mia_scores(tiny, None, docs, batch_size=bs)
+        assert s["n_tokens"].tolist() == [4, 0, 0, 2]
+        assert math.isnan(s["loss"][1]) and math.isnan(s["loss"][2]) and math.isnan(s["min_k"][1])
+        np.testing.assert_allclose(s["loss"][[0, 3]], per_doc, rtol=1e-5)
+    # only empty documents: NaN, no forward pass
+    assert np.isnan(mia.mia_scores(tiny, None, [[], []], batch_size=1)["loss"]).all()
+
+
+def test_token_ids_outside_the_vocabulary_are_a_clear_error(tiny):
+    """Token ids of another tokenizer gave an opaque 'IndexError: index out of range in self' on
+    CPU (a device-side assert that kills the CUDA context on GPU), and a traceback from the CLI."""
+    docs = [[5, 6, 7], [8, 150, 9]]  # vocabulary 0..99
+    with pytest.raises(ValueError, match=r"document 1 has token id 150, outside the model's vocabulary \(0..99\)"):
+        mia.mia_scores(tiny, None, docs)
+    with pytest.raises(ValueError, match=r"token id -1, outside the model's vocabulary"):
+        mia.mia_scores(tiny, None, [[5, -1, 7]])
+    with pytest.raises(ValueError, match=r"token id 150, outside the model's vocabulary"):
+        ds.perplexity(tiny, docs, progress=False)
+
+
+# --------------------------------------------------------------------------- numbers
+
+
+def test_mia_scores_refuse_nonsense_batch_size_and_max_length(tiny):
+    doc = [list(range(5, 15))]
+    # batch_size -1 used to give all-NaN scores silently (no batch ran), 0 a bare range() error
+    for bs in (-1, 0):
+        with pytest.raises(ValueError, match="batch_size must be an integer >= 1"):
+            mia.mia_scores(tiny, None, doc, batch_size=bs)
+    # max_length -2 used to cut the last 2 tokens off every document (d[:-2]) and score the rest
+    for n in (-2, 1):
+        with pytest.raises(ValueError, match="max_length must be an integer >= 2"):
+            mia.mia_scores(tiny, None, doc, max_length=n)
+    # past the context (64): positions never trained, as perplexity() already refuses
+    with pytest.raises(ValueError, match=r"max_length 128 exceeds the model's context \(64 tokens"):
+        mia.mia_scores(tiny, None, doc, max_length=128)
+    assert mia.mia_scores(tiny, None, doc, max_length=64)["n_tokens"].tolist() == [9]
+
+
+def test_mia_report_refuses_an_fpr_that_is_not_a_fraction():
+    """fpr_target=5 (meant as 5%) read the ROC at FPR 500% and reported TPR 1.0 silently."""
+    members, nonmembers = {"loss": np.array([1.0, 2.0, 3.0])}, {"loss": np.array([2.5, 4.0, 5.0])}
+    for bad in (5, 1.0, 0.0, -0.01):
+        with pytest.raises(ValueError, match="fpr_target must be a fraction in"):
+            mia.mia_report(members, nonmembers, fpr_target=bad)
+    assert mia.mia_report(members, nonmembers, fpr_target=0.05)["scores"]["loss"]["auc"] == pytest.approx(8 / 9)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"fpr_target": 5}, "fpr_target must be a fraction"),
+    ({"k": 20}, "k must be a fraction"),
+    ({"batch_size": 0}, "batch_size must be an integer >= 1"),
+    ({"max_length": -3}, "max_length must be an integer >= 2"),
+    ({"max_length": 128}, r"max_length 128 exceeds the model's context \(64 tokens"),
+])
+def test_run_mia_checks_its_numbers_before_loading(tmp_path, monkeypatch, kwargs, match):
+    _tiny_config().save_pretrained(tmp_path / "m")
+    (tmp_path / "m.json").write_text(json.dumps({"version": 1, "targets": [
+        {"id": "t", "token_ids": [1, 2, 3], "exposures": 1}], "nonmembers": [{"id": "n", "token_ids": [4, 5]}]}))
+    monkeypatch.setattr(mia, "load_checkpoint", _refuse)
+    with pytest.raises(ValueError, match=match):
+        mia.run_mia(tmp_path / "m", tmp_path / "m.json", device="cpu", **kwargs)
+
+
+# --------------------------------------------------------------------------- manifests and sources
+
+
+@pytest.mark.parametrize("targets, nonmembers, match", [
+    # a list of texts (as --perplexity .json accepts) passed the check and crashed after the model loaded
+    ([{"id": "t", "token_ids": [1, 2], "exposures": 1}], ["amber basil text"],
+     r"nonmembers\[0\] is a str, not an object"),
+    ([{"id": "t", "token_ids": [1, 2], "exposures": 1}], [{"id": "n", "token_ids": None}],
+     r"nonmembers\[0\] \(n\): token_ids must be a list of integers"),
+    ([{"id": "t", "token_ids": [1, "x"], "exposures": 1}], [{"id": "n", "token_ids": [3, 4]}],
+     r"targets\[0\] \(t\): token_ids must be a list of integers"),
+    ([{"id": "t", "text": None, "exposures": 1}], [{"id": "n", "token_ids": [3, 4]}],
+     r"targets\[0\] \(t\): text must be a string"),
+    # a negative count was neither member nor nonmember: the target silently vanished from the report
+    ([{"id": "t", "token_ids": [1, 2], "exposures": 1}, {"id": "u", "token_ids": [1, 2], "exposures": -1}],
+     [{"id": "n", "token_ids": [3, 4]}], r"targets\[1\] has exposures -1; it must be a non-negative integer"),
+])
+def test_malformed_manifest_documents_are_refused_before_the_model_loads(tmp_path, monkeypatch, capsys,
+                                                                         targets, nonmembers, match):
+    man = tmp_path / "m.json"
+    man.write_text(json.dumps({"version": 1, "targets": targets, "nonmembers": nonmembers}))
+    with pytest.raises(ValueError, match=match):
+        mia.load_manifest(man)
+    monkeypatch.setattr(mia, "load_checkpoint", _refuse)
+    rc = load_eval_cli("mia").main(["--model", str(tmp_path / "m"), "--manifest", str(man), "--device", "cpu"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and str(man) in err
+
+
+def test_manifest_that_is_not_json_names_the_file(tmp_path):
+    (tmp_path / "m.json").write_text('{"version": 1, "targets": [')
+    with pytest.raises(ValueError, match=r"manifest .*m\.json is not valid JSON"):
+        mia.load_manifest(tmp_path / "m.json")
