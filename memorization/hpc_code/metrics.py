@@ -1,4 +1,5 @@
-"""pass@k / build@k (Chen et al. 2021) and speedup_n@k (ParEval, Nichols et al. 2024)."""
+"""pass@k / build@k (Chen et al. 2021); speedup_n@k, speedup_max@k, efficiency_n@k and efficiency_max@k
+(ParEval, Nichols et al. 2024), all with the unbiased estimators over N samples."""
 
 from __future__ import annotations
 
@@ -39,3 +40,14 @@ def speedup_at_k(speedups: Sequence[float], k: int) -> float:
 
 def mean_or_none(values: Sequence[float]) -> float | None:
     return float(np.mean(values)) if len(values) else None
+
+
+def efficiency_at_k(speedups: Sequence[float], workers: int, k: int) -> float:
+    """ParEval's efficiency_n@k for one problem: E[max over k samples of speedup_n / n] (failed samples 0)."""
+    return speedup_at_k([s / workers for s in speedups], k)
+
+
+def best_over_workers(per_sample: Sequence[dict[int, float]], efficiency: bool = False) -> list[float]:
+    """Each sample's best speedup over its worker counts (``efficiency``: best speedup_n / n), 0 for a sample with
+    none (it did not pass): the per-sample values of ParEval's speedup_max@k and efficiency_max@k."""
+    return [max((s / n if efficiency else s for n, s in d.items()), default=0.0) for d in per_sample]

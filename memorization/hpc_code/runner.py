@@ -11,7 +11,7 @@ from tqdm.auto import tqdm
 
 from memorization.hpc_code.harness import RunConfig, SampleResult, evaluate_c
 from memorization.hpc_code.humaneval import PyProblem, evaluate_python
-from memorization.hpc_code.metrics import mean_or_none, pass_at_k, speedup_at_k
+from memorization.hpc_code.metrics import best_over_workers, efficiency_at_k, mean_or_none, pass_at_k, speedup_at_k
 from memorization.hpc_code.problems import Problem, TaskError
 from memorization.hpc_code.reference import Reference, prepare_reference
 
@@ -92,14 +92,32 @@ def _problem_summary(problem, samples: list[SampleResult], ks: Sequence[int], wo
         out["speedups"] = {
             str(w): max((s.speedups[w] for s in samples if s.status == "passed"), default=None) for w in ns
         }
+        per = [s.speedups if s.status == "passed" else {} for s in samples]  # failed samples count as 0
         out["speedup_n@k"] = {
-            str(w): {str(k): speedup_at_k([s.speedups.get(w, 0.0) for s in samples], k) for k in valid_k}
-            for w in ns
+            str(w): {str(k): speedup_at_k([d.get(w, 0.0) for d in per], k) for k in valid_k} for w in ns
         }
+        out["efficiency_n@k"] = {
+            str(w): {str(k): efficiency_at_k([d.get(w, 0.0) for d in per], w, k) for k in valid_k} for w in ns
+        }
+        out["speedup_max@k"] = {str(k): speedup_at_k(best_over_workers(per), k) for k in valid_k}
+        out["efficiency_max@k"] = {str(k): speedup_at_k(best_over_workers(per, efficiency=True), k)
+                                   for k in valid_k}
     failure = next((s for s in samples if s.status != "passed"), None)
     out["message"] = failure.message if failure else ""
     out["sample_results"] = [s.to_dict() for s in samples]
     return out
+
+
+def _mean_of(entries: list[dict], metric: str, *keys: str) -> float | None:
+    """Mean over ``entries`` of ``entry[metric][keys...]`` where present."""
+    vals = []
+    for e in entries:
+        v = e.get(metric)
+        for key in keys:
+            v = v.get(key) if isinstance(v, dict) else None
+        if v is not None:
+            vals.append(v)
+    return mean_or_none(vals)
 
 
 def _aggregate(entries: list[dict], ks: Sequence[int], workers: Sequence[int] | None) -> dict:
@@ -109,14 +127,11 @@ def _aggregate(entries: list[dict], ks: Sequence[int], workers: Sequence[int] | 
             vals = [e[f"{metric}@{k}"] for e in entries if f"{metric}@{k}" in e]
             agg[f"{metric}@{k}"] = mean_or_none(vals)
     if workers is not None:
-        agg["speedup_n@k"] = {
-            str(w): {
-                str(k): mean_or_none([e["speedup_n@k"][str(w)][str(k)] for e in entries
-                                      if str(w) in e.get("speedup_n@k", {}) and str(k) in e["speedup_n@k"][str(w)]])
-                for k in ks
-            }
-            for w in sorted({1, *workers})
-        }
+        for metric in ("speedup_n@k", "efficiency_n@k"):
+            agg[metric] = {str(w): {str(k): _mean_of(entries, metric, str(w), str(k)) for k in ks}
+                           for w in sorted({1, *workers})}
+        for metric in ("speedup_max@k", "efficiency_max@k"):
+            agg[metric] = {str(k): _mean_of(entries, metric, str(k)) for k in ks}
     return agg
 
 
@@ -132,9 +147,12 @@ def summarize(
 
     ``pass@k``/``build@k`` average over all problems.  ``speedup@k`` is the
     headline ParEval speedup_n@k at the largest worker count n, averaged over
-    the parallel problems (``speedup_models``); failed samples count as 0.
-    ``speedup_n@k`` gives every n (n=1 also includes serial problems) and
-    ``by_model`` splits everything per execution model.
+    the parallel problems (``speedup_models``); failed samples count as 0;
+    ``efficiency@k`` (speedup_n / n), ``speedup_max@k`` and ``efficiency_max@k``
+    (each sample's best over its worker counts) likewise.  ``speedup_n@k`` and
+    ``efficiency_n@k`` give every n (n=1 also includes serial problems);
+    ``by_model`` and ``by_type`` split everything per execution model and
+    per problem type.
     """
     entries = [_problem_summary(p, r, ks, workers) for p, r in zip(problems, results)]
     is_c = any(isinstance(p, Problem) for p in problems)
@@ -146,10 +164,15 @@ def summarize(
         report["speedup_n"] = int(top)
         for k in ks:
             report[f"speedup@{k}"] = par_agg["speedup_n@k"][top][str(k)]
+            report[f"efficiency@{k}"] = par_agg["efficiency_n@k"][top][str(k)]
+            report[f"speedup_max@{k}"] = par_agg["speedup_max@k"][str(k)]
+            report[f"efficiency_max@{k}"] = par_agg["efficiency_max@k"][str(k)]
         report["by_model"] = {
             m: _aggregate([e for e in entries if e["model"] == m], ks, [1] if m == "serial" else workers)
             for m in sorted({e["model"] for e in entries})
         }
+        report["by_type"] = {t: _aggregate([e for e in entries if e["type"] == t], ks, workers)
+                             for t in sorted({e["type"] for e in entries})}
     counts = Counter(s["status"] for e in entries for s in e["sample_results"])
     report["status_counts"] = {s: counts.get(s, 0) for s in STATUS_ORDER}
     report["task_errors"] = [{"name": t.name, "path": str(t.path), "error": t.error} for t in task_errors]
