@@ -31,6 +31,7 @@ from memorization.hpc_code.harness import RunConfig, require_tools
 from memorization.hpc_code.humaneval import humaneval_available, load_humaneval
 from memorization.hpc_code.problems import MODELS, default_suite_dir, load_suite
 from memorization.hpc_code.runner import evaluate_samples, summarize
+from memorization.hpc_code.translation import translation_problems
 from memorization.hpc_code.reference import SetupError
 from memorization.hpc_code.sandbox import SandboxError, SandboxLimits, isolation
 
@@ -68,6 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="only problems whose file name (without .yaml) matches one of these globs")
     sel.add_argument("--execution-models", nargs="+", choices=MODELS, metavar="M",
                      help=f"only these execution models ({', '.join(MODELS)})")
+    sel.add_argument("--tasks", default="write", metavar="LIST",
+                     help="hpc task kinds, comma-separated: write (from the description) and translate (from a working "
+                          "solution in another execution model: serial->OpenMP, serial->MPI, OpenMP->MPI; named "
+                          "<source problem>_to_<model>) (default: write)")
     sel.add_argument("--humaneval-limit", type=int, metavar="N",
                      help="only the first N HumanEval tasks (default: all 164)")
 
@@ -209,8 +214,20 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         for t in errors:
             print(f"error: problem {t.name}: {t.error}", file=sys.stderr)
+        kinds = {t.strip() for t in args.tasks.split(",") if t.strip()}
+        if not kinds or not kinds <= {"write", "translate"}:
+            print(f"error: --tasks {args.tasks}: a comma list of write, translate", file=sys.stderr)
+            return 2
+        if "translate" in kinds:  # translation pairs need both models of a type: made from the unfiltered suite
+            everything, _ = load_suite(args.suite, None, None)
+            wanted = {p.name for p in problems}
+            tasks = [t for t in translation_problems(everything)
+                     if any(fnmatch.fnmatch(t.name, g) for g in args.problems or ["*"])
+                     and (not args.execution_models or t.model in args.execution_models)]
+            problems = ([p for p in problems if p.name in wanted] if "write" in kinds else []) + tasks
         stems = [f.stem for f in (args.suite / "problems").glob("*.yaml")]
-        unmatched = [g for g in args.problems or [] if not fnmatch.filter(stems, g)]
+        names = stems + [p.name for p in problems]
+        unmatched = [g for g in args.problems or [] if not fnmatch.filter(names, g)]
         if unmatched:
             print(f"error: --problems {unmatched} match no problem in {args.suite / 'problems'}", file=sys.stderr)
             return 2

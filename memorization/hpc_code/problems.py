@@ -40,6 +40,12 @@ class Problem:
     size: int
     quick_size: int
     path: Path
+    source_model: str | None = None  # a translation task's source execution model (memorization.hpc_code.translation)
+
+    @property
+    def task(self) -> str:
+        """``write`` (from the description) or ``translate`` (from a working solution in another model)."""
+        return "write" if self.source_model is None else "translate"
 
     @property
     def parallel(self) -> bool:

@@ -76,6 +76,7 @@ def _problem_summary(problem, samples: list[SampleResult], ks: Sequence[int], wo
         "name": problem.name,
         "type": problem.type,
         "model": problem.model,
+        "task": getattr(problem, "task", "write"),
         "samples": n,
         "passed": c,
         "built": b,
@@ -151,8 +152,8 @@ def summarize(
     ``efficiency@k`` (speedup_n / n), ``speedup_max@k`` and ``efficiency_max@k``
     (each sample's best over its worker counts) likewise.  ``speedup_n@k`` and
     ``efficiency_n@k`` give every n (n=1 also includes serial problems);
-    ``by_model`` and ``by_type`` split everything per execution model and
-    per problem type.
+    ``by_model``, ``by_type`` and ``by_task`` split everything per execution
+    model, per problem type and per task kind (write / translate).
     """
     entries = [_problem_summary(p, r, ks, workers) for p, r in zip(problems, results)]
     is_c = any(isinstance(p, Problem) for p in problems)
@@ -173,6 +174,8 @@ def summarize(
         }
         report["by_type"] = {t: _aggregate([e for e in entries if e["type"] == t], ks, workers)
                              for t in sorted({e["type"] for e in entries})}
+        report["by_task"] = {t: _aggregate([e for e in entries if e["task"] == t], ks, workers)
+                             for t in sorted({e["task"] for e in entries})}
     counts = Counter(s["status"] for e in entries for s in e["sample_results"])
     report["status_counts"] = {s: counts.get(s, 0) for s in STATUS_ORDER}
     report["task_errors"] = [{"name": t.name, "path": str(t.path), "error": t.error} for t in task_errors]

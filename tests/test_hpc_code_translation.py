@@ -1,0 +1,64 @@
+"""Translation (portability) tasks (memorization/hpc_code/translation.py, ``eval/hpc_code.py --tasks``)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memorization.hpc_code import load_suite
+from memorization.hpc_code.harness import RunConfig, evaluate_c
+from memorization.hpc_code.sandbox import SandboxLimits
+from memorization.hpc_code.translation import PAIRS, translation_problems
+
+from eval_cli import load_eval_cli
+
+
+def test_every_type_gets_each_pair_and_the_prompt_carries_the_renamed_source():
+    problems, _ = load_suite()
+    tasks = translation_problems(problems)
+    types = {p.type for p in problems}
+    assert len(tasks) == len(types) * len(PAIRS)
+    by_name = {p.name: p for p in problems}
+    for t in tasks:
+        source = by_name[t.name.rsplit("_to_", 1)[0]]
+        target = next(p for p in problems if p.type == t.type and p.model == t.model)
+        assert (t.source_model, t.task) == (source.model, "translate") and (source.model, t.model) in PAIRS
+        assert t.prompt.endswith(target.prompt) and t.function == target.function
+        assert f"{target.function}_{'omp' if source.model == 'openmp' else source.model}(" in t.prompt
+        assert (t.driver_path, t.reference, t.size) == (target.driver_path, target.reference, target.size)
+
+
+def test_a_translation_is_built_and_checked_as_its_target():
+    """Calling the given serial code is a correct OpenMP translation (it passes) that parallelizes nothing;
+    a wrong one fails like the target's would."""
+    problems, _ = load_suite(patterns=["reduce_array_sum_*"])
+    (task,) = [t for t in translation_problems(problems) if t.name == "reduce_array_sum_serial_to_omp"]
+    cfg = RunConfig(quick=True, run_limits=SandboxLimits(timeout_s=30.0, memory_mb=1024))
+    assert evaluate_c(task, "    return array_sum_serial(x, n);\n}\n", cfg).status == "passed"
+    assert evaluate_c(task, "    return array_sum_serial(x, n - 1);\n}\n", cfg).status == "wrong_output"
+
+
+def test_cli_scores_writing_and_translating_side_by_side(tmp_path):
+    out = tmp_path / "r.json"
+    rc = load_eval_cli("hpc_code").main(["--use-references", "--quick", "--tasks", "write,translate", "--problems",
+                                         "sort_*", "--no-progress", "--output", str(out)])
+    assert rc == 0
+    report = json.loads(out.read_text())
+    assert report["problems"] == 3 + 3 and report["pass@1"] == 1.0
+    assert set(report["by_task"]) == {"write", "translate"} and report["by_task"]["translate"]["problems"] == 3
+    assert {r["name"] for r in report["results"] if r["task"] == "translate"} == {
+        "sort_sort_ints_serial_to_omp", "sort_sort_ints_serial_to_mpi", "sort_sort_ints_omp_to_mpi"}
+
+
+def test_cli_refuses_an_unknown_task_kind(capsys):
+    assert load_eval_cli("hpc_code").main(["--use-references", "--quick", "--tasks", "port"]) == 2
+    assert "--tasks port" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("models, expected", [(["mpi"], 2), (["openmp"], 1)])
+def test_execution_model_filter_applies_to_the_target(models, expected, tmp_path):
+    out = tmp_path / "r.json"
+    rc = load_eval_cli("hpc_code").main(["--use-references", "--quick", "--tasks", "translate", "--problems",
+                                         "search_*", "--execution-models", *models, "--no-progress",
+                                         "--output", str(out)])
+    assert rc == 0 and json.loads(out.read_text())["problems"] == expected
