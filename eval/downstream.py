@@ -10,6 +10,16 @@ nonmembers).  --tasks takes lm-eval task/group names; the project's offline task
 `goldfish_mc` lives in data/lm_eval_tasks (indexed by default, see --include-path).
 Exit status: 0 all done, 1 some part failed (the rest still ran), 2 nothing could run.
 See docs/eval.md.
+
+The perplexity runs on a 4D grid too (``--grid D,R,C,Z`` under srun/torchrun/mpiexec); ``--plan`` prints which::
+
+    python eval/downstream.py --model runs/jobs/.../model --perplexity held_out.jsonl --plan --gpus 32
+    srun -n 32 python eval/downstream.py --model runs/jobs/.../model --perplexity held_out.jsonl --grid 4,8,1,1
+
+It reads only the model's config and prints the memory per GPU of every grid of --gpus GPUs (weights,
+activations, the fp32 logits of --batch-size windows of --max-length tokens, gathered over the whole
+vocabulary), the smallest model-parallel group that fits, and the command for the best grid (exit 1 when
+none fits).
 """
 from __future__ import annotations
 
@@ -60,6 +70,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="perplexity sliding-window stride (default: max-length // 2)")
     ap.add_argument("--no-bos", action="store_true",
                     help="do not prepend BOS to perplexity documents")
+    plan = ap.add_argument_group("planning (prints the grid to run on and exits; reads the model's config only)")
+    plan.add_argument("--plan", action="store_true",
+                      help="print the memory per GPU of every grid of --gpus GPUs on --machine for the --perplexity "
+                           "run (weights, activations, fp32 logits of --batch-size windows of --max-length tokens), "
+                           "the smallest model-parallel group that fits, and the srun command for the best grid")
+    plan.add_argument("--gpus", type=int, default=None, help="GPUs to plan for (--plan)")
+    plan.add_argument("--machine", default="h100-node",
+                      help="machine profile for --plan: frontier, alps, perlmutter, perlmutter-40, h100-node, or a "
+                           "profile YAML")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     include = args.include_path or [str(DEFAULT_TASK_DIR)]
@@ -78,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("nothing to do: give --perplexity and/or --tasks")
     if not args.tasks and (args.limit is not None or args.num_fewshot is not None):
         ap.error("--limit and --num-fewshot apply to lm-eval --tasks, and none is given: add --tasks or drop them")
+    if args.plan:
+        return _plan(args, sys.argv[1:] if argv is None else argv)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else None
     limit = args.limit
     if limit is not None and limit >= 1:
@@ -107,6 +128,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {args.out}/downstream.json and downstream.md", file=sys.stderr)
     ran = "perplexity" in report or bool((report.get("lm_eval") or {}).get("results"))
     return (1 if ran else 2) if errors else 0  # 2: nothing could run (docs/eval.md)
+
+
+def _plan(args: argparse.Namespace, argv: list[str]) -> int:
+    """``--plan``: the inference plan of the --perplexity windows (scored in fp32 on a grid: no autocast)."""
+    from memorization.eval_model import print_inference_plan
+
+    bad = "" if args.perplexity else "--plan plans the --perplexity evaluation (lm-eval --tasks run in one process)"
+    for flag, v, ok, want in (("--batch-size", args.batch_size, args.batch_size >= 1, ">= 1"),
+                              ("--max-length", args.max_length, args.max_length is None or args.max_length >= 2,
+                               ">= 2")):
+        bad = bad or ("" if ok else f"{flag} {v} ({want})")
+    if bad:
+        print(f"error: {bad}", file=sys.stderr)
+        return 2
+    return print_inference_plan("eval/downstream.py", argv, args.model, args.gpus, args.machine,
+                                batch=args.batch_size, generate=False, dtype="fp32", context=args.max_length)
 
 
 if __name__ == "__main__":

@@ -6,15 +6,22 @@ reproduces the true suffix (exact match of all S tokens, token match fraction, R
     python eval/extract.py --model ckpt/ --documents docs.jsonl --prefix-mode all-but-suffix --out results/
     python eval/extract.py --model runs/jobs/mem-70b-.../goldfish/model --manifest ... --device-map auto
     torchrun --nproc_per_node 8 eval/extract.py --model .../model --manifest ... --grid 2,4,1,1   # on a 4D grid
+    python eval/extract.py --model .../model --manifest ... --plan --gpus 64 --machine frontier   # which grid?
 
 With ``--grid D,R,C,Z`` (under torchrun, mpiexec or srun, like training) the model is parallelized as in
 training, each rank reading only its own shards of the safetensors files: no rank holds the whole model, and
 the documents are split over the D x Z replicas. The generated tokens are those of one process.
+
+``--plan --gpus N [--machine NAME]`` reads only the model's config and prints the memory per GPU of every grid
+of N GPUs (weights, the KV cache of --batch-size sequences of prefix + suffix tokens, or --max-doc-tokens with
+all-but-suffix, activations), the smallest model-parallel group that fits, the best grid (as many data replicas
+as fit) and the ``srun`` command that runs it (:mod:`axonn.planner.inference`).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import warnings
 from pathlib import Path
 
@@ -58,6 +65,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "one process)")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
                    help="weights dtype (auto: bf16 on CUDA, fp32 on CPU)")
+    plan = p.add_argument_group("planning (prints the grid to run on and exits; reads the model's config only)")
+    plan.add_argument("--plan", action="store_true",
+                      help="print the memory per GPU of every grid of --gpus GPUs on --machine (weights, KV cache of "
+                           "--batch-size sequences of prefix + suffix tokens, activations), the smallest "
+                           "model-parallel group that fits, and the srun command for the best grid (most data "
+                           "replicas)")
+    plan.add_argument("--gpus", type=int, default=None, help="GPUs to plan for (--plan)")
+    plan.add_argument("--machine", default="h100-node",
+                      help="machine profile for --plan: frontier, alps, perlmutter, perlmutter-40, h100-node, or a "
+                           "profile YAML")
     p.add_argument("--out", default=None, help="directory for extraction.json and extraction.md")
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of a table")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -66,6 +83,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
+    if args.plan:
+        _plan(args, sys.argv[1:] if argv is None else argv)
+        return {}
     from memorization.eval_model import axonn_checkpoint, checkpoint_tokenizer_dir, model_config_of
 
     model_dir = Path(args.model)
@@ -164,6 +184,26 @@ def main(argv: list[str] | None = None) -> dict:
         (out / "extraction.md").write_text(md)
     print(json.dumps({"overall": res["overall"], "by_exposure": res["by_exposure"]}, indent=1) if args.json else md)
     return res
+
+
+def _plan(args: argparse.Namespace, argv: list[str]) -> None:
+    """``--plan``: the inference plan of greedy generation over prefix + suffix tokens (all-but-suffix: the
+    documents cut to --max-doc-tokens, at most the model's context); exits unless it printed one."""
+    from memorization.eval_model import print_inference_plan
+
+    bad = [f"{flag} {v} ({want})" for flag, v, ok, want in (
+        ("--prefix", args.prefix, args.prefix >= 1, ">= 1"), ("--suffix", args.suffix, args.suffix >= 1, ">= 1"),
+        ("--batch-size", args.batch_size, args.batch_size >= 1, ">= 1")) if not ok]
+    if bad:
+        print(f"error: {'; '.join(bad)}", file=sys.stderr)
+        raise SystemExit(2)
+    abs_ = args.prefix_mode == "all-but-suffix"
+    status = print_inference_plan(
+        "eval/extract.py", argv, args.model, args.gpus, args.machine, batch=args.batch_size, generate=True,
+        dtype="fp32" if args.dtype == "float32" else "bf16",
+        context=args.max_doc_tokens if abs_ else args.prefix + args.suffix, cap_context=abs_)
+    if status:
+        raise SystemExit(status)
 
 
 def _extract_on_grid(args: argparse.Namespace, model_dir: Path, docs: list[dict], cfg, tok) -> dict | None:

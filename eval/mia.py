@@ -7,6 +7,16 @@
 Prints a markdown table (AUC and TPR@1%FPR per score, AUC per exposure count); with --out also
 writes mia.json, mia.md, mia_scores.jsonl and mia_roc.png.  See docs/eval.md.
 
+On a 4D grid (``--grid D,R,C,Z`` under srun/torchrun/mpiexec), and the grid to use::
+
+    python eval/mia.py --model runs/jobs/.../model --manifest ... --plan --gpus 32 --machine frontier
+    srun -n 32 python eval/mia.py --model runs/jobs/.../model --manifest ... --grid 4,8,1,1
+
+``--plan`` reads only the models' configs and prints the memory per GPU of every grid of --gpus GPUs (weights,
+activations, the logits of --batch-size documents of --max-length tokens: scoring on a grid runs in fp32 and
+gathers every position's logits over the whole vocabulary), the smallest model-parallel group that fits, and the
+command for the best grid (as many data replicas as fit).
+
 Members are the targets with exposures >= 1.  Nonmembers are the targets with exposure 0 when
 the run has them (build it with --exposures 0,N), else the manifest's held-out corpus
 documents; with user-supplied --targets those come from a different distribution, and the
@@ -51,6 +61,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-bos", action="store_true",
                     help="do not prepend the tokenizer's BOS token to the documents")
     ap.add_argument("--json", action="store_true", help="print the JSON report, not markdown")
+    plan = ap.add_argument_group("planning (prints the grid to run on and exits; reads the models' configs only)")
+    plan.add_argument("--plan", action="store_true",
+                      help="print the memory per GPU of every grid of --gpus GPUs on --machine (weights of the model "
+                           "and of --reference-model, activations, fp32 logits of --batch-size documents of "
+                           "--max-length tokens), the smallest model-parallel group that fits, and the srun command "
+                           "for the best grid (most data replicas)")
+    plan.add_argument("--gpus", type=int, default=None, help="GPUs to plan for (--plan)")
+    plan.add_argument("--machine", default="h100-node",
+                      help="machine profile for --plan: frontier, alps, perlmutter, perlmutter-40, h100-node, or a "
+                           "profile YAML")
     args = ap.parse_args(argv)
     bad = [f"{flag} {v} ({want})" for flag, v, ok, want in (
         ("--batch-size", args.batch_size, args.batch_size >= 1, ">= 1"),
@@ -60,6 +80,12 @@ def main(argv: list[str] | None = None) -> int:
     if bad:  # before any model loads
         print(f"error: {'; '.join(bad)}", file=sys.stderr)
         return 2
+    if args.plan:  # MIA on a grid scores in fp32 (no autocast)
+        from memorization.eval_model import print_inference_plan
+
+        return print_inference_plan("eval/mia.py", sys.argv[1:] if argv is None else argv, args.model, args.gpus,
+                                    args.machine, batch=args.batch_size, generate=False, dtype="fp32",
+                                    context=args.max_length, reference=args.reference_model)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
     try:

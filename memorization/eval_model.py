@@ -231,3 +231,86 @@ def load_on_grid(path: str | os.PathLike, rt, tokenizer_path: str | os.PathLike 
     p = check_model_dir(path, flag)
     tok = _tokenizer_of(p, tokenizer_path, require_tokenizer)
     return build_model(None, len(tok) if tok is not None else 0, init=str(p), runtime=rt).eval(), tok
+
+
+#: flags of the evaluation CLIs that the command ``--plan`` prints leaves out (the plan's own, and what --grid refuses)
+PLAN_FLAGS = ("--plan",)
+PLAN_VALUE_FLAGS = ("--gpus", "--machine", "--grid", "--device", "--device-map")
+
+
+def without_plan_flags(argv: Sequence[str]) -> list[str]:
+    """``argv`` without ``--plan``, ``--gpus N``, ``--machine M``, ``--grid G``, ``--device D`` and ``--device-map
+    D`` (``--flag value`` or ``--flag=value``): the arguments of the run that ``--plan`` plans."""
+    out: list[str] = []
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in PLAN_FLAGS or ("=" in a and a.split("=", 1)[0] in PLAN_VALUE_FLAGS):
+            continue
+        elif a in PLAN_VALUE_FLAGS:
+            skip = True
+        else:
+            out.append(a)
+    return out
+
+
+def print_inference_plan(script: str, argv: Sequence[str], model: str | os.PathLike, gpus: int | None,
+                         machine: str, *, batch: int, generate: bool, dtype: str, context: int | None = None,
+                         cap_context: bool = False, reference: str | os.PathLike | None = None) -> int:
+    """``--plan`` of the evaluation CLIs: print :func:`axonn.planner.plan_inference`'s grids for ``gpus`` GPUs of
+    ``machine`` and the ``srun`` command that runs ``script`` (with ``argv``, less the plan's flags) on the best.
+
+    The shape comes from ``model``'s config alone (:func:`model_config_of`: a HF directory or an axonn training
+    checkpoint; no weight is read), and ``reference``'s (MIA's reference model, held on the same grid) likewise.
+    ``context``: tokens per sequence; None is the model's scoring window (:func:`model_max_length`, lowered to
+    the reference's as MIA lowers it); ``cap_context`` lowers a given one to the model's context (extraction's
+    ``--max-doc-tokens``).  Returns the exit status: 0 printed; 1 no grid of ``gpus`` fits (the message names the
+    smallest model-parallel group that does); 2 bad input (``--gpus`` missing or below 1, an unknown machine, an
+    unreadable config), each one ``error:`` line on stderr, the GPUs and machine checked before any file is read.
+    """
+    import shlex
+    import sys
+
+    from axonn.planner import PlanError, format_inference_plan, load_machine, plan_inference
+    from axonn.presets import ModelShape
+    from memorization.models import model_context
+
+    def fail(message: str, status: int = 2) -> int:
+        print(f"error: {message}", file=sys.stderr)
+        return status
+
+    if gpus is None:
+        return fail("--plan needs --gpus N: the number of GPUs to plan for")
+    if gpus < 1:
+        return fail(f"--gpus {gpus}: give the number of GPUs to plan for, at least 1")
+    try:
+        prof = load_machine(machine)
+    except PlanError as e:
+        return fail(f"--machine: {e}")
+    shapes: list[ModelShape] = []
+    configs = []
+    for flag, path in (("--model", model), ("--reference-model", reference)):
+        if path is None:
+            continue
+        if not Path(path).expanduser().exists():
+            return fail(f"{flag} {path} does not exist")
+        try:
+            config = model_config_of(path)
+            shapes.append(ModelShape.from_llama_config(config, name=str(path)))
+        except (OSError, ValueError, AttributeError) as e:
+            return fail(f"{flag} {path}: no model config to plan for ({' '.join(str(e).split())})")
+        configs.append(config)
+    if context is None:
+        context = min(model_max_length(c) for c in configs)
+    elif cap_context and model_context(configs[0]):
+        context = min(context, model_context(configs[0]))
+    try:
+        plan = plan_inference(shapes[0], gpus, prof, batch, context, generate, dtype,
+                              reference=shapes[1] if len(shapes) > 1 else None)
+    except PlanError as e:
+        return fail(str(e), 1 if e.kind in ("memory", "divide") else 2)
+    print(format_inference_plan(plan))
+    cmd = shlex.join(["srun", "-n", str(gpus), "python", script, *without_plan_flags(argv), "--grid", str(plan.grid)])
+    print(f"\nrun it on the best grid (one process per GPU; torchrun or mpiexec work as well):\n  {cmd}")
+    return 0

@@ -28,7 +28,9 @@ import math
 import re
 import warnings
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
@@ -79,7 +81,7 @@ def _last_logits_only(model: torch.nn.Module) -> dict:
     return next(({k: 1} for k in ("logits_to_keep", "num_logits_to_keep") if k in params), {})
 
 
-def _cache_key(model: torch.nn.Module) -> str:
+def cache_keyword(model: torch.nn.Module) -> str:
     """The name of the KV cache, as ``forward``'s keyword and its output's field: ``cache`` in
     transformers >= 5.2x, ``past_key_values`` before (still accepted there, with a deprecation warning)."""
     try:
@@ -88,15 +90,31 @@ def _cache_key(model: torch.nn.Module) -> str:
         return "past_key_values"
 
 
+def cache_nbytes(cache: Any) -> int:
+    """Bytes of the keys and values a transformers KV cache holds, every layer: ``DynamicCache.layers[i]``'s
+    ``keys`` and ``values`` (transformers 5), its ``key_cache``/``value_cache`` lists (4.x), or a legacy tuple of
+    ``(key, value)`` pairs."""
+    if hasattr(cache, "layers"):
+        tensors = [t for layer in cache.layers for t in (getattr(layer, "keys", None), getattr(layer, "values", None))]
+    elif hasattr(cache, "key_cache"):
+        tensors = [*cache.key_cache, *cache.value_cache]
+    else:
+        tensors = [t for pair in cache for t in pair]
+    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+
+
 @torch.no_grad()
 def greedy_continue(model: torch.nn.Module, prefixes: list[list[int]], n_new: int, batch_size: int = 32,
-                    pad_id: int = 0, progress: bool = False) -> list[list[int]]:
+                    pad_id: int = 0, progress: bool = False,
+                    on_cache: Callable[[Any], None] | None = None) -> list[list[int]]:
     """Greedy continuations of ``n_new`` tokens for every prefix, batched with a KV cache.
 
     The prefill forward keeps only the last position's logits: all of them would be
-    batch x prefix x vocab (32 x 2,048 x 128,256 in bf16 = 16.8 GB)."""
+    batch x prefix x vocab (32 x 2,048 x 128,256 in bf16 = 16.8 GB).  ``on_cache`` is called with each batch's
+    KV cache after its last decoding step, when it holds the longest prefix and ``n_new - 1`` generated
+    positions per sequence (:func:`cache_nbytes` measures it)."""
     device = next(model.parameters()).device
-    keep_last, cache = _last_logits_only(model), _cache_key(model)
+    keep_last, cache = _last_logits_only(model), cache_keyword(model)
     order = sorted(range(len(prefixes)), key=lambda i: len(prefixes[i]))
     out: list[list[int]] = [[] for _ in prefixes]
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
@@ -127,6 +145,8 @@ def greedy_continue(model: torch.nn.Module, prefixes: list[list[int]], n_new: in
             past = getattr(res, cache)
             nxt = res.logits[:, -1].argmax(-1, keepdim=True)
         gen.append(nxt)
+        if on_cache is not None:
+            on_cache(past)
         g = torch.cat(gen, dim=1).cpu().tolist()
         for r, i in enumerate(idx):
             out[i] = g[r]

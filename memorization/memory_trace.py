@@ -234,3 +234,75 @@ def trace_train_step(size: str, grid: tuple[int, int, int, int] = (1, 1, 1, 1), 
                                 at_peak=tracker.at_peak)
     finally:
         dist.destroy_process_group()
+
+
+@contextmanager
+def _padded_batch():
+    """HF's mask checks answered as for a padded batch (the eval CLIs pad theirs): the mask is materialised."""
+    import transformers.masking_utils as mu
+
+    saved = mu.find_packed_sequence_indices, mu._ignore_causal_mask_sdpa
+    mu.find_packed_sequence_indices = lambda position_ids: None
+    mu._ignore_causal_mask_sdpa = lambda *a, **k: False
+    try:
+        yield
+    finally:
+        mu.find_packed_sequence_indices, mu._ignore_causal_mask_sdpa = saved
+
+
+def trace_inference(shape, grid: tuple[int, int, int, int] = (1, 1, 1, 1), batch: int = 1, context: int = 2048,
+                    generate: bool = True) -> TracedMemory:
+    """Peak live tensor bytes of rank 0 of ``grid`` while it evaluates ``batch`` padded sequences of ``context``
+    tokens as the eval CLIs do on a grid, which :func:`axonn.planner.inference_memory_per_gpu` predicts.
+
+    ``generate``: ``eval/extract.py --grid`` on GPUs (bf16 autocast over fp32 weights): the prefill with a KV
+    cache, keeping the last position's logits, then one decoding step beside the full cache, for two batches
+    in one autocast region (the second finds autocast's weight casts of the first cached, as every later batch
+    of a run does).  Otherwise MIA's
+    scoring in fp32 (``memorization.mia``'s log-probabilities and Min-K%++ statistics of every position).
+    ``shape``: a :class:`axonn.presets.ModelShape` or a preset name.  Runs under fake tensors and a fake
+    process group like :func:`trace_train_step` (a process without ``torch.distributed`` initialised); the
+    result's ``optimizer`` is 0."""
+    import torch.distributed as dist
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    from transformers import LlamaForCausalLM
+
+    import axonn
+    from axonn.presets import get_preset
+
+    from .extraction import cache_keyword
+    from .mia import token_stats
+
+    if dist.is_initialized():
+        raise RuntimeError("trace_inference needs a process without torch.distributed initialised")
+    shape = get_preset(shape) if isinstance(shape, str) else shape
+    D, R, C, Z = grid
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=D * R * C * Z)
+    config = shape.llama_config(attn_implementation="sdpa", max_position_embeddings=max(context + 1, shape.max_seq))
+    try:
+        with FakeTensorMode(allow_non_fake_inputs=True), _padded_batch(), torch.no_grad():
+            model = LlamaForCausalLM(config)
+            model.to = lambda *a, **k: model  # already on the CPU; fake parameters cannot be swapped in place
+            model = axonn.parallelize(model, axonn.init(D, R, C, Z)).eval()
+            params = list(model.parameters())
+            ids = torch.randint(3, shape.vocab, (batch, context))
+            mask = torch.ones(batch, context, dtype=torch.long)
+            tracker = PeakMemory(params)
+            if generate:
+                key = cache_keyword(model)
+                longer = torch.ones(batch, context + 1, dtype=ids.dtype)
+                with torch.autocast("cpu", dtype=torch.bfloat16), tracker:
+                    for _ in range(2):  # the second batch finds autocast's casts of the first (HF's modules) cached
+                        res = model(input_ids=ids, attention_mask=mask, use_cache=True, logits_to_keep=1,
+                                    position_ids=torch.arange(context).expand_as(ids))
+                        res = model(input_ids=ids[:, :1], attention_mask=longer, use_cache=True,
+                                    position_ids=torch.full((batch, 1), context), **{key: getattr(res, key)})
+                        del res
+            else:
+                with tracker:
+                    token_stats(model, ids, mask, standardise=True)
+            return TracedMemory(peak=tracker.peak, params=sum(p.untyped_storage().nbytes() for p in params),
+                                optimizer=0, at_peak=tracker.at_peak)
+    finally:
+        dist.destroy_process_group()

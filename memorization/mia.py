@@ -171,13 +171,13 @@ def sequence_token_logprobs(
     float32 and ``valid[b, t-1]`` true where both ``x_{t-1}`` and ``x_t`` are real (unpadded)
     tokens.  Computed as ``-cross_entropy(logits[:, :-1], x[:, 1:])`` over the whole batch.
     """
-    logp, _, valid = _token_stats(model, input_ids, attention_mask, standardise=False)
+    logp, _, valid = token_stats(model, input_ids, attention_mask, standardise=False)
     return logp, valid
 
 
 @torch.no_grad()
-def _token_stats(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                 standardise: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+def token_stats(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                standardise: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """``(logp, z, valid)`` of one forward pass: :func:`sequence_token_logprobs`'s log-probs and, with
     ``standardise``, Min-K%++'s ``z_t = (log p_t - mu_t) / sigma_t`` (module docstring; None without)."""
     out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
@@ -247,7 +247,7 @@ def _score_with_model(
     for s in tqdm(starts, desc=desc, unit="batch", disable=len(starts) <= 1):
         idx = order[s : s + batch_size]
         ids, mask = pad_batch([docs[i] for i in idx], device)
-        logp, z, valid = _token_stats(model, ids, mask, standardise=True)
+        logp, z, valid = token_stats(model, ids, mask, standardise=True)
         cnt = valid.sum(dim=1)
         mean_nll = -(logp * valid).sum(dim=1) / cnt.clamp(min=1)
         mean_nll = torch.where(cnt > 0, mean_nll, torch.full_like(mean_nll, float("nan")))

@@ -128,7 +128,8 @@ def resolve_shape(size: str | ModelShape) -> ModelShape:
         raise PlanError(str(e), kind="input") from None
 
 
-def _profile(machine: str | Path | MachineProfile) -> MachineProfile:
+def load_machine(machine: str | Path | MachineProfile) -> MachineProfile:
+    """:func:`load_profile`, its refusal a :class:`PlanError` (``kind="machine"``) naming the known machines."""
     try:
         return load_profile(machine)
     except (ValueError, OSError) as e:
@@ -211,7 +212,7 @@ def plan(shape: str | ModelShape, seq: int, global_batch: int, gpus: int,
     nothing fits in memory), always saying what would work.
     """
     shape = resolve_shape(shape)
-    prof = _profile(machine)
+    prof = load_machine(machine)
     if grad_reduce_dtype not in GRAD_REDUCE_BYTES:
         raise PlanError(f"grad_reduce_dtype must be one of {sorted(GRAD_REDUCE_BYTES)}, got {grad_reduce_dtype!r}",
                         kind="input")
