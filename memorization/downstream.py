@@ -58,8 +58,9 @@ import numpy as np
 import torch
 
 from memorization.models import model_context
-from memorization.eval_model import (MissingTokenizerError, as_id_lists, check_vocab, default_device, grid_runtime,
-                                     load_checkpoint, load_on_grid, model_device, model_max_length)
+from memorization.eval_model import (MissingTokenizerError, as_id_lists, axonn_checkpoint, check_vocab, default_device,
+                                     grid_runtime, load_checkpoint, load_on_grid, model_config_of, model_device,
+                                     model_max_length)
 from memorization.mia import pad_batch, sequence_token_logprobs
 from memorization.mixture import check_manifest_doc
 
@@ -642,7 +643,10 @@ def run_downstream(
 
     from memorization.model_files import check_model_config
 
-    config = AutoConfig.from_pretrained(str(check_model_config(model_path)))  # (weights: load_checkpoint checks)
+    if grid and axonn_checkpoint(model_path) is not None:  # a training checkpoint, resharded onto the grid
+        config = model_config_of(model_path)
+    else:
+        config = AutoConfig.from_pretrained(str(check_model_config(model_path)))  # (weights: load_checkpoint checks)
     _check_context(max_length, model_context(config))
     if perplexity_source is not None:  # window and stride as perplexity() will take them
         L = int(max_length or model_max_length(config))

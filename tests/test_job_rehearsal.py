@@ -3,7 +3,10 @@ module): a script from recipes/jobs/generate.py runs on this machine with 4 CPU 
 tiny Llama saved with transformers (``--init``, with the shipped BPE tokenizer next to it) on a token store
 prepared from the built-in corpus with that checkpoint's tokenizer (``--store``).  USR1 mid-run -> every rank
 checkpoints and exits 75 -> ``scontrol requeue`` -> the sbatch shim runs the job again -> it resumes and
-finishes; its results equal an uninterrupted run's of the same job (same grid, same computation: exactly)."""
+finishes; its results equal an uninterrupted run's of the same job (same grid, same computation: exactly).
+The uninterrupted run is submitted as a user submits it, by the generated ``<name>.submit.sh``: training,
+then the evaluation job (``--dependency=afterok``), which extracts, scores membership and perplexity from the
+arms' training checkpoints on the inference planner's grid; its extraction reproduces the run's own."""
 from __future__ import annotations
 
 import json
@@ -16,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from memorization import eval_jobs
 from memorization import jobs as gen
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,10 +73,17 @@ def _job(machine: str, root: Path, init: Path, store: Path) -> gen.Job:
     return job
 
 
-def _sbatch(job: gen.Job, root: Path, job_id: int) -> subprocess.Popen:
+def _env(root: Path) -> dict:
     env = {**os.environ, "PATH": f"{SHIMS}:{os.environ['PATH']}", "AXONN_VENV": sys.prefix, "AXONN_REPO": str(REPO),
-           "SLURM_JOB_ID": str(job_id), "SLURM_SHIM_STATE": str(root / "slurm"), "USER": os.environ.get("USER", "ci"),
-           "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "AXONN_TIMEOUT": "240"}
+           "SLURM_SHIM_STATE": str(root / "slurm"), "SLURM_SHIM_JOBS": str(root / "slurm-jobs"),
+           "USER": os.environ.get("USER", "ci"), "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1",
+           "HF_DATASETS_OFFLINE": "1", "AXONN_TIMEOUT": "240"}
+    env.pop("SLURM_JOB_ID", None)
+    return env
+
+
+def _sbatch(job: gen.Job, root: Path, job_id: int) -> subprocess.Popen:
+    env = {**_env(root), "SLURM_JOB_ID": str(job_id)}
     return subprocess.Popen([str(SHIMS / "sbatch"), str(job.path)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
 
@@ -82,18 +93,22 @@ def _arms(run_dir: Path) -> dict:
     return {a: {k: v for k, v in r.items() if k != "train_seconds"} for a, r in arms.items()}
 
 
-_REFERENCE: dict[str, dict] = {}
+_REFERENCE: dict[str, tuple] = {}
 
 
-def reference(machine: str, root: Path, init: Path, store: Path) -> dict:
-    """The uninterrupted run of the same job (once per machine and session)."""
+def reference(machine: str, root: Path, init: Path, store: Path) -> tuple[dict, Path, eval_jobs.EvalJob, str]:
+    """The uninterrupted run of the same job and its evaluation, submitted by the generated submit script (once per
+    machine and session): (its arms' results, its run directory, the evaluation job, the submit script's output)."""
     if machine not in _REFERENCE:
         job = _job(machine, root, init, store)
-        job_id = 31000 + os.getpid() % 1000
-        p = _sbatch(job, root, job_id)
-        out, _ = p.communicate(timeout=500)
-        assert p.returncode == 0, out + job.log_dir.joinpath(f"{job.spec.name}-{job_id}.out").read_text()[-3000:]
-        _REFERENCE[machine] = _arms(Path(job.config.output.out))
+        evaluation = eval_jobs.make_eval_job(job)
+        evaluation.write()
+        p = subprocess.run(["bash", str(evaluation.submit_path)], env=_env(root), capture_output=True, text=True,
+                           timeout=900)
+        logs = "".join(f.read_text()[-3000:] for f in sorted(job.log_dir.glob("*.out")))
+        assert p.returncode == 0, p.stdout + p.stderr + logs
+        run_dir = Path(job.config.output.out)
+        _REFERENCE[machine] = (_arms(run_dir), run_dir, evaluation, p.stdout + p.stderr)
     return _REFERENCE[machine]
 
 
@@ -127,6 +142,43 @@ def test_rehearsal_usr1_requeue_resume_equals_uninterrupted(machine, tiny_init, 
     stopped_at = int(resumed[0].split("resumed at step ")[1].split()[0])
     assert 2 <= stopped_at < STEPS
     got = _arms(run_dir)
-    want = reference(machine, tmp_path / "reference", tiny_init, store)
+    want = reference(machine, tmp_path / "reference", tiny_init, store)[0]
     assert set(got) == {"standard", "goldfish"}
     assert got == want
+
+
+def test_the_evaluation_job_follows_training_and_reproduces_its_extraction(tiny_init, store, tmp_path):
+    """submit.sh: training, then (afterok) the evaluation job on the inference planner's grid, reading the arms'
+    training checkpoints resharded onto it: every target's exact match equals the run's own end-of-run
+    extraction, and membership inference and held-out perplexity report for both arms."""
+    from memorization.extraction import trained
+
+    arms, run_dir, evaluation, out = reference("frontier", tmp_path / "reference", tiny_init, store)
+    assert "training job" in out and "evaluation job" in out, out
+    log = next(evaluation.train.log_dir.glob(f"{evaluation.train.spec.name}-eval-*.out")).read_text()
+    assert "evaluation finished with status 0" in log, log[-4000:]
+    assert {s.arm for s in evaluation.steps} == {"standard", "goldfish"} and evaluation.tasks == 4
+    for arm in ("standard", "goldfish"):
+        ext = json.loads((run_dir / "eval" / arm / "extraction" / "extraction.json").read_text())
+        assert {d["id"]: d["exact_match"] for d in trained(ext["documents"])} == arms[arm]["exact_by_target"]
+        mia = json.loads((run_dir / "eval" / arm / "mia" / "mia.json").read_text())
+        assert 0.0 <= mia["scores"]["loss"]["auc"] <= 1.0, mia.keys()
+        ppl = json.loads((run_dir / "eval" / arm / "perplexity" / "downstream.json").read_text())
+        assert ppl["perplexity"]["perplexity"] > 1.0, ppl
+
+
+def test_an_evaluation_whose_training_failed_never_runs(tmp_path):
+    """afterok: the shim holds a job whose dependency ended with a non-zero status, as Slurm does."""
+    jobs = tmp_path / "slurm-jobs"
+    jobs.mkdir()
+    (jobs / "4242.status").write_text("1\n")
+    script = tmp_path / "eval.sbatch"
+    script.write_text(f"#!/bin/bash\n#SBATCH --output={tmp_path}/%x-%j.out\ntouch {tmp_path}/ran\n")
+    p = subprocess.run([str(SHIMS / "sbatch"), "--parsable", "--dependency=afterok:4242", str(script)],
+                       env=_env(tmp_path), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.strip().isdigit() and "never satisfied" in p.stderr
+    assert not (tmp_path / "ran").exists()
+    (jobs / "4242.status").write_text("0\n")
+    p = subprocess.run([str(SHIMS / "sbatch"), "--dependency=afterok:4242", str(script)], env=_env(tmp_path),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and (tmp_path / "ran").exists()

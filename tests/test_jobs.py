@@ -137,9 +137,10 @@ def test_generate_job_api_and_cli(tmp_path, capsys):
     config = tmp_path / "one-step.yaml"
     config.write_text("training: {steps: 1}\n")
     assert cli.main(["--all", "--config", str(config), "--out-dir", str(out), "--run-root", str(tmp_path / "runs")]) == 0
-    files = sorted(out.glob("*.sbatch"))
+    files = sorted(f for f in out.glob("*.sbatch") if not f.name.endswith(".eval.sbatch"))
     assert len(files) == 9
     assert {f.name for f in files} >= {"mem-405b-frontier-gf4-1024g.sbatch", "mem-8b-alps-gf4-16g.sbatch"}
+    assert len(list(out.glob("*.eval.sbatch"))) == len(list(out.glob("*.submit.sh"))) == 9  # each with its evaluation
     r = subprocess.run([sys.executable, str(REPO / "recipes/jobs/generate.py"), "--help"], capture_output=True,
                        text=True)
     assert r.returncode == 0 and "--goldfish-k" in r.stdout

@@ -3,7 +3,10 @@
 
 Each script trains one model size with ``recipes/memorize.py`` (both arms by default, paired in one report)
 on the 4D grid the planner ranks fastest for the machine and GPU count, one ``srun`` task per GPU, with
-checkpoint/resume on requeue (how: :mod:`memorization.jobs` and docs/planner.md, "Job scripts").
+checkpoint/resume on requeue (how: :mod:`memorization.jobs` and docs/planner.md, "Job scripts").  Next to
+it go the evaluation job (``<name>.eval.sbatch``: extraction, membership inference and held-out perplexity of
+each arm's checkpoint on the grid the inference planner picks; :mod:`memorization.eval_jobs`) and
+``<name>.submit.sh``, which submits training and then the evaluation with ``--dependency=afterok``.
 
 The experiment is a memorize config (``--config FILE.yaml``: corpus, targets, tokenizer, steps, learning
 rate, ...; the flags below override it, and fields neither gives keep the job defaults: the 8b, rows of 2,048
@@ -37,6 +40,7 @@ from axonn.grid import parse_grid  # noqa: E402
 from axonn.planner import GRAD_REDUCE_BYTES, PlanError  # noqa: E402
 from memorization.experiment.config import ConfigError  # noqa: E402
 from memorization.experiment.preflight import NOT_CHECKED  # noqa: E402
+from memorization.eval_jobs import EVALUATIONS, make_eval_job  # noqa: E402
 from memorization.jobs import (ARMS, MACHINES, JobRefused, check_job, job_defaults, load_job_config,  # noqa: E402
                                make_job, paper_matrix, spec_from_experiment)
 
@@ -101,12 +105,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--all", action="store_true",
                    help="emit the paper matrix: frontier/alps/perlmutter × 8b/70b/405b, each job Goldfish off "
                         "and on (both arms, --goldfish-k)")
+    p.add_argument("--eval", default=",".join(EVALUATIONS), metavar="LIST",
+                   help="evaluations of the trained arms written as a second job, <name>.eval.sbatch, that starts "
+                        "once training has ended with status 0 (<name>.submit.sh submits both with "
+                        f"--dependency=afterok): a comma list of {', '.join(EVALUATIONS)}, or none "
+                        "(default: all three), each on the grid the inference planner picks")
+    p.add_argument("--eval-time", default="01:00:00", help="wall time of the evaluation job")
+    p.add_argument("--eval-gpus", type=int, default=None,
+                   help="GPUs of the evaluation job (whole nodes; default: the fewest whole nodes on which one "
+                        "replica fits, from the inference planner)")
     p.add_argument("--print", action="store_true", help="print the script instead of writing it (single job)")
     a = p.parse_args(argv)
     try:
         grid = parse_grid(a.grid) if a.grid else None
     except ValueError as e:
         p.error(f"--grid: {e}")
+    evaluations = () if a.eval.strip() == "none" else tuple(e.strip() for e in a.eval.split(",") if e.strip())
+    if not set(evaluations) <= set(EVALUATIONS) or (a.eval.strip() != "none" and not evaluations):
+        p.error(f"--eval {a.eval}: a comma list of {', '.join(EVALUATIONS)}, or none")
     try:
         experiment = load_job_config(a.config) if a.config else job_defaults()
     except ConfigError as e:
@@ -129,6 +145,10 @@ def main(argv: list[str] | None = None) -> int:
                        f"mb={job.micro_batch} ({step}; checkpoint every {job.stop.checkpoint_every} steps, "
                        f"USR1 {job.stop.signal_lead_s} s ahead)")
             checks = check_job(job)
+            evaluation = (make_eval_job(job, evaluations, time=a.eval_time, gpus=a.eval_gpus) if evaluations
+                          else None)
+            if evaluation is not None:
+                summary += f"; evaluation: {evaluation.nodes} node(s), {evaluation.tasks} tasks"
             if a.check:
                 print(f"{job.spec.name}: {summary}")
                 for c in checks:
@@ -142,8 +162,12 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"note: {job.spec.name}: {c.name} not checked: {c.detail}", file=sys.stderr)
             if a.print and not a.all:
                 print(job.text)
+                if evaluation is not None:
+                    print(evaluation.text)
                 continue
             print(f"{job.write()}  {summary}")
+            if evaluation is not None:
+                print(f"{evaluation.write()}  submit both: {evaluation.submit_path}")
     except (PlanError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

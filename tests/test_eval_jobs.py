@@ -1,0 +1,86 @@
+"""The evaluation jobs that follow a training job (memorization/eval_jobs.py, recipes/jobs/generate.py --eval).
+
+What runs them end to end under a simulated Slurm is tests/test_job_rehearsal.py (the submit script, training,
+then the evaluation on the planner's grid reproducing the run's own extraction); here: what the scripts say."""
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from axonn.planner import Grid, divisibility_problem, plan_inference
+from memorization import eval_jobs
+from memorization import jobs as gen
+
+REPO = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("jobs_generate", REPO / "recipes" / "jobs" / "generate.py")
+cli = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cli)
+
+
+def _bash_n(path: Path) -> None:
+    if shutil.which("bash") is None:
+        pytest.skip("no bash")
+    r = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("machine, size", [("frontier", "405b"), ("alps", "70b"), ("perlmutter", "8b")])
+def test_an_evaluation_job_runs_every_evaluation_of_every_arm_on_a_planned_grid(machine, size, tmp_path):
+    train = gen.make_job(gen.JobSpec(machine=machine, size=size, out_dir=str(tmp_path), run_root=str(tmp_path / "r")))
+    ev = eval_jobs.make_eval_job(train)
+    ev.write()
+    _bash_n(ev.path)
+    _bash_n(ev.submit_path)
+    text = ev.text
+    # not a training job: no requeue, no USR1 (bash would die of it without a trap)
+    assert "#SBATCH --requeue" not in text and "--signal" not in text and "scontrol requeue" not in text
+    assert f"#SBATCH --nodes={ev.nodes}" in text and f"--ntasks={ev.tasks}" in text and ev.tasks <= train.tasks
+    assert f'RUN_DIR="{train.config.output.out}"' in text
+    gpn = gen.machine_config(machine).gpus_per_node
+    assert ev.tasks % gpn == 0
+    arms = ("standard", "goldfish")
+    assert {(s.what, s.arm) for s in ev.steps} == {(w, a) for w in eval_jobs.EVALUATIONS for a in arms}
+    for s in ev.steps:
+        g = Grid(*s.grid)
+        assert g.size == ev.tasks and divisibility_problem(train.shape, g) is None
+        assert f"--grid {','.join(map(str, s.grid))}" in text
+        assert f'"$RUN_DIR/{s.arm}/checkpoint"' in text
+    x = train.config.extraction
+    assert f"--prefix {x.prefix} --suffix {x.suffix} --prefix-mode {x.prefix_mode} --batch-size {x.batch}" in text
+    # the model-parallel group is the smallest that holds a replica: one node fewer would not
+    prof = gen.load_profile(gen.machine_config(machine).profile)
+    if ev.tasks > gpn:
+        with pytest.raises(Exception):
+            plan_inference(train.shape, ev.tasks - gpn, prof, x.batch, x.prefix + x.suffix, generate=True)
+    submit = ev.submit_path.read_text()
+    assert f'sbatch --parsable "$here/{train.path.name}"' in submit
+    assert f'sbatch --parsable --dependency=afterok:"$train" "$here/{ev.path.name}"' in submit
+
+
+def test_bad_evaluation_requests_are_refused(tmp_path, capsys):
+    train = gen.make_job(gen.JobSpec(machine="frontier", size="8b", out_dir=str(tmp_path), run_root=str(tmp_path)))
+    for kwargs, match in (({"evaluations": ("extract", "lm-eval")}, "choose from"), ({"evaluations": ()}, "choose"),
+                          ({"gpus": 12}, "whole number"), ({"time": "00:00:10"}, "at least a minute")):
+        with pytest.raises(ValueError, match=match):
+            eval_jobs.make_eval_job(train, **kwargs)
+    with pytest.raises(SystemExit):
+        cli.main(["--machine", "frontier", "--size", "8b", "--eval", "extract,bogus", "--out-dir", str(tmp_path)])
+    assert "--eval extract,bogus" in capsys.readouterr().err
+
+
+def test_generate_writes_the_evaluation_and_the_submit_script_unless_told_not_to(tmp_path):
+    config = tmp_path / "one-step.yaml"
+    config.write_text("training: {steps: 1}\n")
+    base = ["--machine", "alps", "--size", "8b", "--gpus", "8", "--config", str(config), "--run-root", str(tmp_path)]
+    assert cli.main([*base, "--out-dir", str(tmp_path / "a"), "--eval", "mia"]) == 0
+    (ev,) = (tmp_path / "a").glob("*.eval.sbatch")
+    text = ev.read_text()
+    assert "eval/mia.py" in text and "eval/extract.py" not in text and "eval/downstream.py" not in text
+    assert len(re.findall(r"^run_eval ", text, re.M)) == 2  # both arms
+    assert cli.main([*base, "--out-dir", str(tmp_path / "b"), "--eval", "none"]) == 0
+    assert not list((tmp_path / "b").glob("*.eval.sbatch")) and not list((tmp_path / "b").glob("*.submit.sh"))
