@@ -86,6 +86,7 @@ Public API
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -180,10 +181,24 @@ def token_stats(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask:
                 standardise: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """``(logp, z, valid)`` of one forward pass: :func:`sequence_token_logprobs`'s log-probs and, with
     ``standardise``, Min-K%++'s ``z_t = (log p_t - mu_t) / sigma_t`` (module docstring; None without)."""
-    out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+    head = vocab_sharded_head(model)
+    with head.sharded_output() if head is not None else contextlib.nullcontext():
+        out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
     logits = out.logits[:, :-1]
     targets = input_ids[:, 1:]
     valid = attention_mask[:, 1:].bool() & attention_mask[:, :-1].bool()
+    if head is not None:  # a grid's LM head: log-probs (and Min-K%++'s moments) from the row shards
+        from axonn.intra_layer import vocab_parallel_logprobs
+
+        rows = max(1, _LOGIT_CHUNK_ELEMENTS // max(1, 2 * logits.size(1) * logits.size(2)))
+        logps, zs = [], []
+        for chunk, tgt in zip(logits.split(rows), targets.split(rows)):
+            lp, mu, sigma = vocab_parallel_logprobs(chunk, tgt, moments=standardise, axes=head.out_axis,
+                                                    grid=head.grid)
+            logps.append(lp)
+            if standardise:
+                zs.append(torch.where(sigma > 0, (lp - mu) / sigma.clamp(min=1e-30), torch.zeros_like(lp)))
+        return torch.cat(logps), torch.cat(zs) if standardise else None, valid
     if standardise:  # log_softmax, its probabilities and two products: ~4 float32 copies of a row group
         rows = max(1, _LOGIT_CHUNK_ELEMENTS // max(1, 2 * logits.size(1) * logits.size(2)))
         logps, zs = [], []
@@ -207,6 +222,16 @@ def token_stats(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask:
         for chunk, tgt in zip(logits.split(rows), targets.split(rows))
     ])
     return -nll, None, valid
+
+
+def vocab_sharded_head(model: torch.nn.Module):
+    """The model's LM head if it is an axonn Linear whose output (the vocabulary) is split over more than one
+    rank, else None: then log-probs come from its shards (:func:`axonn.intra_layer.vocab_parallel_logprobs`),
+    never the gathered vocabulary."""
+    from axonn.intra_layer import Linear
+
+    head = getattr(model, "lm_head", None)
+    return head if isinstance(head, Linear) and head.grid.size(head.out_axis) > 1 else None
 
 
 def _min_k_mean(logp: torch.Tensor, valid: torch.Tensor, k: float) -> torch.Tensor:

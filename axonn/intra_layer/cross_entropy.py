@@ -74,3 +74,42 @@ def vocab_parallel_cross_entropy(logits_shard: torch.Tensor, labels: torch.Tenso
         n = (labels != ignore_index).sum().clamp(min=1)
         return loss.sum() / n
     raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+@torch.no_grad()
+@torch.compiler.disable  # all-reduces: eager under torch.compile
+def vocab_parallel_logprobs(logits_shard: torch.Tensor, targets: torch.Tensor, moments: bool = False,
+                            axes="row", grid: Grid | None = None
+                            ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """``(log p(target), μ, σ)`` per token from vocab-sharded logits, never the full vocabulary (no autograd).
+
+    With ``lse = m + log Σ_v exp(logit - m)`` (steps 1-2 of the module doc), ``log p(target) = t - log s``
+    (step 3) and, with ``moments`` (Min-K%++), ``μ = Σ_v p·log p`` and ``σ² = Σ_v p·(log p - μ)²`` over the
+    whole vocabulary: two more all-reduce(SUM)s of local sums, float32 throughout.  ``None`` for μ and σ
+    without ``moments``.  Targets must lie in ``[0, V)``.
+    """
+    grid = grid or get_grid()
+    logits = logits_shard.float()
+    nv = logits.shape[-1]
+    start = grid.index(axes) * nv
+    m = logits.max(dim=-1).values
+    all_reduce(m, axes, op=dist.ReduceOp.MAX, grid=grid)
+    shifted = logits - m.unsqueeze(-1)
+    del logits
+    s = shifted.exp().sum(dim=-1)
+    all_reduce(s, axes, grid=grid)
+    log_s = s.log()
+    local = (targets >= start) & (targets < start + nv)
+    idx = torch.where(local, targets - start, torch.zeros_like(targets))
+    t = shifted.gather(-1, idx.unsqueeze(-1)).squeeze(-1) * local
+    all_reduce(t, axes, grid=grid)
+    logp = t - log_s
+    if not moments:
+        return logp, None, None
+    lsm = shifted.sub_(log_s.unsqueeze(-1))  # log p over the local vocabulary, in place
+    p = lsm.exp()
+    mu = (p * lsm).sum(dim=-1)
+    all_reduce(mu, axes, grid=grid)
+    var = (p * (lsm - mu.unsqueeze(-1)).square()).sum(dim=-1)  # two-pass: no cancellation
+    all_reduce(var, axes, grid=grid)
+    return logp, mu, var.sqrt()

@@ -23,7 +23,9 @@ happens in :func:`axonn.sync_gradients`.
 """
 from __future__ import annotations
 
+import contextlib
 import math
+from typing import Iterator
 
 import torch
 import torch.nn as nn
@@ -182,6 +184,17 @@ class Linear(nn.Module):
         if g:
             y = gather(y, self.out_axis, self.grid)
         return y
+
+    @contextlib.contextmanager
+    def sharded_output(self) -> Iterator["Linear"]:
+        """Within: the output stays sharded over ``out_axis`` (no gather), whatever ``gather_output`` says -- e.g.
+        the LM head's vocab-sharded logits for :func:`~axonn.intra_layer.cross_entropy.vocab_parallel_logprobs`."""
+        saved = self.gather_output
+        self.gather_output = False
+        try:
+            yield self
+        finally:
+            self.gather_output = saved
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "

@@ -68,13 +68,15 @@ local ids and mask ``9m``; generation embeds ``m`` tokens before any cache exist
 full cache, so its activations count ``max(emb(b), emb(m) − KV)`` beyond the cache.
 
 LM head: the final norm's slice ``4mh/C`` and the logits of ``n`` positions (generation: the last one per
-sequence, ``n = b``, ``logits_to_keep``; scoring: all, ``n = m``), ``a·n·V/R`` on the row shard, all-gathered
-to the full vocabulary under ``no_grad`` (``gather_output="auto"``: an all-gather buffer and its
-concatenation, ``2a·n·V`` when ``R > 1``).
-Scoring (MIA, perplexity) then keeps the gathered logits ``a·m·V`` and turns row groups of ``c = r·(s−1)``
-positions into fp32 log-probabilities: ``r = min(b, max(1, 2²⁸ // (2·(s−1)·V)))`` rows, MIA's
-log-softmax, probabilities and two products ``16·c·V`` (plus the fp32 copy of bf16 logits, ``4·c·V``);
-perplexity's cross-entropy holds about half of that, so the figure is an upper bound for it.
+sequence, ``n = b``, ``logits_to_keep``; scoring: all, ``n = m``), ``a·n·V/R`` on the row shard; generation
+all-gathers them to the full vocabulary under ``no_grad`` (``gather_output="auto"``: an all-gather buffer and
+its concatenation, ``2a·n·V`` when ``R > 1``).  Scoring (MIA, perplexity) keeps them: with ``R > 1`` it takes
+its log-probs from the shard (:func:`axonn.intra_layer.vocab_parallel_logprobs`) in row groups of ``c =
+r·(s−1)`` positions, ``r = min(b, max(1, 2²⁸ // (2·(s−1)·V/R)))``: the shifted logits, their exponentials and
+Min-K%++'s two products over the local vocabulary, ``16·c·V/R`` beside the kept ``a·m·V/R``.  With ``R = 1``
+the whole vocabulary: MIA's log-softmax, probabilities and two products ``16·c·V`` (plus the fp32 copy of bf16
+logits, ``4·c·V``), with ``r`` from ``V``; perplexity's cross-entropy holds about half of that, so the figure is
+an upper bound for it.
 Generation's decoding steps hold the full cache and, while ``DynamicCache`` concatenates one layer's new
 keys and values, a copy of that layer's cache, ``KV/L``.
 
@@ -92,8 +94,8 @@ Choosing a grid (:func:`plan_inference`): every grid of ``G`` GPUs that divides 
 ranked by most data replicas ``D`` first (throughput once the model fits), then the tensor-parallel group
 ``R·C`` within a node (its all-reduces run in every layer; across nodes they would ride the slower network),
 then no depth (it all-gathers every weight in every forward, which a model larger than a node's group needs),
-then a larger row before a larger column.  :func:`smallest_inference_gpus` is the smallest model-parallel group ``R·C·Z``
-on which one replica fits.
+then a larger row before a larger column.  :func:`smallest_inference_gpus` is the smallest model-parallel
+group ``R·C·Z`` on which one replica fits.
 """
 from __future__ import annotations
 
@@ -227,7 +229,8 @@ def _moments(shape: ModelShape, grid: Grid, b: int, s: int, generate: bool,
     add = m * (8 * h + a * h)
     layer = through + max(norm, attn, mlp, mlp_out, add)
     n = b if generate else m  # positions whose logits the LM head computes
-    head_logits = a * n * V / R + (2 * a * n * V if R > 1 else 0)
+    # generation gathers them to the full vocabulary; scoring keeps them sharded (memorization.mia.token_stats)
+    head_logits = a * n * V / R + (2 * a * n * V if R > 1 and generate else 0)
     kv_all = kv_cache_bytes(shape, grid, b, s, dt) if generate else 0
     # generation embeds m tokens before any cache exists and b tokens beside the full cache: beyond the cache
     embedding = max(emb_act(b), emb_act(m) - kv_all) if generate else emb_act(m)
@@ -237,6 +240,11 @@ def _moments(shape: ModelShape, grid: Grid, b: int, s: int, generate: bool,
     if generate:
         kv_layer = b * s * (shape.kv_heads // R) * hd * (dt.key_bytes + dt.value_bytes)
         moments.append(("decode", cached + running(layer_block), kv_layer, head_logits))
+    elif s > 1 and R > 1:  # vocab-parallel log-probs (and Min-K%++'s moments) of row groups of the local shard
+        vl = V // R
+        rows = min(b, max(1, LOGIT_CHUNK_ELEMENTS // (2 * (s - 1) * vl)))
+        chunk = rows * (s - 1) * vl
+        moments.append(("log-probs", cached, 0.0, a * m * vl + 16 * chunk))
     elif s > 1:
         rows = min(b, max(1, LOGIT_CHUNK_ELEMENTS // (2 * (s - 1) * V)))
         chunk = rows * (s - 1) * V
