@@ -408,3 +408,60 @@ def test_downstream_cli_bad_limit_is_exit_2(tmp_path, monkeypatch, capsys):
     rc = load_eval_cli("downstream").main(["--model", str(tmp_path / "m"), "--tasks", "goldfish_mc",
                                        "--limit", "-3", "--device", "cpu"])
     assert rc == 2 and "limit must be > 0" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------ the perplexity window is checked before the model loads
+
+def _refuse_work(*args, **kwargs):
+    pytest.fail("work started before the input was checked")
+
+
+def _tiny_llama_ctx(vocab=300, ctx=256):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                        num_attention_heads=2, num_key_value_heads=1,
+                                        max_position_embeddings=ctx)).eval()
+
+
+@pytest.fixture
+def config_only(tmp_path):
+    """A checkpoint directory with a config (context 64) and no weights, plus a perplexity file."""
+    from transformers import LlamaConfig
+
+    LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                max_position_embeddings=64).save_pretrained(tmp_path / "m")
+    (tmp_path / "held.jsonl").write_text(json.dumps({"text": "held out"}) + "\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"max_length": 128}, r"max_length 128 exceeds the model's context \(64 tokens"),
+    ({"max_length": 32, "stride": 32}, "stride must be in"),
+    ({"stride": 64}, "stride must be in"),  # default window: the context, 64
+    ({"batch_size": 0}, "batch_size must be >= 1"),
+])
+def test_downstream_window_arguments_are_checked_before_the_model_loads(config_only, monkeypatch, kwargs, match):
+    import memorization.downstream as ds
+
+    monkeypatch.setattr(ds, "load_checkpoint", _refuse_work)
+    with pytest.raises(ValueError, match=match):
+        ds.run_downstream(config_only / "m", perplexity_source=config_only / "held.jsonl", **kwargs)
+
+
+def test_downstream_cli_bad_window_is_exit_2(config_only, monkeypatch, capsys):
+    import memorization.downstream as ds
+
+    monkeypatch.setattr(ds, "load_checkpoint", _refuse_work)
+    rc = load_eval_cli("downstream").main(["--model", str(config_only / "m"), "--perplexity",
+                                   str(config_only / "held.jsonl"), "--max-length", "128"])
+    assert rc == 2 and "exceeds the model's context" in capsys.readouterr().err
+
+
+def test_perplexity_refuses_a_window_beyond_the_context():
+    """Positions past the context were never trained: the perplexity there measures extrapolation."""
+    from memorization.downstream import perplexity
+
+    with pytest.raises(ValueError, match="exceeds the model's context"):
+        perplexity(_tiny_llama_ctx(ctx=16), [list(range(1, 40))], max_length=32, stride=16, progress=False)

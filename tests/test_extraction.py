@@ -13,6 +13,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from memorization.extraction import ExtractionConfig, extract, greedy_continue, rouge_l, split_document
 
+from eval_cli import load_eval_cli
+
 
 class OracleLM(torch.nn.Module):
     """Test double that has memorised ``docs``: given a (left-padded) history, it emits the next token
@@ -359,3 +361,70 @@ def test_a_training_checkpoint_is_extracted_on_another_grid_without_conversion(g
                 logits = model(torch.tensor([d["token_ids"][:10] + w[:k]])).logits[0, -1].double()
             assert float(logits[w[k]] - logits[g[k]]) <= 1e-4 * float(logits.abs().max()), (d["id"], k)
     assert sum(g == w for g, w in zip(got, want)) >= len(docs) - 1
+
+
+# ------------------------------------------------------------ edge cases: token-less Rouge-L, out-of-vocabulary ids, batch size, BOS on --documents
+
+def test_rouge_l_of_texts_without_tokens():
+    """A suffix that decodes to nothing Rouge can tokenise (newlines, special tokens), reproduced
+    exactly, is a perfect match, not 0; against a non-empty text it is still 0."""
+    assert rouge_l(["", "\n\n  \n"], ["", "\n\t\n"]) == [1.0, 1.0]
+    assert rouge_l(["x", ""], ["", "x"]) == [0.0, 0.0]
+
+
+def _tiny_llama_ctx(vocab=300, ctx=256):
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                        num_attention_heads=2, num_key_value_heads=1,
+                                        max_position_embeddings=ctx)).eval()
+
+
+@pytest.mark.parametrize("where", ["prefix", "suffix"])
+def test_token_ids_outside_the_vocabulary_are_refused(where):
+    """Token ids from another tokenizer: in the prefix they crashed inside the embedding (a device
+    assert on CUDA), in the suffix they could never be generated: a silent 0% extraction."""
+    ids = list(range(1, 101))
+    ids[10 if where == "prefix" else 70] = 300  # vocabulary 0..299
+    docs = [{"id": "d0", "token_ids": ids, "exposures": 1}]
+    with pytest.raises(ValueError, match=r"'d0' has token id 300, outside the model's vocabulary \(0..299\)"):
+        extract(_tiny_llama_ctx(), docs, ExtractionConfig(prefix_len=50, suffix_len=50))
+
+
+def test_extraction_batch_size_is_validated(tmp_path, capsys):
+    with pytest.raises(ValueError, match="batch size"):
+        ExtractionConfig(batch_size=0)
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    (tmp_path / "d.txt").write_text("some text")
+    with pytest.raises(SystemExit, match="--batch-size must be >= 1"):
+        load_eval_cli("extract").main(["--model", str(tmp_path / "m"), "--documents", str(tmp_path / "d.txt"),
+                               "--batch-size", "0", "--no-progress"])
+
+
+def test_documents_get_a_bos_as_the_memorize_run_gave_its_targets(tmp_path, monkeypatch):
+    """``--documents`` with a tokenizer that adds no BOS by itself: the memorize run trained on
+    ``[bos] doc`` (memorization.mixture), so extraction must prefix the same BOS."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    import memorization.extraction as ex
+
+    texts = [f"document {i}: the quick brown fox jumps over the lazy dog near tree {i}" for i in range(3)]
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    tk.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>"],
+                                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                                      show_progress=False))
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", pad_token="</s>")
+    assert tok("fox")["input_ids"][0] != tok.bos_token_id  # no post-processor: no BOS of its own
+    _tiny_llama_ctx(vocab=len(tok)).save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    (tmp_path / "d.txt").write_text("\n\n".join(texts))
+    seen = []
+    real = ex.extract
+    monkeypatch.setattr(ex, "extract", lambda model, docs, *a, **k: seen.extend(docs) or real(model, docs, *a, **k))
+    load_eval_cli("extract").main(["--model", str(tmp_path / "m"), "--documents", str(tmp_path / "d.txt"), "--prefix", "4",
+                           "--suffix", "4", "--device", "cpu", "--no-progress", "--json"])
+    assert len(seen) == 3
+    assert [d["token_ids"] for d in seen] == [[tok.bos_token_id] + tok(t)["input_ids"] for t in texts]

@@ -29,6 +29,8 @@ from memorization.hpc_code.problems import default_suite_dir
 from memorization.hpc_code.reference import SetupError, prepare_reference
 from memorization.hpc_code.sandbox import isolation
 
+from eval_cli import load_eval_cli
+
 REPO = Path(__file__).resolve().parents[1]
 CLI = REPO / "eval" / "hpc_code.py"
 
@@ -370,3 +372,22 @@ def test_model_generation_end_to_end(tmp_path):
                    "--save-completions", str(comp)])
     assert rc == 0 and json.loads(out.read_text())["samples_per_problem"] == 1
     assert len(comp.read_text().splitlines()) == 1
+
+
+# ------------------------------------------------------------ the CLI refuses bad flags before evaluating
+
+def _refuse_work(*args, **kwargs):
+    pytest.fail("work started before the input was checked")
+
+
+@pytest.mark.parametrize("flags", [["--output", "{tmp}/no/such/dir/report.json"], ["--output", "{tmp}"],
+                                   ["--save-completions", "{tmp}/missing/c.jsonl"], ["--timeout", "0"],
+                                   ["--humaneval-limit", "-1"], ["--repeats", "0"]])
+def test_hpc_cli_refuses_bad_flags_before_evaluating(tmp_path, monkeypatch, capsys, flags):
+    """The report is written at the very end: an unwritable --output used to crash after the whole
+    run; --timeout 0 scored every candidate as a timeout; --humaneval-limit -1 dropped a task."""
+    cli = load_eval_cli("hpc_code")
+    monkeypatch.setattr(cli, "evaluate_samples", _refuse_work)
+    flags = [f.format(tmp=tmp_path) for f in flags]
+    rc = cli.main(["--use-references", "--quick", "--no-progress", "--problems", "reduce_array_sum_serial", *flags])
+    assert rc == 2 and "error:" in capsys.readouterr().err

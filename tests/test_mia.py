@@ -626,3 +626,19 @@ def test_manifest_that_is_not_json_names_the_file(tmp_path):
     (tmp_path / "m.json").write_text('{"version": 1, "targets": [')
     with pytest.raises(ValueError, match=r"manifest .*m\.json is not valid JSON"):
         mia.load_manifest(tmp_path / "m.json")
+
+
+# ------------------------------------------------------------ the MIA CLI checks its numbers before loading
+
+def _refuse_work(*args, **kwargs):
+    pytest.fail("work started before the input was checked")
+
+
+@pytest.mark.parametrize("flags, match", [(["--k", "20"], "--k 20"), (["--fpr", "1.5"], "--fpr 1.5"),
+                                          (["--batch-size", "0"], "--batch-size 0"),
+                                          (["--max-length", "1"], "--max-length 1")])
+def test_mia_cli_checks_its_numbers_before_loading(tmp_path, monkeypatch, capsys, flags, match):
+    cli = load_eval_cli("mia")
+    monkeypatch.setattr(cli, "run_mia", _refuse_work)
+    assert cli.main(["--model", str(tmp_path), "--manifest", str(tmp_path / "m.json"), *flags]) == 2
+    assert match in capsys.readouterr().err
