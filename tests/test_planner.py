@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,8 +15,11 @@ import yaml
 from axonn.planner import (Grid, PlanError, divisibility_problem, enumerate_grids, format_plan, known_profiles,
                            load_profile, memory_per_gpu, plan, predict_step)
 from axonn.planner.__main__ import main as cli_main
+from axonn.planner.profiles import PROFILE_DIR
 from axonn.presets import get_preset
 from memorization import jobs as gen
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_enumerate_grids_is_every_factorisation():
@@ -455,3 +459,62 @@ def test_batch_error_only_when_some_grid_fits_and_its_suggestion_plans():
     assert ei.value.kind == "batch"
     suggested = int(re.search(r"e\.g\. (\d+)", str(ei.value)).group(1))
     assert plan("8b", seq=2048, global_batch=suggested, gpus=24, machine="frontier").ranked
+
+
+# ------------------------------------------------ batch errors list the right products; bad profile YAML
+
+def _products(msg: str) -> list[int]:
+    m = re.search(r"products: ([\d, ]+)\)", msg)
+    assert m, msg
+    return [int(x) for x in m.group(1).split(",")]
+
+
+@pytest.mark.parametrize("micro_batch", [3, 5])
+def test_batch_error_with_micro_batch_lists_the_products_the_batch_must_divide_by(micro_batch):
+    with pytest.raises(PlanError) as ei:
+        plan("8b", 2048, 128, 8, machine="frontier", micro_batch=micro_batch)
+    msg = str(ei.value)
+    assert ei.value.kind == "batch", msg
+    prods = _products(msg)
+    # the advice "use a global batch that is a multiple of one of them" must not be met by the refused batch
+    assert not any(128 % p == 0 for p in prods), msg
+    assert all(p % micro_batch == 0 for p in prods), msg
+    assert "data×depth×micro-batch" in msg
+    suggested = int(re.search(r"e\.g\. (\d+)", msg).group(1))
+    assert any(suggested % p == 0 for p in prods)
+    assert plan("8b", 2048, suggested, 8, machine="frontier", micro_batch=micro_batch).ranked
+
+
+def test_batch_error_without_micro_batch_is_unchanged():
+    with pytest.raises(PlanError) as ei:
+        plan("8b", 2048, 256, 6, machine="frontier")
+    msg = str(ei.value)
+    assert ei.value.kind == "batch" and "(their data×depth products: 3, 6)" in msg, msg
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda t: t + "oops: [1, 2\n", r"not valid YAML"),
+    (lambda t: t.replace("memory_gib: 80", 'memory_gib: "80"'), r"memory_gib must be a number, got '80'"),
+    (lambda t: t.replace("gpus_per_node: 4", "gpus_per_node: 4.5"), r"gpus_per_node must be an integer"),
+])
+def test_bad_profile_yaml_is_a_plan_error_not_a_traceback(tmp_path, edit, match):
+    text = (PROFILE_DIR / "perlmutter.yaml").read_text()
+    path = tmp_path / "my_profile.yaml"
+    path.write_text(edit(text))
+    with pytest.raises(PlanError, match=match) as ei:
+        plan("8b", 2048, 128, 8, machine=path)
+    assert ei.value.kind == "machine"
+    proc = subprocess.run([sys.executable, "-m", "axonn.planner", "--size", "8b", "--gpus", "8",
+                           "--machine", str(path)], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert re.search(match, proc.stderr), proc.stderr
+
+
+def test_bundled_and_numeric_profiles_still_load():
+    import numpy as np
+
+    for name in ("frontier", "alps", "perlmutter", "perlmutter-40", "h100-node"):
+        load_profile(name)
+    from dataclasses import replace
+    p = load_profile("alps")
+    assert replace(p, gpus_per_node=np.int64(4), memory_gib=np.float64(96.0)).gpus_per_node == 4
