@@ -55,6 +55,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--skip-short", action="store_true", help="skip (and count) documents shorter than P + S "
                    "instead of refusing")
     p.add_argument("--batch-size", type=int, default=32, help="documents decoded together (KV cache)")
+    p.add_argument("--samples", type=int, default=0,
+                   help="also sample N continuations per document ((n, p)-discoverable extraction: the report's "
+                        "sampled_any and sampled_rate); 0: greedy only (default)")
+    p.add_argument("--temperature", type=float, default=1.0, help="temperature of the sampled continuations")
+    p.add_argument("--top-k", type=int, default=40, help="sample among the k most likely tokens (0: all)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the sampled continuations (a document's draws depend on it and its id only)")
     p.add_argument("--device", default=None, help="cuda, cpu, ... (default: cuda if available)")
     p.add_argument("--device-map", default=None, choices=["auto", "balanced", "sequential"],
                    help="spread the layers over every visible GPU (then CPU) with accelerate, for a model larger "
@@ -105,6 +112,9 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit(f"error: --batch-size must be >= 1, got {args.batch_size}")
     if args.prefix_mode == "all-but-suffix" and args.max_doc_tokens <= args.suffix:
         raise SystemExit(f"error: --max-doc-tokens {args.max_doc_tokens} must exceed --suffix {args.suffix}")
+    if args.samples < 0 or not args.temperature > 0 or args.top_k < 0:
+        raise SystemExit(f"error: --samples {args.samples}, --temperature {args.temperature}, --top-k {args.top_k}: "
+                         "need samples >= 0, temperature > 0, top-k >= 0")
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -146,7 +156,8 @@ def main(argv: list[str] | None = None) -> dict:
         docs = [{"id": f"doc-{i:05d}", "token_ids": x, "exposures": None} for i, x in enumerate(ids)]
     cfg = ExtractionConfig(prefix_len=args.prefix, suffix_len=args.suffix,
                            all_but_suffix=args.prefix_mode == "all-but-suffix", batch_size=args.batch_size,
-                           skip_short=args.skip_short, max_tokens=args.max_doc_tokens)
+                           skip_short=args.skip_short, max_tokens=args.max_doc_tokens, samples=args.samples,
+                           temperature=args.temperature, top_k=args.top_k, seed=args.seed)
     try:  # documents, prefix + suffix and token ids checked against the config before the weights load
         with warnings.catch_warnings():  # extract() warns again, once, about a lowered --max-doc-tokens
             warnings.simplefilter("ignore")

@@ -17,6 +17,13 @@ greedy continuation ``g`` of ``S`` tokens.  Prefix + suffix must fit the model's
   2022), which a continuation shifted by one token or with one substitution keeps while exact and
   token match lose it; ``near_verbatim`` counts documents with edit similarity >= 0.9.
 
+Sampled extraction (``samples`` = n > 0; Hayes et al. 2024's (n, p)-discoverable extraction): besides the
+greedy continuation, n continuations sampled at ``temperature`` among the ``top_k`` most likely tokens; a
+document's ``sampled_matches`` counts those equal to ``s``, and a summary's ``sampled_any`` is the share of
+documents with at least one, ``sampled_rate`` the mean per-sample rate ``p̂`` (so a document is extracted
+within n' samples with probability ``1 - (1 - p̂)^n'``).  Each document's draws depend on ``seed`` and its
+id alone (:func:`sample_continue`).
+
 Generation is batched: prefixes are sorted by length, left-padded, and decoded together with
 a KV cache (one forward of the prefixes, keeping only the last position's logits, then one
 token per step for the whole batch).
@@ -27,6 +34,7 @@ import inspect
 import math
 import re
 import warnings
+import zlib
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -45,10 +53,17 @@ class ExtractionConfig:
     batch_size: int = 32
     skip_short: bool = False
     max_tokens: int = 2048  # all-but-suffix: cut the document to its first max_tokens tokens (Goldfish: 2,048)
+    samples: int = 0  # sampled continuations per document besides the greedy one (0: greedy only)
+    temperature: float = 1.0  # of the sampled continuations
+    top_k: int = 40  # sample among the k most likely tokens (0: all)
+    seed: int = 0  # of the sampled continuations (each document's draws depend on it and the document's id only)
 
     def __post_init__(self) -> None:
         if self.suffix_len < 1 or (not self.all_but_suffix and self.prefix_len < 1):
             raise ValueError("prefix and suffix lengths must be >= 1")
+        if self.samples < 0 or not self.temperature > 0 or self.top_k < 0:
+            raise ValueError(f"samples must be >= 0, temperature > 0 and top_k >= 0, got {self.samples}, "
+                             f"{self.temperature}, {self.top_k}")
         if self.batch_size < 1:
             raise ValueError(f"batch size must be >= 1, got {self.batch_size}")
         if self.all_but_suffix and self.max_tokens <= self.suffix_len:
@@ -106,13 +121,16 @@ def cache_nbytes(cache: Any) -> int:
 @torch.no_grad()
 def greedy_continue(model: torch.nn.Module, prefixes: list[list[int]], n_new: int, batch_size: int = 32,
                     pad_id: int = 0, progress: bool = False,
-                    on_cache: Callable[[Any], None] | None = None) -> list[list[int]]:
+                    on_cache: Callable[[Any], None] | None = None,
+                    pick: Callable[[torch.Tensor, list[int]], torch.Tensor] | None = None) -> list[list[int]]:
     """Greedy continuations of ``n_new`` tokens for every prefix, batched with a KV cache.
 
     The prefill forward keeps only the last position's logits: all of them would be
     batch x prefix x vocab (32 x 2,048 x 128,256 in bf16 = 16.8 GB).  ``on_cache`` is called with each batch's
     KV cache after its last decoding step, when it holds the longest prefix and ``n_new - 1`` generated
-    positions per sequence (:func:`cache_nbytes` measures it)."""
+    positions per sequence (:func:`cache_nbytes` measures it).  ``pick(logits, rows)`` chooses the next tokens
+    (``(batch, 1)``) from the last logits of a batch whose rows are ``prefixes[rows[r]]`` (default: argmax;
+    :func:`sample_continue` samples)."""
     device = next(model.parameters()).device
     keep_last, cache = _last_logits_only(model), cache_keyword(model)
     order = sorted(range(len(prefixes)), key=lambda i: len(prefixes[i]))
@@ -135,7 +153,8 @@ def greedy_continue(model: torch.nn.Module, prefixes: list[list[int]], n_new: in
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         res = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **keep_last)
         past, gen = getattr(res, cache), []
-        nxt = res.logits[:, -1].argmax(-1, keepdim=True)
+        choose = pick or (lambda logits, rows: logits.argmax(-1, keepdim=True))
+        nxt = choose(res.logits[:, -1], idx)
         last = pos[:, -1:]
         for _ in range(n_new - 1):  # one decoding step per new token, whole batch at once
             gen.append(nxt)
@@ -143,7 +162,7 @@ def greedy_continue(model: torch.nn.Module, prefixes: list[list[int]], n_new: in
             last = last + 1
             res = model(input_ids=nxt, attention_mask=mask, position_ids=last, use_cache=True, **{cache: past})
             past = getattr(res, cache)
-            nxt = res.logits[:, -1].argmax(-1, keepdim=True)
+            nxt = choose(res.logits[:, -1], idx)
         gen.append(nxt)
         if on_cache is not None:
             on_cache(past)
@@ -228,6 +247,35 @@ def prepare(model_or_config, docs: list[dict], cfg: ExtractionConfig):
     return cfg, ctx, kept, splits, skipped
 
 
+def sample_continue(model: torch.nn.Module, prefixes: list[list[int]], keys: list[int], n_new: int, samples: int,
+                    temperature: float = 1.0, top_k: int = 40, seed: int = 0, batch_size: int = 32,
+                    pad_id: int = 0) -> list[list[list[int]]]:
+    """``samples`` sampled continuations of ``n_new`` tokens per prefix (``[prefix][sample] -> ids``), batched
+    with a KV cache like :func:`greedy_continue`: each token drawn from ``softmax(logits / temperature)``
+    restricted to the ``top_k`` most likely tokens, by the Gumbel-max trick with noise from a generator seeded
+    by ``(seed, keys[i], sample)`` alone, so a prefix's draws do not depend on the batch it shares, its position
+    in the call or the grid (every rank of a replica draws the same)."""
+    rows = [(i, j) for i in range(len(prefixes)) for j in range(samples)]
+    gens: dict[int, torch.Generator] = {}
+
+    def draw(logits: torch.Tensor, idx: list[int]) -> torch.Tensor:
+        scores = logits.float() / temperature
+        if 0 < top_k < scores.size(-1):
+            kth = scores.topk(top_k, dim=-1).values[:, -1:]
+            scores = scores.masked_fill(scores < kth, float("-inf"))
+        noise = torch.empty_like(scores)
+        for r, k in enumerate(idx):
+            if k not in gens:
+                i, j = rows[k]
+                gens[k] = torch.Generator(device=scores.device).manual_seed(hash((seed, keys[i], j)) & (2**63 - 1))
+            noise[r] = torch.rand(scores.size(-1), generator=gens[k], device=scores.device)
+        gumbel = -torch.log(-torch.log(noise.clamp(min=1e-20)))
+        return (scores + gumbel).argmax(-1, keepdim=True)
+
+    flat = greedy_continue(model, [prefixes[i] for i, _ in rows], n_new, batch_size, pad_id, pick=draw)
+    return [flat[i * samples:(i + 1) * samples] for i in range(len(prefixes))]
+
+
 def extract(model: torch.nn.Module, docs: list[dict], cfg: ExtractionConfig = ExtractionConfig(), tokenizer=None,
             progress: bool = False) -> dict:
     """Run extraction on ``docs`` (dicts with ``id``, ``token_ids`` and optionally ``exposures``).
@@ -268,10 +316,18 @@ def extraction_records(model: torch.nn.Module, kept: list[dict], splits: list[tu
     rl = rouge_l(preds, refs)
     prefix = prefix_match(gen, sfx)
     edit = 1.0 - token_edit_distance(gen, sfx).double() / max(1, sfx.shape[1])
-    return [{"id": d.get("id"), "exposures": d.get("exposures"), "exact_match": bool(exact[j]),
-             "token_match": float(token[j]), "rouge_l": rl[j], "prefix_match": float(prefix[j]),
-             "edit_similarity": float(edit[j]), "suffix": refs[j], "generated": preds[j],
-             "generated_ids": gens[j]} for j, d in enumerate(kept)]
+    records = [{"id": d.get("id"), "exposures": d.get("exposures"), "exact_match": bool(exact[j]),
+                "token_match": float(token[j]), "rouge_l": rl[j], "prefix_match": float(prefix[j]),
+                "edit_similarity": float(edit[j]), "suffix": refs[j], "generated": preds[j],
+                "generated_ids": gens[j]} for j, d in enumerate(kept)]
+    if cfg.samples:  # (n, p)-discoverable extraction: how many of n sampled continuations reproduce the suffix
+        keys = [zlib.crc32(str(d.get("id", j)).encode()) for j, d in enumerate(kept)]
+        drawn = sample_continue(model, [p for p, _ in splits], keys, cfg.suffix_len, cfg.samples, cfg.temperature,
+                                cfg.top_k, cfg.seed, cfg.batch_size, pad)
+        for r, (_, suffix), conts in zip(records, splits, drawn):
+            r["sampled_matches"] = sum(c == list(suffix) for c in conts)
+            r["samples"] = cfg.samples
+    return records
 
 
 def extraction_result(records: list[dict], cfg: ExtractionConfig, ctx: int | None, skipped: list) -> dict:
@@ -359,6 +415,9 @@ def summarize(records: list[dict]) -> dict:
         "token_match": sum(r["token_match"] for r in records) / n,
         "rouge_l": sum(r["rouge_l"] for r in records) / n,
     }
+    if all("sampled_matches" in r for r in records):  # sampled extraction: any of n, and the per-sample rate
+        out["sampled_any"] = sum(r["sampled_matches"] > 0 for r in records) / n
+        out["sampled_rate"] = sum(r["sampled_matches"] / r["samples"] for r in records) / n
     if approx:
         out["prefix_match"] = sum(r["prefix_match"] for r in records) / n
         out["edit_similarity"] = sum(r["edit_similarity"] for r in records) / n

@@ -428,3 +428,48 @@ def test_documents_get_a_bos_as_the_memorize_run_gave_its_targets(tmp_path, monk
                            "--suffix", "4", "--device", "cpu", "--no-progress", "--json"])
     assert len(seen) == 3
     assert [d["token_ids"] for d in seen] == [[tok.bos_token_id] + tok(t)["input_ids"] for t in texts]
+
+
+# ------------------------------------------------------------ sampled ((n, p)-discoverable) extraction
+
+
+def _memorizer(vocab: int = 64):
+    """A tiny Llama trained to continue one sequence: its greedy continuation is that sequence."""
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64))
+    seq = torch.randint(1, vocab, (1, 24))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(150):
+        loss = model(input_ids=seq, labels=seq).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model.eval(), seq[0].tolist()
+
+
+def test_sampling_with_top_k_1_is_greedy_and_draws_do_not_depend_on_the_batch():
+    """top_k = 1 leaves one token to sample: every sample is the greedy continuation, so a memorized document is
+    sampled-extracted n out of n times and the others as often as greedy extracts them; with top_k = 0 and a
+    high temperature the draws of a document are the same in any batch (seeded by the document's id alone) and
+    differ between seeds."""
+    from memorization.extraction import sample_continue
+
+    model, seq = _memorizer()
+    docs = [{"id": "mem", "token_ids": seq, "exposures": 1},
+            {"id": "other", "token_ids": list(range(3, 27)), "exposures": 1}]
+    cfg = ExtractionConfig(prefix_len=8, suffix_len=8, batch_size=2, samples=3, top_k=1)
+    res = extract(model, docs, cfg)
+    by_id = {d["id"]: d for d in res["documents"]}
+    assert by_id["mem"]["exact_match"] and by_id["mem"]["sampled_matches"] == 3
+    for d in res["documents"]:
+        assert d["sampled_matches"] == (3 if d["exact_match"] else 0)
+    assert res["overall"]["sampled_any"] == res["overall"]["exact_match"]
+    prefixes, keys = [seq[:8], list(range(3, 11)), seq[2:10]], [11, 22, 33]
+    one = sample_continue(model, prefixes, keys, 6, 4, temperature=5.0, top_k=0, seed=1, batch_size=1)
+    together = sample_continue(model, prefixes, keys, 6, 4, temperature=5.0, top_k=0, seed=1, batch_size=5)
+    alone = sample_continue(model, prefixes[2:], keys[2:], 6, 4, temperature=5.0, top_k=0, seed=1, batch_size=3)
+    assert one == together and one[2] == alone[0]
+    assert sample_continue(model, prefixes, keys, 6, 4, temperature=5.0, top_k=0, seed=2, batch_size=5) != one
+    with pytest.raises(ValueError, match="temperature > 0"):
+        ExtractionConfig(samples=2, temperature=0.0)
