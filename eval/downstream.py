@@ -35,6 +35,7 @@ from memorization.downstream import (
     list_lm_eval_tasks,
     run_downstream,
 )
+from memorization.eval_model import add_plan_arguments
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,15 +71,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="perplexity sliding-window stride (default: max-length // 2)")
     ap.add_argument("--no-bos", action="store_true",
                     help="do not prepend BOS to perplexity documents")
-    plan = ap.add_argument_group("planning (prints the grid to run on and exits; reads the model's config only)")
-    plan.add_argument("--plan", action="store_true",
-                      help="print the memory per GPU of every grid of --gpus GPUs on --machine for the --perplexity "
-                           "run (weights, activations, fp32 logits of --batch-size windows of --max-length tokens), "
-                           "the smallest model-parallel group that fits, and the srun command for the best grid")
-    plan.add_argument("--gpus", type=int, default=None, help="GPUs to plan for (--plan)")
-    plan.add_argument("--machine", default="h100-node",
-                      help="machine profile for --plan: frontier, alps, perlmutter, perlmutter-40, h100-node, or a "
-                           "profile YAML")
+    add_plan_arguments(ap, "the --perplexity run: weights, activations, fp32 logits of --batch-size windows of "
+                           "--max-length tokens")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     include = args.include_path or [str(DEFAULT_TASK_DIR)]

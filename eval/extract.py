@@ -72,16 +72,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "one process)")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
                    help="weights dtype (auto: bf16 on CUDA, fp32 on CPU)")
-    plan = p.add_argument_group("planning (prints the grid to run on and exits; reads the model's config only)")
-    plan.add_argument("--plan", action="store_true",
-                      help="print the memory per GPU of every grid of --gpus GPUs on --machine (weights, KV cache of "
-                           "--batch-size sequences of prefix + suffix tokens, activations), the smallest "
-                           "model-parallel group that fits, and the srun command for the best grid (most data "
-                           "replicas)")
-    plan.add_argument("--gpus", type=int, default=None, help="GPUs to plan for (--plan)")
-    plan.add_argument("--machine", default="h100-node",
-                      help="machine profile for --plan: frontier, alps, perlmutter, perlmutter-40, h100-node, or a "
-                           "profile YAML")
+    from memorization.eval_model import add_plan_arguments
+
+    add_plan_arguments(p, "weights, KV cache of --batch-size sequences of prefix + suffix tokens, activations")
     p.add_argument("--out", default=None, help="directory for extraction.json and extraction.md")
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of a table")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

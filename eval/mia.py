@@ -32,6 +32,7 @@ import logging
 import sys
 
 from axonn.cli import HelpFormatter
+from memorization.eval_model import add_plan_arguments
 from memorization.mia import MissingTokenizerError, run_mia
 
 
@@ -61,16 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-bos", action="store_true",
                     help="do not prepend the tokenizer's BOS token to the documents")
     ap.add_argument("--json", action="store_true", help="print the JSON report, not markdown")
-    plan = ap.add_argument_group("planning (prints the grid to run on and exits; reads the models' configs only)")
-    plan.add_argument("--plan", action="store_true",
-                      help="print the memory per GPU of every grid of --gpus GPUs on --machine (weights of the model "
-                           "and of --reference-model, activations, fp32 logits of --batch-size documents of "
-                           "--max-length tokens), the smallest model-parallel group that fits, and the srun command "
-                           "for the best grid (most data replicas)")
-    plan.add_argument("--gpus", type=int, default=None, help="GPUs to plan for (--plan)")
-    plan.add_argument("--machine", default="h100-node",
-                      help="machine profile for --plan: frontier, alps, perlmutter, perlmutter-40, h100-node, or a "
-                           "profile YAML")
+    add_plan_arguments(ap, "weights of the model and of --reference-model, activations, fp32 logits of "
+                           "--batch-size documents of --max-length tokens")
     args = ap.parse_args(argv)
     bad = [f"{flag} {v} ({want})" for flag, v, ok, want in (
         ("--batch-size", args.batch_size, args.batch_size >= 1, ">= 1"),

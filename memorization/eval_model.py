@@ -233,6 +233,20 @@ def load_on_grid(path: str | os.PathLike, rt, tokenizer_path: str | os.PathLike 
     return build_model(None, len(tok) if tok is not None else 0, init=str(p), runtime=rt).eval(), tok
 
 
+def add_plan_arguments(parser, what: str) -> None:
+    """The evaluation CLIs' ``--plan``, ``--gpus`` and ``--machine`` (one group); ``what`` says what the plan's
+    memory per GPU counts for that command (e.g. "weights, KV cache of --batch-size sequences ...")."""
+    plan = parser.add_argument_group("planning (prints the grid to run on and exits; reads the model's config only)")
+    plan.add_argument("--plan", action="store_true",
+                      help=f"print the memory per GPU of every grid of --gpus GPUs on --machine ({what}), the smallest "
+                           "model-parallel group that fits, and the srun command for the best grid (most data "
+                           "replicas)")
+    plan.add_argument("--gpus", type=int, default=None, help="GPUs to plan for (--plan)")
+    plan.add_argument("--machine", default="h100-node",
+                      help="machine profile for --plan: frontier, alps, perlmutter, perlmutter-40, h100-node, or a "
+                           "profile YAML")
+
+
 #: flags of the evaluation CLIs that the command ``--plan`` prints leaves out (the plan's own, and what --grid refuses)
 PLAN_FLAGS = ("--plan",)
 PLAN_VALUE_FLAGS = ("--gpus", "--machine", "--grid", "--device", "--device-map")

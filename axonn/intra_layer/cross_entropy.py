@@ -21,24 +21,33 @@ from ..communication import all_reduce
 from ..grid import Grid, get_grid
 
 
+def _shifted_sums(logits: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor | None, axes, grid: Grid):
+    """Steps 1-3 of the module doc on float32 ``logits``: ``(shifted, e, s, t, idx, local)`` with ``shifted =
+    logits - m``, ``e = exp(shifted)``, ``s = Σ_v e`` and ``t = shifted[label]`` over the whole vocabulary (three
+    all-reduces), ``idx``/``local`` the label's local column and whether this rank owns it (and it is ``valid``)."""
+    nv = logits.shape[-1]
+    start = grid.index(axes) * nv
+    m = logits.max(dim=-1).values
+    all_reduce(m, axes, op=dist.ReduceOp.MAX, grid=grid)
+    shifted = logits - m.unsqueeze(-1)
+    e = shifted.exp()
+    s = e.sum(dim=-1)
+    all_reduce(s, axes, grid=grid)
+    local = (labels >= start) & (labels < start + nv)
+    if valid is not None:
+        local &= valid
+    idx = torch.where(local, labels - start, torch.zeros_like(labels))
+    t = shifted.gather(-1, idx.unsqueeze(-1)).squeeze(-1) * local
+    all_reduce(t, axes, grid=grid)
+    return shifted, e, s, t, idx, local
+
+
 class _VocabParallelCE(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits, labels, ignore_index, axes, grid):
         ctx.in_dtype = logits.dtype
-        logits = logits.float()
-        nv = logits.shape[-1]
-        start = grid.index(axes) * nv
-        m = logits.max(dim=-1).values
-        all_reduce(m, axes, op=dist.ReduceOp.MAX, grid=grid)
-        shifted = logits - m.unsqueeze(-1)
-        e = shifted.exp()
-        s = e.sum(dim=-1)
-        all_reduce(s, axes, grid=grid)
         valid = labels != ignore_index
-        local = (labels >= start) & (labels < start + nv) & valid
-        idx = torch.where(local, labels - start, torch.zeros_like(labels))
-        t = shifted.gather(-1, idx.unsqueeze(-1)).squeeze(-1) * local
-        all_reduce(t, axes, grid=grid)
+        _, e, s, t, idx, local = _shifted_sums(logits.float(), labels, valid, axes, grid)
         loss = (s.log() - t) * valid
         e.div_(s.unsqueeze(-1))
         ctx.save_for_backward(e, idx, local, valid)
@@ -89,20 +98,9 @@ def vocab_parallel_logprobs(logits_shard: torch.Tensor, targets: torch.Tensor, m
     without ``moments``.  Targets must lie in ``[0, V)``.
     """
     grid = grid or get_grid()
-    logits = logits_shard.float()
-    nv = logits.shape[-1]
-    start = grid.index(axes) * nv
-    m = logits.max(dim=-1).values
-    all_reduce(m, axes, op=dist.ReduceOp.MAX, grid=grid)
-    shifted = logits - m.unsqueeze(-1)
-    del logits
-    s = shifted.exp().sum(dim=-1)
-    all_reduce(s, axes, grid=grid)
+    shifted, e, s, t, _, _ = _shifted_sums(logits_shard.float(), targets, None, axes, grid)
+    del e
     log_s = s.log()
-    local = (targets >= start) & (targets < start + nv)
-    idx = torch.where(local, targets - start, torch.zeros_like(targets))
-    t = shifted.gather(-1, idx.unsqueeze(-1)).squeeze(-1) * local
-    all_reduce(t, axes, grid=grid)
     logp = t - log_s
     if not moments:
         return logp, None, None

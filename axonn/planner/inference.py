@@ -429,8 +429,8 @@ def plan_inference(shape: str | ModelShape, gpus: int, machine: str | Path | Mac
                    context: int, generate: bool = True, dtype: str | InferenceDtype = "bf16",
                    reference: ModelShape | None = None) -> InferencePlan:
     """Every grid of ``gpus`` GPUs that divides ``shape`` (and ``reference``) and fits the profile's usable
-    memory for ``batch`` sequences of ``context`` tokens, ranked (module docstring): most data replicas, no
-    depth, tensor-parallel within a node, larger row.  :class:`PlanError`: ``kind="input"`` for bad numbers,
+    memory for ``batch`` sequences of ``context`` tokens, ranked (module docstring): most data replicas,
+    tensor-parallel within a node, no depth, larger row.  :class:`PlanError`: ``kind="input"`` for bad numbers,
     ``"machine"`` for an unknown profile, ``"divide"`` when no grid divides, ``"memory"`` when nothing fits
     (``smallest_gpus``: the smallest model-parallel group that fits one replica, None when none does)."""
     shape, prof, dt = resolve_shape(shape), load_machine(machine), inference_dtype(dtype)
