@@ -10,6 +10,8 @@ import pytest
 
 from axonn.cli import HelpFormatter
 
+from eval_cli import load_eval_cli
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT_DIRS = ("recipes", "recipes/jobs", "eval", "benchmarks", "data", "data/pydocs")
 SCRIPTS = sorted(str(p.relative_to(REPO)) for d in SCRIPT_DIRS
@@ -73,3 +75,17 @@ def test_defaults_are_shown_only_where_they_say_something():
     assert "directory" in text and "None" not in text
     assert "go fast" in text and "False" not in text
     assert text.count("default 128") == 1 and "(default: 128)" not in text
+
+
+# ------------------------------------------------------------ the usage examples in the eval CLIs' docstrings
+
+@pytest.mark.parametrize("name", ["mia", "downstream"])
+def test_cli_help_examples_are_runnable_command_lines(name):
+    """The usage examples of ``--help`` lost their line continuations (a ``\\`` at the end of a line
+    in a non-raw docstring joins the lines), so the help printed one line with runs of spaces in it,
+    and they named ``runs/goldfish_k4/final``, a path memorize.py never writes (``<arm>/model``)."""
+    doc = load_eval_cli(name).__doc__
+    example = [line for line in doc.splitlines() if line.startswith(f"    python eval/{name}.py")]
+    assert example and example[0].endswith(" \\"), example
+    assert "goldfish_k4/final" not in doc
+    assert "runs/memorize/goldfish/model" in doc and "runs/memorize/manifest.json" in doc

@@ -465,3 +465,15 @@ def test_perplexity_refuses_a_window_beyond_the_context():
 
     with pytest.raises(ValueError, match="exceeds the model's context"):
         perplexity(_tiny_llama_ctx(ctx=16), [list(range(1, 40))], max_length=32, stride=16, progress=False)
+
+
+# ------------------------------------------------------------ lm-eval options without --tasks are refused
+
+@pytest.mark.parametrize("flag", [["--limit", "100"], ["--num-fewshot", "5"]])
+def test_downstream_lm_eval_options_without_tasks_are_refused(tmp_path, capsys, flag):
+    """``--limit``/``--num-fewshot`` only shape lm-eval tasks: with perplexity alone they were ignored in silence."""
+    (tmp_path / "held.jsonl").write_text(json.dumps({"text": "held out"}) + "\n")
+    with pytest.raises(SystemExit) as e:
+        load_eval_cli("downstream").main(["--model", str(tmp_path / "m"), "--perplexity", str(tmp_path / "held.jsonl"),
+                                      *flag])
+    assert e.value.code == 2 and "apply to lm-eval --tasks" in capsys.readouterr().err

@@ -363,7 +363,7 @@ def test_a_training_checkpoint_is_extracted_on_another_grid_without_conversion(g
     assert sum(g == w for g, w in zip(got, want)) >= len(docs) - 1
 
 
-# ------------------------------------------------------------ edge cases: token-less Rouge-L, out-of-vocabulary ids, batch size, BOS on --documents
+# --- edge cases: token-less Rouge-L, out-of-vocabulary ids, batch size, BOS on --documents
 
 def test_rouge_l_of_texts_without_tokens():
     """A suffix that decodes to nothing Rouge can tokenise (newlines, special tokens), reproduced
@@ -473,3 +473,55 @@ def test_sampling_with_top_k_1_is_greedy_and_draws_do_not_depend_on_the_batch():
     assert sample_continue(model, prefixes, keys, 6, 4, temperature=5.0, top_k=0, seed=2, batch_size=5) != one
     with pytest.raises(ValueError, match="temperature > 0"):
         ExtractionConfig(samples=2, temperature=0.0)
+
+
+# --- a manifest target with a bad exposure count is refused before loading
+
+@pytest.mark.parametrize("bad, what", [(-1, "exposures -1"), (1.5, "exposures 1.5"), ("x", "exposures 'x'")])
+def test_extract_refuses_a_manifest_target_with_a_bad_exposure_count(tmp_path, tokenizer, monkeypatch, bad, what):
+    """``eval/extract.py --manifest`` read the manifest loosely: a target with exposures -1 was counted as trained
+    in the overall rate (only exposure 0 is a control) and 1.5 became its own group. It now reads it with the one
+    manifest check that MIA and perplexity use, before the model loads."""
+    import transformers
+
+    LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                num_attention_heads=2).save_pretrained(tmp_path / "m")
+    tokenizer.save_pretrained(tmp_path / "m")
+    target = {"id": "t0", "token_ids": [1, 5, 6, 7], "exposures": bad}
+    (tmp_path / "manifest.json").write_text(json.dumps({"version": 1, "targets": [target], "nonmembers": []}))
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
+                        lambda *a, **k: pytest.fail("the model loaded before the manifest was checked"))
+    with pytest.raises(SystemExit, match=f"targets\\[0\\] has {what}"):
+        load_eval_cli("extract").main(["--model", str(tmp_path / "m"), "--manifest", str(tmp_path / "manifest.json"),
+                                   "--no-progress"])
+
+
+# ------------------------------------------------------------ bad documents are refused before the model loads
+
+@pytest.fixture
+def weightless_model_dir(tmp_path, tokenizer):
+    """A model directory with a config (context 64) and a tokenizer, but no weights: loading them fails."""
+    LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                num_attention_heads=2, max_position_embeddings=64).save_pretrained(tmp_path / "m")
+    tokenizer.save_pretrained(tmp_path / "m")
+    return tmp_path
+
+
+@pytest.mark.parametrize("ids, flags, match", [
+    (list(range(1, 11)), ["--prefix", "8", "--suffix", "8"],
+     r"document 't0' has 10 tokens, fewer than prefix \+ suffix = 16: lower --prefix/--suffix or pass --skip-short"),
+    (list(range(1, 101)), ["--prefix", "50", "--suffix", "50"], r"prefix \+ suffix = 100 tokens exceeds the model's "
+                                                                r"context \(64 tokens\)"),
+    ([1, 2, 3, 10**6, 5, 6, 7, 8], ["--prefix", "4", "--suffix", "4"], r"document 't0' has token id 1000000, outside "
+                                                                       r"the model's vocabulary"),
+])
+def test_extract_refuses_bad_documents_before_the_model_loads(weightless_model_dir, monkeypatch, ids, flags, match):
+    import transformers
+
+    manifest = {"version": 1, "targets": [{"id": "t0", "token_ids": ids, "exposures": 4}], "nonmembers": []}
+    (weightless_model_dir / "manifest.json").write_text(json.dumps(manifest))
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
+                        lambda *a, **k: pytest.fail("the model loaded before the documents were checked"))
+    with pytest.raises(SystemExit, match=match):
+        load_eval_cli("extract").main(["--model", str(weightless_model_dir / "m"), "--manifest",
+                                   str(weightless_model_dir / "manifest.json"), "--no-progress", *flags])

@@ -382,3 +382,43 @@ def test_options_must_be_given_in_full(capsys):
     with pytest.raises(SystemExit):
         memorize.parse_args(["--siz", "mini"])
     assert "unrecognized arguments: --siz mini" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------ notes from rank 0 only; Ctrl-C
+
+@pytest.mark.parametrize("rank, notes", [("0", 1), ("3", 0)])
+def test_validate_notes_come_from_the_first_rank_only(tmp_path, monkeypatch, capsys, rank, notes):
+    """memorize's checks run on every rank before the grid exists: under torchrun -n 4 a --resume note was
+    printed four times; it now comes from rank 0 alone (and an error still from every rank)."""
+    monkeypatch.setenv("RANK", rank)
+    monkeypatch.setattr("torch.distributed.is_initialized", lambda: False)  # as before axonn.init, in a fresh process
+    args = memorize.parse_args(["--out", str(tmp_path / "none"), "--resume", "--no-progress"])
+    validate(args)
+    assert capsys.readouterr().err.count("note: --resume: no run in") == notes
+    with pytest.raises(SystemExit, match=r"^error: --grid: grid '2,1,1'"):
+        validate(memorize.parse_args(["--grid", "2,1,1"]))
+
+
+def test_ctrl_c_ends_memorize_with_one_line_and_status_130(tmp_path):
+    """Ctrl-C during training printed a KeyboardInterrupt traceback (one per rank under torchrun); it now ends
+    with one line saying how to continue, status 130, and the checkpoint it names is there to resume from."""
+    import os
+    import signal
+    import time
+
+    repo = Path(__file__).resolve().parents[1]
+    out = tmp_path / "run"
+    cmd = [sys.executable, str(repo / "recipes" / "memorize.py"), "--num-targets", "4", "--num-nonmembers", "2",
+           "--exposures", "2", "--steps", "12", "--prefix", "10", "--suffix", "10", "--seq-len", "64",
+           "--no-progress", "--checkpoint-every", "5", "--out", str(out)]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                            env={**os.environ, "WANDB_MODE": "disabled"})
+    latest = out / "standard" / "checkpoint" / "LATEST"
+    deadline = time.monotonic() + 240
+    while not latest.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    err = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "interrupted: " in err and "--resume" in err
+    assert latest.exists()

@@ -642,3 +642,30 @@ def test_mia_cli_checks_its_numbers_before_loading(tmp_path, monkeypatch, capsys
     monkeypatch.setattr(cli, "run_mia", _refuse_work)
     assert cli.main(["--model", str(tmp_path), "--manifest", str(tmp_path / "m.json"), *flags]) == 2
     assert match in capsys.readouterr().err
+
+
+# --- a manifest document with out-of-vocabulary ids is named by its id
+
+def test_run_mia_names_the_manifest_document_whose_token_ids_are_outside_the_vocabulary(tmp_path):
+    """docs/eval.md: token ids outside the model's vocabulary are refused, "naming the document".
+    run_mia reported the document's place in members + nonmembers ("document 1": here the
+    exposure-0 control, which is the manifest's targets[0]), which the user cannot find in the
+    manifest; eval/extract.py names the document by its id."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    LlamaForCausalLM(cfg).save_pretrained(tmp_path / "model")
+    manifest = {
+        "version": 1,
+        "targets": [
+            {"id": "control-with-bad-ids", "token_ids": [1, 5, 6, 150, 7], "exposures": 0},
+            {"id": "member", "token_ids": [1, 8, 9, 10, 11], "exposures": 2},
+        ],
+        "nonmembers": [{"id": "held-out", "token_ids": [1, 12, 13, 14, 15]}],
+    }
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match=r"document 'control-with-bad-ids' has token id 150, outside the model's "
+                                         r"vocabulary \(0\.\.99\)"):
+        mia.run_mia(tmp_path / "model", tmp_path / "manifest.json", device="cpu")

@@ -481,3 +481,40 @@ def test_validation_measures_the_same_rows_on_any_grid(tmp_path, n_val):
     # other batch splits: per-row GEMMs and the sum over ~100 token losses in another order (fp32, ≤ 100·2^-24)
     assert t.validate() == pytest.approx(ref, rel=1e-5)
     assert r1.local[1] == (n_val // 2) * (rows.shape[1] - 1)  # rank 1 scored its real rows only, not the padding
+
+
+# ------------------------------------------------------------ a resumed run reports the whole run's time
+
+def test_a_resumed_training_reports_the_time_of_the_whole_run(tmp_path):
+    """results.md's "train time" of an arm resumed at step 23 of 48 said 3 s (the part after the resume) where the
+    uninterrupted arm took 16 s: the trainer now keeps the time trained so far in its checkpoint and adds to it."""
+    import time
+
+    import torch
+
+    from memorization.goldfish import GoldfishConfig
+    from memorization.models import build_model
+    from memorization.train import TrainConfig, Trainer
+
+    g = torch.Generator().manual_seed(0)
+    rows = torch.randint(3, 4096, (8, 32), generator=g).repeat(3, 1)
+    docs, val = torch.zeros_like(rows, dtype=torch.int32), rows[:8]
+
+    def trainer():
+        cfg = TrainConfig(batch_size=4, micro_batch=2, lr=3e-3, warmup_steps=2, checkpoint_every=4, progress=False,
+                          goldfish=GoldfishConfig(k=0))
+        return Trainer(build_model("tiny", 4096, seed=0), rows, docs, val, cfg, tmp_path, run_name="t")
+
+    class Interrupt(Exception):
+        pass
+
+    def slow_then_stop(rec):  # steps 1-3 are logged before the step-4 checkpoint: >= 0.9 s in it
+        time.sleep(0.3)
+        if rec["step"] == 5:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        trainer().fit(on_step=slow_then_stop)
+    resumed = trainer().fit(resume=True)
+    assert resumed["steps"] == 6
+    assert resumed["train_seconds"] >= 0.9
