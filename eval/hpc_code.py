@@ -92,7 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = ap.add_argument_group("execution")
     run.add_argument("--workers", type=_csv_ints, default=(1, 2), metavar="N,N",
-                     help="OpenMP thread / MPI rank counts to run parallel problems with (default: 1,2)")
+                     help="OpenMP thread / MPI rank counts to run parallel problems with; mpi+omp problems run "
+                          "with these rank counts, each rank with --threads-per-rank threads (default: 1,2)")
+    run.add_argument("--threads-per-rank", type=int, default=2, metavar="T",
+                     help="OpenMP threads of each MPI rank in mpi+omp runs: a run with R ranks uses n = R x T "
+                          "workers (default: 2)")
     run.add_argument("--k", type=int, nargs="+", default=[1], help="k values for pass@k etc. (default: 1)")
     run.add_argument("--quick", action="store_true",
                      help="small inputs and a single timed repetition (tests; speedups are then noise)")
@@ -153,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.k) < 1:
         print(f"error: --k values must be >= 1, got {args.k}", file=sys.stderr)
         return 2
+    if args.threads_per_rank < 1:
+        print(f"error: --threads-per-rank must be >= 1, got {args.threads_per_rank}", file=sys.stderr)
+        return 2
     bad = [f"{flag} {v}" for flag, v, ok in (
         ("--samples", args.samples, args.samples >= 1),
         ("--humaneval-limit", args.humaneval_limit, args.humaneval_limit is None or args.humaneval_limit >= 1),
@@ -196,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
     cfg = RunConfig(
         workers=tuple(sorted(set(args.workers))),
+        threads_per_rank=args.threads_per_rank,
         quick=args.quick,
         repeats=args.repeats,
         run_limits=SandboxLimits(args.timeout, args.memory_mb, args.output_limit_kb << 10, isolate,
@@ -275,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         "samples_per_problem": samples,
         "k": ks,
         "workers": list(cfg.workers),
+        "threads_per_rank": cfg.threads_per_rank,
         "quick": args.quick,
         "network_isolated": iso.network,
         "sandbox": iso.to_dict(),
@@ -305,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         except (SetupError, SandboxError) as exc:  # the suite's or the machine's fault: no verdicts
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        sub = summarize(problems, results, ks, cfg.workers, errors)
+        sub = summarize(problems, results, ks, cfg, errors)
         sub["seconds"] = round(time.time() - t0, 1)
         if bench == "hpc":
             report.update(sub)  # hpc metrics at top level: problems, pass@1, build@1, speedup@1, results

@@ -4,7 +4,7 @@ A suite directory holds ``problems/*.yaml`` (one problem per file), the shared
 per-type drivers in ``drivers/`` and the generic mains in ``harness/``.
 A problem file has the keys::
 
-    name, type, model (serial|openmp|mpi), description, driver (path relative
+    name, type, model (serial|openmp|mpi|mpi+omp), description, driver (path relative
     to the suite), size, quick_size, prompt (C code ending in the function's
     opening brace), reference (the body that completes the prompt)
 
@@ -21,7 +21,8 @@ from pathlib import Path
 
 import yaml
 
-MODELS = ("serial", "openmp", "mpi")
+MODELS = ("serial", "openmp", "mpi", "mpi+omp")
+MPI_MODELS = ("mpi", "mpi+omp")  # built with mpicc, launched by mpiexec
 REQUIRED_KEYS = ("name", "type", "model", "driver", "size", "quick_size", "prompt", "reference")
 
 
@@ -50,6 +51,10 @@ class Problem:
     @property
     def parallel(self) -> bool:
         return self.model != "serial"
+
+    @property
+    def uses_mpi(self) -> bool:
+        return self.model in MPI_MODELS
 
     @property
     def function(self) -> str:

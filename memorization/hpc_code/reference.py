@@ -88,7 +88,7 @@ def _window(res: SandboxResult, what: str, problem: Problem) -> float:
 def _build(problem: Problem, cfg: RunConfig, private: Path) -> None:
     for sub in ("bin", "check", "null"):
         (private / sub).mkdir()
-    main = "main_run_mpi.c" if problem.model == "mpi" else "main_run_omp.c"
+    main = "main_run_mpi.c" if problem.uses_mpi else "main_run_omp.c"
     for what, res in (("runner", compile_driver(problem, private / "bin", cfg, main)),
                       ("reference program", compile_driver(problem, private / "check", cfg, "main_ref.c")),
                       ("reference solution", compile_library(problem, problem.reference, private / "null", cfg,
@@ -124,7 +124,7 @@ def prepare_reference(problem: Problem, cfg: RunConfig) -> Reference:
                 report = private / "null" / "workers"
                 got = report.read_text().strip() if report.is_file() else None
                 if got != str(workers):
-                    launcher = cfg.mpiexec if problem.model == "mpi" else "OMP_NUM_THREADS"
+                    launcher = f"{cfg.mpiexec} x OMP_NUM_THREADS" if problem.uses_mpi else "OMP_NUM_THREADS"
                     raise SetupError(f"{problem.name}: asked for {workers} worker(s), {launcher} gave "
                                          f"{got or 'none reported'} (an mpiexec from another MPI than mpicc?)")
             ref.null_s[workers] = min(times)

@@ -68,7 +68,7 @@ def evaluate_samples(
     return results  # type: ignore[return-value]
 
 
-def _problem_summary(problem, samples: list[SampleResult], ks: Sequence[int], workers: Sequence[int]) -> dict:
+def _problem_summary(problem, samples: list[SampleResult], ks: Sequence[int], cfg: RunConfig) -> dict:
     n = len(samples)
     c = sum(s.status == "passed" for s in samples)
     b = sum(s.status != "build_error" for s in samples)
@@ -87,8 +87,8 @@ def _problem_summary(problem, samples: list[SampleResult], ks: Sequence[int], wo
     for k in valid_k:
         out[f"pass@{k}"] = pass_at_k(n, c, k)
         out[f"build@{k}"] = pass_at_k(n, b, k)
-    if problem.model not in ("python",):
-        ns = [1] if problem.model == "serial" else list(workers)
+    if isinstance(problem, Problem):
+        ns = list(cfg.worker_counts(problem))
         # best speedup among passing samples, per worker count (null when none passed)
         out["speedups"] = {
             str(w): max((s.speedups[w] for s in samples if s.status == "passed"), default=None) for w in ns
@@ -140,26 +140,29 @@ def summarize(
     problems: Sequence[Problem | PyProblem],
     results: list[list[SampleResult]],
     ks: Sequence[int],
-    workers: Sequence[int],
+    cfg: RunConfig,
     task_errors: Sequence[TaskError] = (),
-    speedup_models: Sequence[str] = ("openmp", "mpi"),
+    speedup_models: Sequence[str] = ("openmp", "mpi", "mpi+omp"),
 ) -> dict:
     """Aggregate per-problem results into the JSON report.
 
     ``pass@k``/``build@k`` average over all problems.  ``speedup@k`` is the
-    headline ParEval speedup_n@k at the largest worker count n, averaged over
-    the parallel problems (``speedup_models``); failed samples count as 0;
+    headline ParEval speedup_n@k at the largest of ``cfg.workers``, n, averaged over
+    the parallel problems (``speedup_models``) that ran with n workers (an
+    mpi+omp run's n is ranks x threads, :meth:`RunConfig.worker_counts`); failed samples count as 0;
     ``efficiency@k`` (speedup_n / n), ``speedup_max@k`` and ``efficiency_max@k``
     (each sample's best over its worker counts) likewise.  ``speedup_n@k`` and
     ``efficiency_n@k`` give every n (n=1 also includes serial problems);
     ``by_model``, ``by_type`` and ``by_task`` split everything per execution
     model, per problem type and per task kind (write / translate).
     """
-    entries = [_problem_summary(p, r, ks, workers) for p, r in zip(problems, results)]
-    is_c = any(isinstance(p, Problem) for p in problems)
+    entries = [_problem_summary(p, r, ks, cfg) for p, r in zip(problems, results)]
+    counts = {p.model: cfg.worker_counts(p) for p in problems if isinstance(p, Problem)}
+    is_c = bool(counts)
+    workers = sorted({*cfg.workers, *(n for ns in counts.values() for n in ns)})
     report = _aggregate(entries, ks, workers if is_c else None)
     if is_c:
-        top = str(max(workers))
+        top = str(max(cfg.workers))
         par = [e for e in entries if e["model"] in speedup_models]
         par_agg = _aggregate(par, ks, workers)
         report["speedup_n"] = int(top)
@@ -168,10 +171,8 @@ def summarize(
             report[f"efficiency@{k}"] = par_agg["efficiency_n@k"][top][str(k)]
             report[f"speedup_max@{k}"] = par_agg["speedup_max@k"][str(k)]
             report[f"efficiency_max@{k}"] = par_agg["efficiency_max@k"][str(k)]
-        report["by_model"] = {
-            m: _aggregate([e for e in entries if e["model"] == m], ks, [1] if m == "serial" else workers)
-            for m in sorted({e["model"] for e in entries})
-        }
+        report["by_model"] = {m: _aggregate([e for e in entries if e["model"] == m], ks, counts[m])
+                              for m in sorted(counts)}
         report["by_type"] = {t: _aggregate([e for e in entries if e["type"] == t], ks, workers)
                              for t in sorted({e["type"] for e in entries})}
         report["by_task"] = {t: _aggregate([e for e in entries if e["task"] == t], ks, workers)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
-from memorization.hpc_code.problems import Problem
+from memorization.hpc_code.problems import MPI_MODELS, Problem
 from memorization.hpc_code.sandbox import SandboxLimits, SandboxResult, memory_limited, run_sandboxed, system_paths
 
 
@@ -26,6 +26,7 @@ class RunConfig:
     """How candidates are built and run."""
 
     workers: tuple[int, ...] = (1, 2)  # OpenMP threads / MPI ranks to run with
+    threads_per_rank: int = 2  # OpenMP threads of each MPI rank in mpi+omp runs
     quick: bool = False  # small inputs, one run per worker count (tests)
     repeats: int = 3  # timed runs per worker count, each on fresh inputs; the best time counts
     run_limits: SandboxLimits = SandboxLimits()
@@ -37,7 +38,20 @@ class RunConfig:
     keep_dirs: bool = False
 
     def worker_counts(self, problem: Problem) -> tuple[int, ...]:
-        return (1,) if problem.model == "serial" else self.workers
+        """The worker counts n a problem runs with: cores a run may use (ranks x threads for mpi+omp)."""
+        if problem.model == "serial":
+            return (1,)
+        if problem.model == "mpi+omp":
+            return tuple(r * self.threads_per_rank for r in self.workers)
+        return self.workers
+
+    def layout(self, problem: Problem, workers: int) -> tuple[int, int]:
+        """(MPI ranks, OpenMP threads per rank) of a run with ``workers`` workers."""
+        if problem.model == "mpi+omp":
+            return workers // self.threads_per_rank, self.threads_per_rank
+        if problem.model == "mpi":
+            return workers, 1
+        return 1, workers
 
     def size(self, problem: Problem) -> int:
         return problem.quick_size if self.quick else problem.size
@@ -64,7 +78,7 @@ def tool(name: str) -> str:
 def require_tools(cfg: RunConfig, models: set[str] | list[str]) -> None:
     """Raise ``FileNotFoundError`` unless the compilers/launcher for ``models`` can be found."""
     names = {cfg.cc} if set(models) & {"serial", "openmp"} else set()
-    if "mpi" in models:
+    if set(models) & set(MPI_MODELS):
         names |= {cfg.mpicc, cfg.mpiexec}
     for name in sorted(names):
         tool(name)
@@ -102,7 +116,7 @@ def candidate_env(threads: int) -> dict[str, str]:
 def tool_dirs(cfg: RunConfig, model: str) -> tuple[str, ...]:
     """Install prefixes of the tools ``model`` needs that a sandbox does not show already (e.g. a cluster's
     MPI module): bound read-only into it."""
-    names = [cfg.mpicc, cfg.mpiexec] if model == "mpi" else [cfg.cc]
+    names = [cfg.mpicc, cfg.mpiexec] if model in MPI_MODELS else [cfg.cc]
     shown = system_paths()
     dirs = set()
     for name in names:
@@ -114,7 +128,7 @@ def tool_dirs(cfg: RunConfig, model: str) -> tuple[str, ...]:
 
 
 def _compiler(problem: Problem, cfg: RunConfig) -> str:
-    return tool(cfg.mpicc if problem.model == "mpi" else cfg.cc)
+    return tool(cfg.mpicc if problem.uses_mpi else cfg.cc)
 
 
 def compile_library(problem: Problem, body: str, workdir: str | Path, cfg: RunConfig,
@@ -148,15 +162,16 @@ def compile_driver(problem: Problem, workdir: str | Path, cfg: RunConfig, main: 
 
 def launch(problem: Problem, workdir: str | Path, cfg: RunConfig, workers: int, program: str | Path,
            args: list[str], ro: tuple[str, ...] = ()) -> SandboxResult:
-    """Run ``program args`` in ``workdir`` with ``workers`` threads (OpenMP) or ranks (``mpiexec -n``), sandboxed;
-    ``ro`` are extra host paths the run may read (the trusted runner's directory)."""
+    """Run ``program args`` in ``workdir`` with ``workers`` workers, sandboxed: OpenMP threads, MPI ranks
+    (``mpiexec -n``) or ranks x threads (:meth:`RunConfig.layout`); ``ro`` are extra host paths the run may read
+    (the trusted runner's directory)."""
     limits = cfg.run_limits
     cmd = [str(program), *args]
-    if problem.model == "mpi":  # memory limit per rank, not on the launcher
+    ranks, threads = cfg.layout(problem, workers)
+    if problem.uses_mpi:  # memory limit per rank, not on the launcher
         launcher = tool(cfg.mpiexec)
-        cmd = [launcher, *mpiexec_flags(launcher), "-n", str(workers), *memory_limited(cmd, limits.memory_mb)]
+        cmd = [launcher, *mpiexec_flags(launcher), "-n", str(ranks), *memory_limited(cmd, limits.memory_mb)]
         limits = replace(limits, memory_mb=None)
-    threads = workers if problem.model == "openmp" else 1
     return run_sandboxed(cmd, workdir, limits, candidate_env(threads), ro=(*tool_dirs(cfg, problem.model), *ro))
 
 

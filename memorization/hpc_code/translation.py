@@ -14,9 +14,9 @@ from dataclasses import replace
 
 from memorization.hpc_code.problems import Problem
 
-PAIRS = (("serial", "openmp"), ("serial", "mpi"), ("openmp", "mpi"))
-SHORT = {"serial": "serial", "openmp": "omp", "mpi": "mpi"}
-LABEL = {"serial": "serial C", "openmp": "OpenMP", "mpi": "MPI"}
+PAIRS = (("serial", "openmp"), ("serial", "mpi"), ("openmp", "mpi"), ("mpi", "mpi+omp"))
+SHORT = {"serial": "serial", "openmp": "omp", "mpi": "mpi", "mpi+omp": "mpi_omp"}
+LABEL = {"serial": "serial C", "openmp": "OpenMP", "mpi": "MPI", "mpi+omp": "MPI+OpenMP"}
 
 
 def translation_prompt(source: Problem, target: Problem) -> str:

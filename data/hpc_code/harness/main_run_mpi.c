@@ -4,17 +4,21 @@
  * As main_run_omp.c, on every rank: all ranks build the same inputs from SEED; the window
  * opens (rank 0 marks S) once every rank has them, then every rank loads LIBRARY and calls
  * the candidate's function; rank 0 writes its output to OUT and marks E.  With `skip`
- * (the null run) rank 0 also writes the number of ranks the launcher gave it to `workers`.
+ * (the null run) rank 0 also writes the number of workers it got to `workers`: ranks x OpenMP
+ * threads per rank (1 thread for MPI problems, OMP_NUM_THREADS for mpi+omp ones).  MPI is
+ * initialised with MPI_THREAD_FUNNELED: a hybrid candidate calls MPI from its main thread only.
  */
 #include <dlfcn.h>
 #include <mpi.h>
+#include <omp.h>
 #include "hpc_harness.h"
 
 extern void (*hpc_kernel)(void);
 HPC_OUTPUT_STATE
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     int rank, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -27,7 +31,7 @@ int main(int argc, char **argv) {
     if (rank == 0) hpc_output_path = argv[3];
     void *ctx = hpc_setup(atol(argv[1]), strtoull(argv[2], NULL, 10));
     hpc_reset(ctx);
-    if (skip && rank == 0) hpc_report_workers(size);
+    if (skip && rank == 0) hpc_report_workers(size * omp_get_max_threads());
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0) hpc_mark('S');
     MPI_Barrier(MPI_COMM_WORLD); /* no rank loads the candidate before the window opens */
