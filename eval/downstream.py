@@ -11,10 +11,13 @@ nonmembers).  --tasks takes lm-eval task/group names; the project's offline task
 Exit status: 0 all done, 1 some part failed (the rest still ran), 2 nothing could run.
 See docs/eval.md.
 
-The perplexity runs on a 4D grid too (``--grid D,R,C,Z`` under srun/torchrun/mpiexec); ``--plan`` prints which::
+Both run on a 4D grid too (``--grid D,R,C,Z`` under srun/torchrun/mpiexec: the model sharded as in training, the
+perplexity windows and lm-eval's requests split over the data x depth replicas; lm-eval generation is greedy only
+there); ``--plan`` prints which grid::
 
     python eval/downstream.py --model runs/jobs/.../model --perplexity held_out.jsonl --plan --gpus 32
-    srun -n 32 python eval/downstream.py --model runs/jobs/.../model --perplexity held_out.jsonl --grid 4,8,1,1
+    srun -n 32 python eval/downstream.py --model runs/jobs/.../model --perplexity held_out.jsonl \\
+        --tasks arc_easy,goldfish_mc --grid 4,8,1,1
 
 It reads only the model's config and prints the memory per GPU of every grid of --gpus GPUs (weights,
 activations, the fp32 logits of --batch-size windows of --max-length tokens, gathered over the whole
@@ -62,17 +65,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default=None, help="cuda / cpu (default: cuda if available)")
     ap.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
     ap.add_argument("--grid", default=None, metavar="D,R,C,Z",
-                    help="perplexity on a data,row,column,depth grid of the launcher's processes (torchrun, "
-                         "mpiexec, srun): the model sharded as in training, the windows split over data x depth "
-                         "(lm-eval --tasks: one process only, for now)")
+                    help="run on a data,row,column,depth grid of the launcher's processes (torchrun, mpiexec, "
+                         "srun): the model sharded as in training (an HF directory or a training checkpoint), the "
+                         "perplexity windows and lm-eval requests split over data x depth (lm-eval generation: "
+                         "greedy only)")
     ap.add_argument("--max-length", type=int, default=None,
                     help="context window (default: model context, capped at 4096)")
     ap.add_argument("--stride", type=int, default=None,
                     help="perplexity sliding-window stride (default: max-length // 2)")
     ap.add_argument("--no-bos", action="store_true",
                     help="do not prepend BOS to perplexity documents")
-    add_plan_arguments(ap, "the --perplexity run: weights, activations, fp32 logits of --batch-size windows of "
-                           "--max-length tokens")
+    add_plan_arguments(ap, "scoring --batch-size sequences of --max-length tokens (perplexity windows, lm-eval "
+                           "requests): weights, activations, fp32 logits")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     include = args.include_path or [str(DEFAULT_TASK_DIR)]
@@ -125,10 +129,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _plan(args: argparse.Namespace, argv: list[str]) -> int:
-    """``--plan``: the inference plan of the --perplexity windows (scored in fp32 on a grid: no autocast)."""
+    """``--plan``: the inference plan of --batch-size sequences of --max-length tokens scored in fp32 (the
+    perplexity windows and lm-eval's log-likelihood requests; no autocast on a grid)."""
     from memorization.eval_model import print_inference_plan
 
-    bad = "" if args.perplexity else "--plan plans the --perplexity evaluation (lm-eval --tasks run in one process)"
+    bad = ""
     for flag, v, ok, want in (("--batch-size", args.batch_size, args.batch_size >= 1, ">= 1"),
                               ("--max-length", args.max_length, args.max_length is None or args.max_length >= 2,
                                ">= 2")):

@@ -475,12 +475,15 @@ def run_lm_eval(
     max_length: int | None = None,
     bootstrap_iters: int = 1000,
     seed: int = 1234,
+    grid=None,
 ) -> dict[str, Any]:
     """Evaluate a loaded model on lm-eval tasks, one ``simple_evaluate`` call per task.
 
     Args:
         model, tokenizer: a loaded ``transformers`` causal LM (on its device) and tokenizer;
-            wrapped as ``HFLM(pretrained=model, tokenizer=tokenizer)``.
+            wrapped as ``HFLM(pretrained=model, tokenizer=tokenizer)``, or, with ``grid`` (the axonn grid
+            ``model`` is parallelized on), as :class:`memorization.lm_eval_grid.GridLM`: the same requests
+            scored on the grid, every rank returning every result.
         tasks: lm-eval task, group or tag names (e.g. ``arc_easy``, ``hellaswag``,
             ``goldfish_mc``).
         include_path: extra task directories (default: the project's data/lm_eval_tasks).
@@ -536,8 +539,13 @@ def run_lm_eval(
         return results
 
     max_length = int(max_length or model_max_length(model))
-    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size,
-              max_length=max_length, backend="causal")
+    if grid is None:
+        lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size,
+                  max_length=max_length, backend="causal")
+    else:
+        from memorization.lm_eval_grid import GridLM
+
+        lm = GridLM(model, tokenizer, grid, batch_size=batch_size, max_length=max_length)
     for t in runnable:
         try:
             spec = _resolve_local_data(tm, t)
@@ -617,8 +625,8 @@ def run_downstream(
 ) -> dict[str, Any]:
     """Perplexity and/or lm-eval tasks for one checkpoint directory.
 
-    With ``grid`` (``"D,R,C,Z"``, under torchrun/mpiexec/srun) the model is parallelized on it as in training and
-    the perplexity windows split over its replicas; lm-eval tasks do not run on a grid yet (refused).
+    With ``grid`` (``"D,R,C,Z"``, under torchrun/mpiexec/srun) the model is parallelized on it as in training, the
+    perplexity windows and the lm-eval requests split over its replicas (:mod:`memorization.lm_eval_grid`).
 
     The checkpoint must have a tokenizer (or ``tokenizer_path``): a missing one raises
     :class:`MissingTokenizerError` before anything runs.  A failing perplexity source or task
@@ -636,9 +644,6 @@ def run_downstream(
         raise ValueError(f"max_length must be >= 2, got {max_length}")
     if tasks:
         _check_lm_eval_args(limit, num_fewshot)
-    if tasks and grid:
-        raise ValueError("lm-eval --tasks do not run on a --grid yet: run them in one process (--device-map auto "
-                         "spreads a model over a node's GPUs), and the perplexity on the grid")
     from transformers import AutoConfig
 
     from memorization.model_files import check_model_config
@@ -673,7 +678,7 @@ def run_downstream(
         report["lm_eval"] = run_lm_eval(
             model, tok, tasks, include_path=include_path, include_defaults=include_defaults,
             limit=limit, num_fewshot=num_fewshot, batch_size=batch_size,
-            max_length=max_length)
+            max_length=max_length, grid=rt and rt.grid)
     if rt is not None:
         report["grid"] = grid
     report["markdown"] = report_markdown(report)

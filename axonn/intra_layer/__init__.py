@@ -8,13 +8,14 @@ import torch.nn as nn
 
 from . import autotune
 from .autotune import set_matmul_autotune
-from .cross_entropy import vocab_parallel_cross_entropy, vocab_parallel_logprobs
+from .cross_entropy import vocab_parallel_cross_entropy, vocab_parallel_is_max, vocab_parallel_logprobs
 from .embedding import Embedding
 from .linear import Linear
 from .overlap import finish_pending_grads, optimize_communication
 from .primitives import drop, gather, reduce_forward
 
-__all__ = ["Linear", "Embedding", "vocab_parallel_cross_entropy", "vocab_parallel_logprobs", "auto_parallelize",
+__all__ = ["Linear", "Embedding", "vocab_parallel_cross_entropy", "vocab_parallel_is_max", "vocab_parallel_logprobs",
+           "auto_parallelize",
            "optimize_communication", "finish_pending_grads", "drop", "gather", "reduce_forward", "autotune",
            "set_matmul_autotune"]
 

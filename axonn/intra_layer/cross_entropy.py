@@ -111,3 +111,22 @@ def vocab_parallel_logprobs(logits_shard: torch.Tensor, targets: torch.Tensor, m
     var = (p * (lsm - mu.unsqueeze(-1)).square()).sum(dim=-1)  # two-pass: no cancellation
     all_reduce(var, axes, grid=grid)
     return logp, mu, var.sqrt()
+
+
+@torch.no_grad()
+@torch.compiler.disable  # all-reduces: eager under torch.compile
+def vocab_parallel_is_max(logits_shard: torch.Tensor, targets: torch.Tensor, axes="row",
+                          grid: Grid | None = None) -> torch.Tensor:
+    """Per token, whether the target's logit is the largest of the whole vocabulary (greedy decoding would pick
+    it; a tie counts), from vocab-sharded logits: the global max (all-reduce MAX) against the target's logit
+    (all-reduce SUM of the one owner's value), never the full vocabulary.  Targets must lie in ``[0, V)``."""
+    grid = grid or get_grid()
+    nv = logits_shard.shape[-1]
+    start = grid.index(axes) * nv
+    m = logits_shard.max(dim=-1).values.float()
+    all_reduce(m, axes, op=dist.ReduceOp.MAX, grid=grid)
+    local = (targets >= start) & (targets < start + nv)
+    idx = torch.where(local, targets - start, torch.zeros_like(targets))
+    t = logits_shard.gather(-1, idx.unsqueeze(-1)).squeeze(-1).float() * local
+    all_reduce(t, axes, grid=grid)
+    return t >= m
