@@ -82,11 +82,18 @@ def build_parser() -> argparse.ArgumentParser:
                      help="sampling temperature; 0 = greedy (default: 0.2, as ParEval)")
     gen.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling top-p (default: 0.95)")
     gen.add_argument("--max-new-tokens", type=int, default=1024, help="generation length cap (default: 1024)")
-    gen.add_argument("--batch-size", type=int, default=8, help="sequences per generate() call (default: 8)")
+    gen.add_argument("--batch-size", type=int, default=8, help="samples decoded together (default: 8)")
     gen.add_argument("--device", default="cpu", help="torch device for generation (default: cpu)")
     gen.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                      help="model dtype (default: float32)")
-    gen.add_argument("--seed", type=int, default=0, help="torch seed for sampling (default: 0)")
+    gen.add_argument("--seed", type=int, default=0,
+                     help="sampling seed: a sample depends on it, its prompt and its number alone, not on the batch "
+                          "or the grid (default: 0)")
+    gen.add_argument("--grid", default=None, metavar="D,R,C,Z",
+                     help="generate on a data,row,column,depth grid of the launcher's processes (torchrun, mpiexec, "
+                          "srun): the model sharded as in training (an HF directory or a training checkpoint), the "
+                          "samples split over data x depth; rank 0 then scores them (the same samples as one "
+                          "process)")
     gen.add_argument("--save-completions", type=Path, metavar="FILE",
                      help="write the raw completions and extracted bodies as JSON lines")
 
@@ -156,6 +163,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if min(args.k) < 1:
         print(f"error: --k values must be >= 1, got {args.k}", file=sys.stderr)
+        return 2
+    if args.grid and not args.model:
+        print("error: --grid runs generation on a grid: it needs --model (references and --completions are scored "
+              "in one process)", file=sys.stderr)
         return 2
     if args.threads_per_rank < 1:
         print(f"error: --threads-per-rank must be >= 1, got {args.threads_per_rank}", file=sys.stderr)
@@ -272,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         from memorization.hpc_code.extract import c_body_closed
 
         try:
-            sampler = HFSampler(args.model, args.device, args.dtype, args.seed)
+            sampler = HFSampler(args.model, args.device, args.dtype, args.seed, grid=args.grid)
         except (FileNotFoundError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
@@ -292,19 +303,30 @@ def main(argv: list[str] | None = None) -> int:
     }
     if sampler is not None:
         report["generation"] = {"temperature": args.temperature, "top_p": args.top_p,
-                                "max_new_tokens": args.max_new_tokens, "seed": args.seed}
-    completions_log = []
-    for bench, (problems, errors, extract) in suites.items():
+                                "max_new_tokens": args.max_new_tokens, "seed": args.seed, "grid": args.grid}
+    raws, seconds = {}, {}
+    for bench, (problems, _, _) in suites.items():
         t0 = time.time()
         if given is not None:
-            raw = [given[bench][p.name] for p in problems]
+            raws[bench] = [given[bench][p.name] for p in problems]
         elif sampler is None:
-            raw = [[p.reference] for p in problems]
+            raws[bench] = [[p.reference] for p in problems]
         else:
-            raw = sampler.sample(
+            raws[bench] = sampler.sample(
                 [p.prompt for p in problems], samples, temperature=args.temperature, top_p=args.top_p,
                 max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
                 is_done=c_body_closed if bench == "hpc" else python_done, progress=progress)
+        seconds[bench] = time.time() - t0
+    if sampler is not None and sampler.grid is not None:
+        from axonn.cli import launched_rank
+
+        if launched_rank() != 0:  # every rank generated; rank 0 scores and reports
+            return 0
+    del sampler  # the model's memory is not needed to score
+    completions_log = []
+    for bench, (problems, errors, extract) in suites.items():
+        t0 = time.time() - seconds[bench]
+        raw = raws[bench]
         bodies = [[extract(c) for c in cs] for cs in raw]
         if args.save_completions:
             completions_log += [{"benchmark": bench, "problem": p.name, "sample": j, "raw": r, "body": b}

@@ -122,7 +122,8 @@ def cache_nbytes(cache: Any) -> int:
 def greedy_continue(model: torch.nn.Module, prefixes: list[list[int]], n_new: int, batch_size: int = 32,
                     pad_id: int = 0, progress: bool = False,
                     on_cache: Callable[[Any], None] | None = None,
-                    pick: Callable[[torch.Tensor, list[int]], torch.Tensor] | None = None) -> list[list[int]]:
+                    pick: Callable[[torch.Tensor, list[int]], torch.Tensor] | None = None,
+                    stop: Callable[[torch.Tensor, list[int]], bool] | None = None) -> list[list[int]]:
     """Greedy continuations of ``n_new`` tokens for every prefix, batched with a KV cache.
 
     The prefill forward keeps only the last position's logits: all of them would be
@@ -130,7 +131,9 @@ def greedy_continue(model: torch.nn.Module, prefixes: list[list[int]], n_new: in
     KV cache after its last decoding step, when it holds the longest prefix and ``n_new - 1`` generated
     positions per sequence (:func:`cache_nbytes` measures it).  ``pick(logits, rows)`` chooses the next tokens
     (``(batch, 1)``) from the last logits of a batch whose rows are ``prefixes[rows[r]]`` (default: argmax;
-    :func:`sample_continue` samples)."""
+    :func:`sample_continue` samples).  ``stop(generated, rows)``, called with the ``(batch, t)`` tokens generated so
+    far before each further step, ends the batch early when it returns True (its continuations are then ``t``
+    tokens long)."""
     device = next(model.parameters()).device
     keep_last, cache = _last_logits_only(model), cache_keyword(model)
     order = sorted(range(len(prefixes)), key=lambda i: len(prefixes[i]))
@@ -154,16 +157,17 @@ def greedy_continue(model: torch.nn.Module, prefixes: list[list[int]], n_new: in
         res = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **keep_last)
         past, gen = getattr(res, cache), []
         choose = pick or (lambda logits, rows: logits.argmax(-1, keepdim=True))
-        nxt = choose(res.logits[:, -1], idx)
+        gen.append(choose(res.logits[:, -1], idx))
         last = pos[:, -1:]
         for _ in range(n_new - 1):  # one decoding step per new token, whole batch at once
-            gen.append(nxt)
+            if stop is not None and stop(torch.cat(gen, dim=1), idx):
+                break
+            nxt = gen[-1]
             mask = torch.cat([mask, torch.ones_like(nxt)], dim=1)
             last = last + 1
             res = model(input_ids=nxt, attention_mask=mask, position_ids=last, use_cache=True, **{cache: past})
             past = getattr(res, cache)
-            nxt = choose(res.logits[:, -1], idx)
-        gen.append(nxt)
+            gen.append(choose(res.logits[:, -1], idx))
         if on_cache is not None:
             on_cache(past)
         g = torch.cat(gen, dim=1).cpu().tolist()

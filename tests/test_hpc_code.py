@@ -374,6 +374,39 @@ def test_model_generation_end_to_end(tmp_path):
     assert len(comp.read_text().splitlines()) == 1
 
 
+def test_samples_depend_on_seed_prompt_and_number_only_not_on_the_batch_or_the_grid(grid_checkpoint, tmp_path):
+    """``--model`` sampling (temperature 0.9, top-p 0.9, rows stopping at different steps) on 4 gloo ranks and grids
+    1,2,2,1 / 1,1,2,2 / 2,2,1,1 / 1,2,1,2 (fp32) gives the completions one process gives with another batch size;
+    another seed gives others."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "axonn_workers"))
+    import launcher
+    from hpc_generate_grids import SAMPLING, done_after_three_spaces
+    from transformers import AutoTokenizer
+
+    from memorization.hpc_code.generate import HFSampler
+
+    root, _, docs, _ = grid_checkpoint
+    tok = AutoTokenizer.from_pretrained(str(root / "model"))
+    prompts = [tok.decode(d["token_ids"][1:12]) for d in docs[:3]]
+    one = HFSampler(root / "model", seed=7).sample(prompts, 3, batch_size=4, is_done=done_after_three_spaces,
+                                                  progress=False, **SAMPLING)
+    assert len({c for cs in one for c in cs}) == 9  # every sample its own
+    assert any(c.count(" ") == 3 for cs in one for c in cs) and any(c.count(" ") < 3 for cs in one for c in cs)
+    other = HFSampler(root / "model", seed=8).sample(prompts, 3, batch_size=4, is_done=done_after_three_spaces,
+                                                    progress=False, **SAMPLING)
+    assert other != one
+    codes, log = launcher.launch("hpc_generate_grids.py", 4, timeout=300, extra_env={
+        "MODEL_DIR": str(root / "model"), "PROMPTS": json.dumps(prompts), "OUT_DIR": str(tmp_path)})
+    assert codes == [0, 0, 0, 0], log[-3000:]
+    for grid in ("1,2,2,1", "1,1,2,2", "2,2,1,1", "1,2,1,2"):
+        assert json.loads((tmp_path / f"{grid}.json").read_text()) == one, grid
+
+
+def test_grid_generation_needs_a_model(capsys):
+    assert _load_cli().main(["--use-references", "--quick", "--grid", "1,2,1,1"]) == 2
+    assert "--grid runs generation on a grid: it needs --model" in capsys.readouterr().err
+
+
 # ------------------------------------------------------------ the CLI refuses bad flags before evaluating
 
 def _refuse_work(*args, **kwargs):
