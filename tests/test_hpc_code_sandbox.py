@@ -229,3 +229,29 @@ def test_mpi_in_the_sandbox_runs_clean(tmp_path):
     res = _run(None, [launcher, *mpiexec_flags(launcher), "-n", "2", "./hello"], tmp_path)
     assert res.returncode == 0 and "rank 1 of 2: sum 1" in res.stdout
     assert "ERROR" not in res.stdout + res.stderr and not res.stderr, res.stdout + res.stderr
+
+
+def test_marks_written_just_before_the_command_exits_are_not_lost(monkeypatch, tmp_path):
+    """The init's loop can reap the command after a select() that saw nothing (a timeout, or another child's
+    wake-up) while its last marks still sit in the FIFO: they are read after the reap, so the window is there."""
+    import os
+    import select
+    import time
+
+    from memorization.hpc_code import sandbox_init
+
+    fifo = tmp_path / "marks"
+    os.mkfifo(fifo)
+    marks = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    spare = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    wake_r, wake_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the command: both marks, then exit at once
+        os.write(spare, b"SE")
+        os._exit(0)
+    time.sleep(0.3)  # it has exited; its marks wait in the FIFO
+    monkeypatch.setattr(select, "select", lambda r, w, x, t=None: ([], [], []))  # the select that saw nothing
+    rc, timing = sandbox_init.supervise(pid, marks, wake_r, time.monotonic(), end_at_mark=False)
+    for fd in (marks, spare, wake_r, wake_w):
+        os.close(fd)
+    assert rc == 0 and timing["window_s"] == 0.0

@@ -203,6 +203,12 @@ def supervise(pid: int, marks: int | None, wakeup: int, start: float, end_at_mar
                 break
             if p == pid:
                 status, end = st, time.monotonic()
+    if marks is not None:  # marks written after the last select returned (the command exited right after them)
+        try:
+            for ch in os.read(marks, 4096).decode("latin-1"):
+                seen.setdefault(ch, end)
+        except BlockingIOError:
+            pass
     rc = os.waitstatus_to_exitcode(status)
     window = seen["E"] - seen["S"] if "S" in seen and "E" in seen and seen["E"] >= seen["S"] else None
     if ended:
