@@ -1,10 +1,10 @@
 """Slurm scripts that evaluate a training job's models once it has ended: extraction, membership
-inference and held-out perplexity, each on the grid the inference planner picks.
+inference, held-out perplexity and lm-eval tasks, each on the grid the inference planner picks.
 
 For a training :class:`~memorization.jobs.Job` this writes ``<name>.eval.sbatch`` -- the machine's
 template (its modules and environment, without the training job's requeue and USR1) followed by
 ``templates/eval.part``: one ``srun`` step per (evaluation, arm), each running ``eval/extract.py``,
-``eval/mia.py`` or ``eval/downstream.py --perplexity`` on ``<run>/<arm>/checkpoint`` with the run's
+``eval/mia.py``, ``eval/downstream.py --perplexity`` or ``eval/downstream.py --tasks`` on ``<run>/<arm>/checkpoint`` with the run's
 own manifest and extraction settings -- and ``<name>.submit.sh``, which submits the training job and
 then the evaluation with ``--dependency=afterok:<training job>`` (a requeued training job keeps its id;
 the evaluation waits until it has ended with status 0).
@@ -29,7 +29,9 @@ from pathlib import Path
 from axonn.planner import load_profile
 from memorization.jobs import REPO, TEMPLATES, Job, machine_config, time_limit_s
 
-EVALUATIONS = ("extract", "mia", "perplexity")
+EVALUATIONS = ("extract", "mia", "perplexity", "lm-eval")
+DEFAULT_EVALUATIONS = ("extract", "mia", "perplexity")  # lm-eval tasks other than the shipped one need datasets
+DEFAULT_TASKS = "goldfish_mc"  # shipped with the project (data/lm_eval_tasks): runs offline
 MIA_BATCH = 8  # eval/mia.py's and eval/downstream.py's default --batch-size
 
 
@@ -79,11 +81,11 @@ def _demands(train: Job, evaluations: tuple[str, ...]) -> dict[str, tuple[int, i
     seq = cfg.data.seq_len
     context = ex.prefix + ex.suffix if ex.prefix_mode == "fixed" else seq
     demands = {"extract": (ex.batch, context, True), "mia": (MIA_BATCH, seq, False),
-               "perplexity": (MIA_BATCH, seq, False)}
+               "perplexity": (MIA_BATCH, seq, False), "lm-eval": (MIA_BATCH, seq, False)}
     return {e: demands[e] for e in evaluations}
 
 
-def _argv(what: str, arm: str, train: Job, grid: tuple[int, int, int, int]) -> tuple[str, ...]:
+def _argv(what: str, arm: str, train: Job, grid: tuple[int, int, int, int], tasks: str) -> tuple[str, ...]:
     cfg = train.config
     ex = cfg.extraction
     model, manifest, out = f"$RUN_DIR/{arm}/checkpoint", "$RUN_DIR/manifest.json", f"$RUN_DIR/eval/{arm}"
@@ -95,6 +97,9 @@ def _argv(what: str, arm: str, train: Job, grid: tuple[int, int, int, int]) -> t
     if what == "mia":
         return ("eval/mia.py", "--model", model, "--manifest", manifest, "--grid", g, "--batch-size", str(MIA_BATCH),
                 "--max-length", str(cfg.data.seq_len), "--out", f"{out}/mia")
+    if what == "lm-eval":
+        return ("eval/downstream.py", "--model", model, "--tasks", tasks, "--grid", g, "--batch-size", str(MIA_BATCH),
+                "--max-length", str(cfg.data.seq_len), "--out", f"{out}/lm_eval")
     return ("eval/downstream.py", "--model", model, "--perplexity", manifest, "--grid", g, "--batch-size",
             str(MIA_BATCH), "--max-length", str(cfg.data.seq_len), "--out", f"{out}/perplexity")
 
@@ -109,10 +114,10 @@ def _quote(arg: str) -> str:
     return arg
 
 
-def make_eval_job(train: Job, evaluations: tuple[str, ...] = EVALUATIONS, time: str = "01:00:00",
-                  gpus: int | None = None) -> EvalJob:
+def make_eval_job(train: Job, evaluations: tuple[str, ...] = DEFAULT_EVALUATIONS, time: str = "01:00:00",
+                  gpus: int | None = None, tasks: str = DEFAULT_TASKS) -> EvalJob:
     """The evaluation job of ``train`` (see the module docstring); ``gpus`` overrides the planner's count
-    (whole nodes)."""
+    (whole nodes); ``tasks`` are the lm-eval tasks of the ``lm-eval`` evaluation (a comma list)."""
     from axonn.planner import PlanError, plan_inference, smallest_inference_gpus
 
     unknown = [e for e in evaluations if e not in EVALUATIONS]
@@ -141,7 +146,7 @@ def make_eval_job(train: Job, evaluations: tuple[str, ...] = EVALUATIONS, time: 
             raise ValueError(f"{what} of {train.spec.name} on {gpus} GPUs: {e}") from None
         peak = max(peak, best.memory.total)
         grid = tuple(best.grid)
-        steps += [EvalStep(what, arm, grid, _argv(what, arm, train, grid)) for arm in _arms(train)]
+        steps += [EvalStep(what, arm, grid, _argv(what, arm, train, grid, tasks)) for arm in _arms(train)]
     run_dir = train.config.output.out
     name = train.spec.name
     path = train.path.with_name(f"{name}.eval.sbatch")

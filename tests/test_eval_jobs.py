@@ -44,7 +44,7 @@ def test_an_evaluation_job_runs_every_evaluation_of_every_arm_on_a_planned_grid(
     gpn = gen.machine_config(machine).gpus_per_node
     assert ev.tasks % gpn == 0
     arms = ("standard", "goldfish")
-    assert {(s.what, s.arm) for s in ev.steps} == {(w, a) for w in eval_jobs.EVALUATIONS for a in arms}
+    assert {(s.what, s.arm) for s in ev.steps} == {(w, a) for w in eval_jobs.DEFAULT_EVALUATIONS for a in arms}
     for s in ev.steps:
         g = Grid(*s.grid)
         assert g.size == ev.tasks and divisibility_problem(train.shape, g) is None
@@ -64,7 +64,7 @@ def test_an_evaluation_job_runs_every_evaluation_of_every_arm_on_a_planned_grid(
 
 def test_bad_evaluation_requests_are_refused(tmp_path, capsys):
     train = gen.make_job(gen.JobSpec(machine="frontier", size="8b", out_dir=str(tmp_path), run_root=str(tmp_path)))
-    for kwargs, match in (({"evaluations": ("extract", "lm-eval")}, "choose from"), ({"evaluations": ()}, "choose"),
+    for kwargs, match in (({"evaluations": ("extract", "lm_eval")}, "choose from"), ({"evaluations": ()}, "choose"),
                           ({"gpus": 12}, "whole number"), ({"time": "00:00:10"}, "at least a minute")):
         with pytest.raises(ValueError, match=match):
             eval_jobs.make_eval_job(train, **kwargs)
@@ -82,5 +82,11 @@ def test_generate_writes_the_evaluation_and_the_submit_script_unless_told_not_to
     text = ev.read_text()
     assert "eval/mia.py" in text and "eval/extract.py" not in text and "eval/downstream.py" not in text
     assert len(re.findall(r"^run_eval ", text, re.M)) == 2  # both arms
+    assert cli.main([*base, "--out-dir", str(tmp_path / "c"), "--eval", "perplexity,lm-eval", "--eval-tasks",
+                     "goldfish_mc,arc_easy"]) == 0
+    (ev,) = (tmp_path / "c").glob("*.eval.sbatch")
+    steps = [ln for ln in ev.read_text().splitlines() if ln.startswith("run_eval ")]
+    assert len(steps) == 4 and sum("--tasks goldfish_mc,arc_easy --grid" in ln for ln in steps) == 2
+    assert all("eval/downstream.py" in ln for ln in steps)
     assert cli.main([*base, "--out-dir", str(tmp_path / "b"), "--eval", "none"]) == 0
     assert not list((tmp_path / "b").glob("*.eval.sbatch")) and not list((tmp_path / "b").glob("*.submit.sh"))

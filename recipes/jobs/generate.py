@@ -40,7 +40,7 @@ from axonn.grid import parse_grid  # noqa: E402
 from axonn.planner import GRAD_REDUCE_BYTES, PlanError  # noqa: E402
 from memorization.experiment.config import ConfigError  # noqa: E402
 from memorization.experiment.preflight import NOT_CHECKED  # noqa: E402
-from memorization.eval_jobs import EVALUATIONS, make_eval_job  # noqa: E402
+from memorization.eval_jobs import DEFAULT_EVALUATIONS, DEFAULT_TASKS, EVALUATIONS, make_eval_job  # noqa: E402
 from memorization.jobs import (ARMS, MACHINES, JobRefused, check_job, job_defaults, load_job_config,  # noqa: E402
                                make_job, paper_matrix, spec_from_experiment)
 
@@ -105,11 +105,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--all", action="store_true",
                    help="emit the paper matrix: frontier/alps/perlmutter × 8b/70b/405b, each job Goldfish off "
                         "and on (both arms, --goldfish-k)")
-    p.add_argument("--eval", default=",".join(EVALUATIONS), metavar="LIST",
+    p.add_argument("--eval", default=",".join(DEFAULT_EVALUATIONS), metavar="LIST",
                    help="evaluations of the trained arms written as a second job, <name>.eval.sbatch, that starts "
                         "once training has ended with status 0 (<name>.submit.sh submits both with "
                         f"--dependency=afterok): a comma list of {', '.join(EVALUATIONS)}, or none "
-                        "(default: all three), each on the grid the inference planner picks")
+                        f"(default: {','.join(DEFAULT_EVALUATIONS)}), each on the grid the inference planner picks")
+    p.add_argument("--eval-tasks", default=DEFAULT_TASKS, metavar="LIST",
+                   help="lm-eval tasks of the lm-eval evaluation (a comma list; tasks other than the shipped "
+                        f"{DEFAULT_TASKS} need their datasets in the cluster's HF cache: the job runs offline)")
     p.add_argument("--eval-time", default="01:00:00", help="wall time of the evaluation job")
     p.add_argument("--eval-gpus", type=int, default=None,
                    help="GPUs of the evaluation job (whole nodes; default: the fewest whole nodes on which one "
@@ -145,8 +148,8 @@ def main(argv: list[str] | None = None) -> int:
                        f"mb={job.micro_batch} ({step}; checkpoint every {job.stop.checkpoint_every} steps, "
                        f"USR1 {job.stop.signal_lead_s} s ahead)")
             checks = check_job(job)
-            evaluation = (make_eval_job(job, evaluations, time=a.eval_time, gpus=a.eval_gpus) if evaluations
-                          else None)
+            evaluation = (make_eval_job(job, evaluations, time=a.eval_time, gpus=a.eval_gpus, tasks=a.eval_tasks)
+                          if evaluations else None)
             if evaluation is not None:
                 summary += f"; evaluation: {evaluation.nodes} node(s), {evaluation.tasks} tasks"
             if a.check:
