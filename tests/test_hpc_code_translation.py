@@ -8,23 +8,22 @@ import pytest
 from memorization.hpc_code import load_suite
 from memorization.hpc_code.harness import RunConfig, evaluate_c
 from memorization.hpc_code.sandbox import SandboxLimits
-from memorization.hpc_code.translation import PAIRS, translation_problems
+from memorization.hpc_code.translation import PAIRS, SHORT, translation_problems
 
 from eval_cli import load_eval_cli
 
 
-def test_every_type_gets_each_pair_and_the_prompt_carries_the_renamed_source():
+def test_every_problem_gets_each_pair_and_the_prompt_carries_the_renamed_source():
     problems, _ = load_suite()
     tasks = translation_problems(problems)
-    types = {p.type for p in problems}
-    assert len(tasks) == len(types) * len(PAIRS)
+    assert len(tasks) == len({p.function for p in problems}) * len(PAIRS) == 240
     by_name = {p.name: p for p in problems}
     for t in tasks:
         source = by_name[t.name.rsplit("_to_", 1)[0]]
-        target = next(p for p in problems if p.type == t.type and p.model == t.model)
+        target = next(p for p in problems if p.function == t.function and p.model == t.model)
         assert (t.source_model, t.task) == (source.model, "translate") and (source.model, t.model) in PAIRS
         assert t.prompt.endswith(target.prompt) and t.function == target.function
-        assert f"{target.function}_{'omp' if source.model == 'openmp' else source.model}(" in t.prompt
+        assert f"{target.function}_{SHORT[source.model]}(" in t.prompt
         assert (t.driver_path, t.reference, t.size) == (target.driver_path, target.reference, target.size)
 
 
@@ -41,13 +40,14 @@ def test_a_translation_is_built_and_checked_as_its_target():
 def test_cli_scores_writing_and_translating_side_by_side(tmp_path):
     out = tmp_path / "r.json"
     rc = load_eval_cli("hpc_code").main(["--use-references", "--quick", "--tasks", "write,translate", "--problems",
-                                         "sort_*", "--no-progress", "--output", str(out)])
+                                         "sort_sort_ints_*", "--no-progress", "--output", str(out)])
     assert rc == 0
     report = json.loads(out.read_text())
-    assert report["problems"] == 3 + 3 and report["pass@1"] == 1.0
-    assert set(report["by_task"]) == {"write", "translate"} and report["by_task"]["translate"]["problems"] == 3
+    assert report["problems"] == 4 + 4 and report["pass@1"] == 1.0
+    assert set(report["by_task"]) == {"write", "translate"} and report["by_task"]["translate"]["problems"] == 4
     assert {r["name"] for r in report["results"] if r["task"] == "translate"} == {
-        "sort_sort_ints_serial_to_omp", "sort_sort_ints_serial_to_mpi", "sort_sort_ints_omp_to_mpi"}
+        "sort_sort_ints_serial_to_omp", "sort_sort_ints_serial_to_mpi", "sort_sort_ints_omp_to_mpi",
+        "sort_sort_ints_mpi_to_mpi_omp"}
 
 
 def test_cli_refuses_an_unknown_task_kind(capsys):
@@ -59,6 +59,16 @@ def test_cli_refuses_an_unknown_task_kind(capsys):
 def test_execution_model_filter_applies_to_the_target(models, expected, tmp_path):
     out = tmp_path / "r.json"
     rc = load_eval_cli("hpc_code").main(["--use-references", "--quick", "--tasks", "translate", "--problems",
-                                         "search_*", "--execution-models", *models, "--no-progress",
+                                         "search_find_first_*", "--execution-models", *models, "--no-progress",
                                          "--output", str(out)])
     assert rc == 0 and json.loads(out.read_text())["problems"] == expected
+
+
+@pytest.mark.slow
+def test_every_translation_task_passes_with_the_targets_reference(tmp_path):
+    """All 240 translation tasks (60 problems x 4 pairs) are scored as their targets: the target's reference passes."""
+    out = tmp_path / "r.json"
+    rc = load_eval_cli("hpc_code").main(["--use-references", "--quick", "--tasks", "translate", "--no-progress",
+                                         "--output", str(out)])
+    report = json.loads(out.read_text())
+    assert rc == 0 and report["problems"] == 240 and report["pass@1"] == 1.0

@@ -1,6 +1,6 @@
 """Translation (portability) tasks: given a working solution in one execution model, write it in another.
 
-Made from the suite itself: for each problem type with both models of a pair in :data:`PAIRS`, the task's prompt
+Made from the suite itself: for each problem with both models of a pair in :data:`PAIRS`, the task's prompt
 is the *source* problem's prompt and reference solution -- its function renamed ``<name>_<source model>`` so
 that both live in one translation unit, and real code, so the model reads it as code -- followed by an
 instruction and the *target* problem's prompt; everything else (driver, reference, sizes) is the target's, so
@@ -30,12 +30,12 @@ def translation_prompt(source: Problem, target: Problem) -> str:
 
 
 def translation_problems(problems: list[Problem]) -> list[Problem]:
-    """One translation task per (problem type, pair of :data:`PAIRS`) whose both models are in ``problems``."""
-    by = {(p.type, p.model): p for p in problems if p.source_model is None}
+    """One translation task per (problem, pair of :data:`PAIRS`) whose both models are in ``problems``."""
+    by = {(p.type, p.function, p.model): p for p in problems if p.source_model is None}
     tasks = []
-    for (ptype, model), target in sorted(by.items()):
+    for (ptype, fn, model), target in sorted(by.items()):
         for src_model, dst_model in PAIRS:
-            source = by.get((ptype, src_model))
+            source = by.get((ptype, fn, src_model))
             if dst_model != model or source is None:
                 continue
             name = f"{source.name}_to_{SHORT[dst_model]}"
