@@ -221,8 +221,11 @@ def _extract_on_grid(args: argparse.Namespace, model_dir: Path, docs: list[dict]
     if args.device_map or args.device:
         raise SystemExit("error: --grid places the model itself (each rank on its own GPU, or the CPU): drop "
                          "--device/--device-map")
+    from memorization.runtime import check_replicas
+
     try:
         rt = grid_runtime(args.grid)
+        check_replicas(len(docs), rt.grid, "documents")  # before any weight loads
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
     # each rank reads its own shards: of the HF directory, or of a training checkpoint saved on any grid

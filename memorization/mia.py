@@ -824,6 +824,10 @@ def run_mia(
     for w in warns:
         log.warning("%s", w)
     rt = grid_runtime(grid) if grid else None
+    if rt is not None:
+        from .runtime import check_replicas
+
+        check_replicas(len(members) + len(nonmembers), rt.grid, "documents")  # before any weight loads
     if rt is None:
         model, tok = load_checkpoint(model_path, device=device, dtype=dtype,
                                      tokenizer_path=tokenizer_path, require_tokenizer=False)

@@ -42,6 +42,16 @@ def _finding(e: Exception) -> str:
     return str(e).removesuffix(": " + ack.DAMAGED)
 
 
+def check_replicas(n_items: int, grid: axonn.Grid, what: str) -> None:
+    """Refuse a grid with more data replicas than ``n_items`` (``what``: "documents") to split over them: a replica
+    would only repeat another's work.  Raises ``ValueError`` naming the fix."""
+    data = grid.size("data")
+    if n_items < data:
+        raise ValueError(f"--grid has {data} data replicas for {n_items} {what}: each replica needs at least one; "
+                         f"use a data axis D <= {max(n_items, 1)} (put the other ranks on the row, column or depth "
+                         "axes), or fewer ranks")
+
+
 def map_over_replicas(fn: Callable[[list], list], items: list, grid: axonn.Grid) -> list:
     """``fn(items)`` computed by the data x depth replicas of ``grid`` together: replica ``r`` takes every
     ``replicas``-th item from ``r``, its row x column ranks call ``fn`` on that share together (``fn`` runs a
