@@ -4,9 +4,9 @@ inference, held-out perplexity and lm-eval tasks, each on the grid the inference
 For a training :class:`~memorization.jobs.Job` this writes ``<name>.eval.sbatch`` -- the machine's
 template (its modules and environment, without the training job's requeue and USR1) followed by
 ``templates/eval.part``: one ``srun`` step per (evaluation, arm), each running ``eval/extract.py``,
-``eval/mia.py``, ``eval/downstream.py --perplexity`` or ``eval/downstream.py --tasks`` on ``<run>/<arm>/checkpoint`` with the run's
-own manifest and extraction settings -- and ``<name>.submit.sh``, which submits the training job and
-then the evaluation with ``--dependency=afterok:<training job>`` (a requeued training job keeps its id;
+``eval/mia.py``, ``eval/downstream.py --perplexity`` or ``eval/downstream.py --tasks`` on
+``<run>/<arm>/checkpoint`` with the run's own manifest and extraction settings -- and ``<name>.submit.sh``,
+which submits the training job and then the evaluation with ``--dependency=afterok:<training job>`` (a requeued training job keeps its id;
 the evaluation waits until it has ended with status 0).
 
 Sizing: a model-parallel group is the smallest that holds one replica for the most demanding

@@ -254,8 +254,8 @@ WRONG_CANDIDATES = Path(__file__).resolve().parent / "hpc_wrong_candidates.jsonl
 @pytest.mark.parametrize("which", ["one per problem", pytest.param("all", marks=pytest.mark.slow)])
 def test_plausible_wrong_candidates_are_rejected(which, tmp_path):
     """tests/hpc_wrong_candidates.jsonl: for every problem of the suite but the first of each type (those have
-    BROKEN_WRAPPERS, and here only their hybrids' candidates), subtly wrong solutions -- an off-by-one, a wrong tie-break or boundary, a race, a result left
-    on rank 1 -- each scored ``wrong_output``.  The default suite scores one candidate of each newer problem."""
+    BROKEN_WRAPPERS, and here only their hybrids' candidates), subtly wrong solutions -- an off-by-one, a wrong
+    tie-break or boundary, a race, a result left on rank 1 -- each scored ``wrong_output``.  The default suite scores one candidate of each newer problem."""
     from memorization.hpc_code.completions import load_completions
 
     rows = [json.loads(x) for x in WRONG_CANDIDATES.read_text().splitlines() if x.strip()]
