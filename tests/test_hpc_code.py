@@ -149,18 +149,22 @@ def test_broken_task_file_is_reported_and_rest_runs(tmp_path):
 @pytest.mark.parametrize("which", ["subset", pytest.param("all", marks=pytest.mark.slow)])
 def test_references_pass_via_cli(which):
     """The public interface: every reference passes and parallel problems report speedups at every worker count
-    (an MPI+OpenMP run's n is ranks x 2 threads); the default suite runs :func:`quick_subset`, the slow one all
-    240 prompts."""
+    (an MPI+OpenMP run's n is ranks x 2 threads); the default suite runs :func:`quick_subset` with 2 workers, the
+    slow one all 240 prompts with 1 and 2."""
     problems, _ = load_suite()
     names = [p.name for p in (quick_subset(problems) if which == "subset" else problems)]
-    report = _cli("--use-references", "--quick", "--timeout", "60", "--problems", *names, timeout=1800)
+    workers = "2" if which == "subset" else "1,2"
+    report = _cli("--use-references", "--quick", "--timeout", "60", "--workers", workers, "--problems", *names,
+                  timeout=1800)
     assert report["problems"] == len(names)
     assert report["pass@1"] == 1.0, [(r["name"], r["message"]) for r in report["results"] if r["status"] != "passed"]
     assert report["build@1"] == 1.0
     assert report["speedup@1"] > 0 and report["speedup_n"] == 2
     assert report["status_counts"]["passed"] == report["problems"]
     assert set(report["by_model"]) == set(MODELS)
-    expected_n = {"serial": {"1"}, "openmp": {"1", "2"}, "mpi": {"1", "2"}, "mpi+omp": {"2", "4"}}
+    n = [int(w) for w in workers.split(",")]
+    expected_n = {"serial": {"1"}, "openmp": {str(w) for w in n}, "mpi": {str(w) for w in n},
+                  "mpi+omp": {str(2 * w) for w in n}}
     for r in report["results"]:
         assert r["status"] == "passed"
         assert set(r["speedups"]) == expected_n[r["model"]]
@@ -255,7 +259,8 @@ WRONG_CANDIDATES = Path(__file__).resolve().parent / "hpc_wrong_candidates.jsonl
 def test_plausible_wrong_candidates_are_rejected(which, tmp_path):
     """tests/hpc_wrong_candidates.jsonl: for every problem of the suite but the first of each type (those have
     BROKEN_WRAPPERS, and here only their hybrids' candidates), subtly wrong solutions -- an off-by-one, a wrong
-    tie-break or boundary, a race, a result left on rank 1 -- each scored ``wrong_output``.  The default suite scores one candidate of each newer problem."""
+    tie-break or boundary, a race, a result left on rank 1 -- each scored ``wrong_output``.  The default suite
+    scores one candidate of each newer problem."""
     from memorization.hpc_code.completions import load_completions
 
     rows = [json.loads(x) for x in WRONG_CANDIDATES.read_text().splitlines() if x.strip()]
@@ -273,7 +278,8 @@ def test_plausible_wrong_candidates_are_rejected(which, tmp_path):
     path = tmp_path / "wrong.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     per_problem = load_completions(path)["hpc"]
-    report = _cli("--completions", str(path), "--quick", "--timeout", "60", "--k", "1", timeout=1800)
+    report = _cli("--completions", str(path), "--quick", "--timeout", "60", "--k", "1", "--workers", "2",
+                  timeout=1800)
     assert sum(r["samples"] for r in report["results"]) == sum(len(v) for v in per_problem.values()) == len(rows)
     wrong = {r["name"]: r["status_counts"] for r in report["results"] if set(r["status_counts"]) != {"wrong_output"}}
     assert not wrong

@@ -5,7 +5,7 @@ prepared from the built-in corpus with that checkpoint's tokenizer (``--store``)
 checkpoints and exits 75 -> ``scontrol requeue`` -> the sbatch shim runs the job again -> it resumes and
 finishes; its results equal an uninterrupted run's of the same job (same grid, same computation: exactly).
 The uninterrupted run is submitted as a user submits it, by the generated ``<name>.submit.sh``: training,
-then the evaluation job (``--dependency=afterok``), which extracts and scores perplexity and lm-eval from the
+then the evaluation job (``--dependency=afterok``), which extracts and runs an lm-eval task from the
 arms' training checkpoints on the inference planner's grid; its extraction reproduces the run's own."""
 from __future__ import annotations
 
@@ -101,8 +101,8 @@ def reference(machine: str, root: Path, init: Path, store: Path) -> tuple[dict, 
     machine and session): (its arms' results, its run directory, the evaluation job, the submit script's output)."""
     if machine not in _REFERENCE:
         job = _job(machine, root, init, store)
-        # MIA on the grid: tests/test_mia.py (four grids); it loads the checkpoint as extraction does here
-        evaluation = eval_jobs.make_eval_job(job, ("extract", "perplexity", "lm-eval"))
+        # MIA and perplexity on grids: tests/test_mia.py, tests/test_downstream.py; here the checkpoint -> grid path
+        evaluation = eval_jobs.make_eval_job(job, ("extract", "lm-eval"))
         evaluation.write()
         p = subprocess.run(["bash", str(evaluation.submit_path)], env=_env(root), capture_output=True, text=True,
                            timeout=900)
@@ -151,7 +151,7 @@ def test_rehearsal_usr1_requeue_resume_equals_uninterrupted(machine, tiny_init, 
 def test_the_evaluation_job_follows_training_and_reproduces_its_extraction(tiny_init, store, tmp_path):
     """submit.sh: training, then (afterok) the evaluation job on the inference planner's grid, reading the arms'
     training checkpoints resharded onto it: every target's exact match equals the run's own end-of-run
-    extraction, and held-out perplexity and the shipped lm-eval task report for both arms."""
+    extraction, and the shipped lm-eval task reports for both arms."""
     from memorization.extraction import trained
 
     arms, run_dir, evaluation, out = reference("frontier", tmp_path / "reference", tiny_init, store)
@@ -162,8 +162,6 @@ def test_the_evaluation_job_follows_training_and_reproduces_its_extraction(tiny_
     for arm in ("standard", "goldfish"):
         ext = json.loads((run_dir / "eval" / arm / "extraction" / "extraction.json").read_text())
         assert {d["id"]: d["exact_match"] for d in trained(ext["documents"])} == arms[arm]["exact_by_target"]
-        ppl = json.loads((run_dir / "eval" / arm / "perplexity" / "downstream.json").read_text())
-        assert ppl["perplexity"]["perplexity"] > 1.0, ppl
         tasks = json.loads((run_dir / "eval" / arm / "lm_eval" / "downstream.json").read_text())["lm_eval"]
         assert not tasks["errors"] and tasks["n_samples"] == {"goldfish_mc": 32}, tasks
         assert 0.0 <= tasks["results"]["goldfish_mc"]["acc"] <= 1.0

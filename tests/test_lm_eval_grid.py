@@ -57,15 +57,18 @@ def test_every_request_type_on_four_grids_equals_hflm_in_one_process(grid_checkp
 
 
 def test_a_task_on_four_grids_scores_as_in_one_process(grid_checkpoint, grid_answers):
-    """The shipped goldfish_mc task (12 questions x 4 choices) through run_downstream(grid=...): acc, acc_norm
-    and their stderrs equal the single-process run's."""
+    """The shipped goldfish_mc task (12 questions x 4 choices) through run_downstream(grid=...) on two of the grids
+    (every request type is compared on all four above): acc, acc_norm and their stderrs equal the single-process
+    run's."""
+    from lm_eval_grids import TASK_GRIDS
+
     from memorization.downstream import run_downstream
 
     root, _, _, _ = grid_checkpoint
     out, _ = grid_answers
     want = run_downstream(root / "model", tasks=["goldfish_mc"], include_defaults=False, limit=12, batch_size=4,
                           device="cpu", dtype="float32")["lm_eval"]
-    for grid in GRIDS:
+    for grid in TASK_GRIDS:
         got = json.loads((out / grid / "downstream.json").read_text())
         assert got["grid"] == grid and not got["lm_eval"]["errors"]
         assert got["lm_eval"]["n_samples"] == want["n_samples"] == {"goldfish_mc": 12}
