@@ -21,22 +21,27 @@ from ..communication import all_reduce
 from ..grid import Grid, get_grid
 
 
+def _label_columns(labels: torch.Tensor, nv: int, valid: torch.Tensor | None, axes, grid: Grid):
+    """``(idx, local)``: each label's column in this rank's ``nv``-wide vocabulary shard (0 where not owned) and
+    whether this rank owns it (and it is ``valid``)."""
+    start = grid.index(axes) * nv
+    local = (labels >= start) & (labels < start + nv)
+    if valid is not None:
+        local &= valid
+    return torch.where(local, labels - start, torch.zeros_like(labels)), local
+
+
 def _shifted_sums(logits: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor | None, axes, grid: Grid):
     """Steps 1-3 of the module doc on float32 ``logits``: ``(shifted, e, s, t, idx, local)`` with ``shifted =
     logits - m``, ``e = exp(shifted)``, ``s = Σ_v e`` and ``t = shifted[label]`` over the whole vocabulary (three
     all-reduces), ``idx``/``local`` the label's local column and whether this rank owns it (and it is ``valid``)."""
-    nv = logits.shape[-1]
-    start = grid.index(axes) * nv
     m = logits.max(dim=-1).values
     all_reduce(m, axes, op=dist.ReduceOp.MAX, grid=grid)
     shifted = logits - m.unsqueeze(-1)
     e = shifted.exp()
     s = e.sum(dim=-1)
     all_reduce(s, axes, grid=grid)
-    local = (labels >= start) & (labels < start + nv)
-    if valid is not None:
-        local &= valid
-    idx = torch.where(local, labels - start, torch.zeros_like(labels))
+    idx, local = _label_columns(labels, logits.shape[-1], valid, axes, grid)
     t = shifted.gather(-1, idx.unsqueeze(-1)).squeeze(-1) * local
     all_reduce(t, axes, grid=grid)
     return shifted, e, s, t, idx, local
@@ -121,12 +126,9 @@ def vocab_parallel_is_max(logits_shard: torch.Tensor, targets: torch.Tensor, axe
     it; a tie counts), from vocab-sharded logits: the global max (all-reduce MAX) against the target's logit
     (all-reduce SUM of the one owner's value), never the full vocabulary.  Targets must lie in ``[0, V)``."""
     grid = grid or get_grid()
-    nv = logits_shard.shape[-1]
-    start = grid.index(axes) * nv
     m = logits_shard.max(dim=-1).values.float()
     all_reduce(m, axes, op=dist.ReduceOp.MAX, grid=grid)
-    local = (targets >= start) & (targets < start + nv)
-    idx = torch.where(local, targets - start, torch.zeros_like(targets))
+    idx, local = _label_columns(targets, logits_shard.shape[-1], None, axes, grid)
     t = logits_shard.gather(-1, idx.unsqueeze(-1)).squeeze(-1).float() * local
     all_reduce(t, axes, grid=grid)
     return t >= m
