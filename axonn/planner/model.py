@@ -69,6 +69,19 @@ crosses node boundaries, and ``min(s, g)`` rings leave every node at once (the `
 one ring in a node are neighbours, so a ring needs one NIC stream per node), so
 ``β = min(intra, inter_node_gbps / min(s, g))``.
 
+At-scale terms of the profile (each neutral at its default, which gives the formulas above exactly):
+
+* message size: a collective on a buffer of ``S`` bytes (the full tensor) reaches ``e(S) = S/(S + S½)`` of
+  its bus bandwidth, ``S½`` = ``intra_node_half_bw_mbytes`` / ``inter_node_half_bw_mbytes``: ``v/(β·e(S))``;
+* launch: every collective call costs ``collective_launch_us`` on top of its hops;
+* global taper: a group spanning more than ``nodes_per_group`` nodes gets ``global_taper`` of the
+  inter-node bandwidth (the links between full-bisection domains, loaded by every group at once).
+
+So ``t = launch + α·⌈log₂ p⌉·k + v/(β·e(S))``. Two software terms of :class:`CostConfig` (neutral at their
+defaults): ``recompute_fraction`` scales what a checkpointed layer recomputes (its forward compute and
+collectives), and ``elementwise_bytes_hidden`` / ``elementwise_bytes_ffn`` add the elementwise kernels' HBM
+time ``m·(e_h·h + e_f·ffn/R)/HBM`` per layer and micro-step (a third forward, two thirds backward).
+
 Overlap
 -------
 ``overlap(c, x, f) = c + x − f·min(c, x)``: ``f = 1`` is ``max(c, x)``, ``f = 0`` the sum.
@@ -222,6 +235,14 @@ class CostConfig:
     bytes_act: int = 2               # bf16 activations / weights on the wire
     bytes_grad_comm: int = 4         # gradients reduced in fp32 (the master weights' dtype); 2: bf16
     optimizer_bytes_per_param: int = 36  # bytes touched per local parameter by fused AdamW (r+w)
+    # fraction of a checkpointed decoder layer's forward (compute and collectives) the backward re-runs:
+    # 1 = full checkpointing (this trainer's); 0.5 = a policy that recomputes every other layer or every
+    # other matmul (torchtitan's "selective" modes); only used with activation checkpointing on
+    recompute_fraction: float = 1.0
+    # HBM bytes the elementwise kernels (norms, RoPE, SwiGLU, residuals) move per token and decoder layer,
+    # per element of the hidden and of the MLP width (forward + backward); 0: the flat kernel_overhead only
+    elementwise_bytes_hidden: float = 0.0
+    elementwise_bytes_ffn: float = 0.0
 
 
 def model_flops_per_token(shape: ModelShape, seq: int) -> float:
@@ -268,18 +289,43 @@ def axis_bandwidth(grid: Grid, axis: str, prof: MachineProfile) -> tuple[float, 
     return group_bandwidth(grid, getattr(grid, axis), grid.stride(axis), prof)
 
 
+def group_span_nodes(p: int, s: int, gpus_per_node: int) -> int:
+    """Nodes one group of ``p`` ranks ``s`` apart touches: ``⌈(s·(p−1) + 1)/g⌉`` (groups start on a node)."""
+    return -(-(s * (p - 1) + 1) // gpus_per_node)
+
+
+def message_efficiency(buffer_bytes: float, half_bytes: float) -> float:
+    """Fraction of the bus bandwidth a collective on a ``buffer_bytes`` buffer reaches: ``S/(S + S½)``.
+
+    ``S½`` (``half_bytes``) is the buffer size at which the measured bus bandwidth is half its large-message
+    value (protocol switch points, pipelining chunks, per-step synchronisation); ``S½ = 0`` gives 1 for every
+    size. The curve rises monotonically with ``S`` towards 1.
+    """
+    if half_bytes <= 0:
+        return 1.0
+    return buffer_bytes / (buffer_bytes + half_bytes) if buffer_bytes > 0 else 0.0
+
+
 def group_bandwidth(grid: Grid, p: int, s: int, prof: MachineProfile) -> tuple[float, float, bool]:
     """``(bytes/s per rank, latency s, intra_node)`` of a group of ``p`` ranks ``s`` apart.
 
     One axis is such a group; so is row × column (``p = R·C``, ``s = 1``: column is the fastest
     axis and row the next), which the embedding all-reduces over in one collective.
+
+    Global taper: a group that spans more nodes than one full-bisection domain (``nodes_per_group``: a
+    dragonfly group, a fat-tree pod) sends part of its ring hops over the links between domains, which all
+    groups of the axis load at once; each node then gets ``global_taper`` of its injection bandwidth there
+    and the ring runs at its slowest hop: ``β = min(intra, global_taper · inter / min(s, g))``.
     """
     g = prof.gpus_per_node
     intra_bw = prof.intra_node_gbps * 1e9
     if s * p <= g and (g % (s * p) == 0 or grid.size <= g):  # every group inside one node
         return intra_bw, prof.intra_node_latency_us * 1e-6, True
     streams = min(s, g)
-    return min(intra_bw, prof.inter_node_gbps * 1e9 / streams), prof.inter_node_latency_us * 1e-6, False
+    inter = prof.inter_node_gbps * 1e9 / streams
+    if prof.nodes_per_group > 0 and group_span_nodes(p, s, g) > prof.nodes_per_group:
+        inter *= prof.global_taper
+    return min(intra_bw, inter), prof.inter_node_latency_us * 1e-6, False
 
 
 class _Comm:
@@ -287,24 +333,32 @@ class _Comm:
 
     def __init__(self, grid: Grid, prof: MachineProfile):
         self.grid = grid
+        self.prof = prof
         self.bw = {ax: axis_bandwidth(grid, ax, prof) for ax in AXES}
         self.bw_row_column = group_bandwidth(grid, grid.row * grid.column, 1, prof)
 
-    def time(self, axis: str, volume_bytes: float, allreduce: bool) -> float:
-        return self._time(getattr(self.grid, axis), self.bw[axis], volume_bytes, allreduce)
+    def time(self, axis: str, volume_bytes: float, allreduce: bool, buffer_bytes: float | None = None) -> float:
+        return self._time(getattr(self.grid, axis), self.bw[axis], volume_bytes, allreduce, buffer_bytes)
 
-    @staticmethod
-    def _time(p: int, bw_lat: tuple[float, float, bool], volume_bytes: float, allreduce: bool) -> float:
+    def _time(self, p: int, bw_lat: tuple[float, float, bool], volume_bytes: float, allreduce: bool,
+              buffer_bytes: float | None = None) -> float:
+        """``launch + α·k⌈log₂p⌉ + v / (β·e(S))``: ``v`` bytes moved per rank, ``S`` the collective's buffer
+        (the full tensor; ``v`` when not given), ``e`` :func:`message_efficiency` with the profile's
+        ``S½`` inside or across nodes, ``launch`` the profile's per-collective cost."""
         if p == 1:
             return 0.0
-        bw, lat, _ = bw_lat
+        bw, lat, intra = bw_lat
+        prof = self.prof
+        half = (prof.intra_node_half_bw_mbytes if intra else prof.inter_node_half_bw_mbytes) * 1e6
+        eff = message_efficiency(volume_bytes if buffer_bytes is None else buffer_bytes, half)
         steps = (2 if allreduce else 1) * math.ceil(math.log2(p))
-        return lat * steps + volume_bytes / bw
+        return prof.collective_launch_us * 1e-6 + lat * steps + (volume_bytes / (bw * eff) if volume_bytes else 0.0)
 
     def allgather(self, axis: str, n_elems_total: float, nbytes: int) -> float:
         """All-gather (or reduce-scatter) of a tensor of ``n`` elements: (p−1)/p·n per rank."""
         p = getattr(self.grid, axis)
-        return self.time(axis, (p - 1) / p * n_elems_total * nbytes, allreduce=False)
+        return self.time(axis, (p - 1) / p * n_elems_total * nbytes, allreduce=False,
+                         buffer_bytes=n_elems_total * nbytes)
 
     def allreduce(self, axis: str, n_elems: float, nbytes: int) -> float:
         """Ring all-reduce of ``n`` elements per rank: 2(p−1)/p·n."""
@@ -314,9 +368,9 @@ class _Comm:
         """One ring all-reduce over the row × column group (``R·C`` consecutive ranks)."""
         return self._allreduce(self.grid.row * self.grid.column, self.bw_row_column, n_elems, nbytes)
 
-    @classmethod
-    def _allreduce(cls, p: int, bw_lat: tuple[float, float, bool], n_elems: float, nbytes: int) -> float:
-        return cls._time(p, bw_lat, 2 * (p - 1) / p * n_elems * nbytes, allreduce=True)
+    def _allreduce(self, p: int, bw_lat: tuple[float, float, bool], n_elems: float, nbytes: int) -> float:
+        return self._time(p, bw_lat, 2 * (p - 1) / p * n_elems * nbytes, allreduce=True,
+                          buffer_bytes=n_elems * nbytes)
 
 
 def _ov(c: float, x: float, f: float) -> float:
@@ -357,26 +411,30 @@ def predict_step(shape: ModelShape, grid: Grid, seq: int, global_batch: int, mic
         rs = comm.allgather("depth", w_local, bg)        # reduce-scatter dW
         ar_y = comm.allreduce(ax_in, m * n_loc, ba)
         ar_dx = comm.allreduce(ax_out, m * k_loc, ba)
-        axes_comm["depth"] += times * ((3 if recompute else 2) * ag + rs)
-        axes_comm[ax_in] += times * ar_y * (2 if recompute else 1)
+        rf = cfg.recompute_fraction if recompute else 0.0
+        axes_comm["depth"] += times * ((2 + rf) * ag + rs)
+        axes_comm[ax_in] += times * ar_y * (1 + rf)
         axes_comm[ax_out] += times * ar_dx
         return dict(c_f=t_g, c_dx=t_dx, c_dw=t_dw, ag=ag, rs=rs, ar_y=ar_y, ar_dx=ar_dx)
 
     def block(costs: list[dict[str, float]], attn_f: float = 0.0, attn_b: float = 0.0, recompute: bool = ckpt,
-              relayout_f: float = 0.0, relayout_b: float = 0.0) -> tuple[float, float, float]:
+              relayout_f: float = 0.0, relayout_b: float = 0.0, elem_f: float = 0.0,
+              elem_b: float = 0.0) -> tuple[float, float, float]:
         """(forward time, backward time, compute time) of a group of Linears + attention; ``relayout_*``:
-        its column all-gathers of activations (forward) and activation gradients (backward)."""
+        its column all-gathers of activations (forward) and activation gradients (backward); ``elem_*``:
+        its elementwise kernels' HBM time (forward, backward)."""
         ov = 1.0 + cfg.kernel_overhead
-        c_f = (sum(x["c_f"] for x in costs) + attn_f) * ov
+        rf = cfg.recompute_fraction if recompute else 0.0
+        c_f = (sum(x["c_f"] for x in costs) + attn_f) * ov + elem_f
         c_dw = sum(x["c_dw"] for x in costs) * ov
-        c_b = (sum(x["c_dx"] for x in costs) + attn_b) * ov + c_dw + (c_f if recompute else 0.0)
+        c_b = (sum(x["c_dx"] for x in costs) + attn_b) * ov + c_dw + elem_b + rf * c_f
         x_f = sum(x["ag"] for x in costs)
         y_f = sum(x["ar_y"] for x in costs) + relayout_f
         x_b = sum(x["ag"] + x["rs"] for x in costs)
         y_dx = sum(x["ar_dx"] for x in costs)
         # the recomputed forward's collectives: its all-reduces and re-layouts, and its depth all-gathers
         # (synchronous: axonn.intra_layer.linear gathers a recomputed forward's weight without prefetch)
-        y_b = y_dx + relayout_b + (y_f + x_f if recompute else 0.0)
+        y_b = y_dx + relayout_b + rf * (y_f + x_f)
         t_f = c_f + x_f + y_f - min(c_f, _ov(c_f, x_f, cfg.overlap_depth))
         hidden_b = min(c_b, _ov(c_b, x_b, cfg.overlap_depth) + _ov(c_dw, y_dx, cfg.overlap_tensor_bwd))
         t_b = c_b + x_b + y_b - hidden_b
@@ -392,14 +450,21 @@ def predict_step(shape: ModelShape, grid: Grid, seq: int, global_batch: int, mic
     # the forward (bf16), the two RMSNorm outputs' column slices' gradients in the backward (fp32)
     relayout_f = 2 * comm.allgather("column", m * shape.hidden, ba)
     relayout_b = 2 * comm.allgather("column", m * shape.hidden, 4)
-    axes_comm["column"] += shape.layers * (relayout_f * (2 if ckpt else 1) + relayout_b)
-    lf, lb, lc = block(layer, attn_f, attn_b, relayout_f=relayout_f, relayout_b=relayout_b)
+    rf_layer = cfg.recompute_fraction if ckpt else 0.0
+    axes_comm["column"] += shape.layers * (relayout_f * (1 + rf_layer) + relayout_b)
+    # elementwise kernels' HBM traffic (norms, RoPE, SwiGLU, residuals) per micro-step: full-width hidden
+    # (the residual stream is not sharded over row × column), the MLP width split over the row group;
+    # a third in the forward, two thirds in the backward
+    elem = m * (cfg.elementwise_bytes_hidden * shape.hidden + cfg.elementwise_bytes_ffn * shape.ffn / R) / (
+        prof.hbm_gbps * 1e9)
+    lf, lb, lc = block(layer, attn_f, attn_b, relayout_f=relayout_f, relayout_b=relayout_b,
+                       elem_f=elem / 3, elem_b=2 * elem / 3)
     if ckpt and R * C > 1:  # axonn.checkpointing: backward all-gathers each layer's fp32 input over row x col
         ag_c = comm.allgather("column", m * shape.hidden / R, 4)  # hierarchical: column, then row
         ag_r = comm.allgather("row", m * shape.hidden, 4)
-        lb += ag_c + ag_r
-        axes_comm["column"] += shape.layers * ag_c
-        axes_comm["row"] += shape.layers * ag_r
+        lb += rf_layer * (ag_c + ag_r)
+        axes_comm["column"] += shape.layers * rf_layer * ag_c
+        axes_comm["row"] += shape.layers * rf_layer * ag_r
     # --- lm_head (+ loss) and the embedding: fp32 output all-reduced over row x column (one
     # collective over the R·C group), its chunk all-gathered over depth and its gradient
     # reduce-scattered there (fp32 chunk, gradient in the wire dtype; not overlapped)

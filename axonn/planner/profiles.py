@@ -10,6 +10,17 @@ Bandwidth conventions used by the cost model (:mod:`axonn.planner.model`):
   all inside one node (NCCL/RCCL "bus bandwidth").
 * ``inter_node_gbps`` is the injection bandwidth of a whole node (all its NICs together). A
   collective that crosses nodes shares it between the node's GPUs that talk at the same time.
+
+At-scale terms (each neutral at its default, so a profile without them predicts as before; see
+``docs/planner.md`` for their sources and ``calibrate --sweep`` for measuring them):
+
+* ``intra_node_half_bw_mbytes`` / ``inter_node_half_bw_mbytes``: buffer size (MB, 10^6 bytes) at which a
+  collective inside / across nodes reaches half its large-message bus bandwidth (0: every size at full);
+* ``collective_launch_us``: fixed cost of one collective call (kernel launch, proxy thread, the
+  first synchronisation), paid once per call on top of the per-hop latency;
+* ``nodes_per_group`` and ``global_taper``: nodes in one full-bisection domain (dragonfly group, fat-tree
+  pod; 0 = the whole machine is one) and the fraction of a node's injection bandwidth its traffic gets
+  on the links between domains when every node sends at once (1 = no taper).
 """
 from __future__ import annotations
 
@@ -24,6 +35,10 @@ import yaml
 PROFILE_DIR = Path(__file__).with_name("profiles")
 
 GIB = 1024**3
+
+#: the at-scale terms of a profile and the values that switch them off (the model without them)
+SCALE_TERMS_NEUTRAL: dict[str, Any] = {"intra_node_half_bw_mbytes": 0.0, "inter_node_half_bw_mbytes": 0.0,
+                                       "collective_launch_us": 0.0, "nodes_per_group": 0, "global_taper": 1.0}
 
 
 @dataclass(frozen=True)
@@ -45,6 +60,11 @@ class MachineProfile:
     attention_efficiency: float = 0.5
     usable_memory_fraction: float = 0.92
     reserved_gib: float = 2.0
+    intra_node_half_bw_mbytes: float = 0.0
+    inter_node_half_bw_mbytes: float = 0.0
+    collective_launch_us: float = 0.0
+    nodes_per_group: int = 0
+    global_taper: float = 1.0
     description: str = ""
     gpu: str = ""
 
@@ -64,6 +84,12 @@ class MachineProfile:
                              f"exceeds peak_tflops {self.peak_tflops}")
         if not 0 < self.usable_memory_fraction <= 1:
             raise ValueError(f"machine profile {self.name!r}: usable_memory_fraction must be in (0, 1]")
+        if not 0 < self.global_taper <= 1:
+            raise ValueError(f"machine profile {self.name!r}: global_taper must be in (0, 1], "
+                             f"got {self.global_taper!r}")
+        for f in ("intra_node_half_bw_mbytes", "inter_node_half_bw_mbytes", "collective_launch_us", "nodes_per_group"):
+            if getattr(self, f) < 0:
+                raise ValueError(f"machine profile {self.name!r}: {f} must be >= 0, got {getattr(self, f)!r}")
 
     @property
     def memory_bytes(self) -> int:
@@ -76,6 +102,11 @@ class MachineProfile:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    @staticmethod
+    def neutral_scale_terms() -> dict[str, Any]:
+        """The at-scale terms' neutral values: with them the cost model is the one without those terms."""
+        return dict(SCALE_TERMS_NEUTRAL)
 
 
 def known_profiles() -> list[str]:
