@@ -36,6 +36,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from axonn.cli import HelpFormatter  # noqa: E402
 from axonn.planner import Grid, PlanError, load_profile, plan, predict_step  # noqa: E402
 from axonn.planner.model import CostConfig, model_flops_per_token  # noqa: E402
 from axonn.planner.profiles import MachineProfile  # noqa: E402
@@ -165,11 +166,11 @@ def report(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--table", type=Path, default=DEFAULT_TABLE,
                    help="YAML table of published runs (default: benchmarks/results/published_runs.yaml)")
     p.add_argument("--out", type=Path, default=None,
-                   help="also write the Markdown report to this path (default: stdout only)")
+                   help="also write the Markdown report to this path (the report always goes to stdout)")
     a = p.parse_args(argv)
     _, text = run(a.table)
     print(text, end="")
