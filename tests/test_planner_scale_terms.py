@@ -170,3 +170,22 @@ def test_published_runs_table_is_complete_and_the_script_predicts_a_grid_entry(t
     assert abs(r["ratio_full"] - 1) <= 0.25
     committed = (ROOT / "benchmarks/results/published_runs.md").read_text()
     assert f"| {r['id']} |" in committed and "with terms 8/10" in committed
+
+
+@pytest.mark.slow  # two gloo ranks measure the sweep (about 30 s on 2 cores)
+@pytest.mark.timeout(240)
+def test_calibrate_sweep_measures_the_terms_on_two_ranks(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("axonn_launcher", ROOT / "tests/axonn_workers/launcher.py")
+    launcher = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(launcher)
+    entry = tmp_path / "cal.py"
+    entry.write_text("import sys\nfrom axonn.planner.calibrate import main\nsys.exit(main(sys.argv[1:]))\n")
+    out = tmp_path / "p.yaml"
+    codes, log = launcher.launch(str(entry), 2, ["--out", str(out), "--ref-dim", "64", "--comm-mbytes", "1",
+                                                 "--sweep"], timeout=230)
+    assert codes == [0, 0], log
+    prof = load_profile(out)
+    assert prof.collective_launch_us > 0 and prof.intra_node_half_bw_mbytes >= 0
+    assert prof.inter_node_half_bw_mbytes == 0 and prof.global_taper == 1  # one node: nothing across nodes
+    header = out.read_text()
+    assert "intra_busbw_gbps_64KiB" in header and "collective_launch_us" in header
