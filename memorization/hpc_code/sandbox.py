@@ -37,6 +37,7 @@ import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Callable
 
 KILL_GRACE_S = 2.0  # SIGTERM -> SIGKILL delay for a run killed on timeout / output cap
 INIT = str(Path(__file__).with_name("sandbox_init.py"))
@@ -187,10 +188,12 @@ def _run_in(iso: Isolation, cmd: list[str], cwd: str | os.PathLike, limits: Sand
                          timing.get("window_s"))
 
 
-def _collect(proc: subprocess.Popen, deadline: float, cap: int) -> tuple[str, str, bool, bool, int | None]:
-    """Read the command's output until it exits, the deadline passes or ``cap`` bytes came."""
+def _collect(proc: subprocess.Popen, deadline: float, cap: int,
+             done: Callable[[], bool] | None = None) -> tuple[str, str, bool, bool, int | None]:
+    """Read the command's output until it exits, the deadline passes or ``cap`` bytes came -- or ``done()``
+    holds (checked between reads): the command is then ended as on a timeout, but not counted as one."""
     bufs = {proc.stdout: bytearray(), proc.stderr: bytearray()}
-    total, timed_out, exceeded = 0, False, False
+    total, timed_out, exceeded, finished = 0, False, False, False
     with selectors.DefaultSelector() as sel:
         for f in bufs:
             sel.register(f, selectors.EVENT_READ)
@@ -199,7 +202,10 @@ def _collect(proc: subprocess.Popen, deadline: float, cap: int) -> tuple[str, st
             if remaining <= 0:
                 timed_out = True
                 break
-            for key, _ in sel.select(timeout=min(remaining, 0.5)):
+            if done is not None and done():
+                finished = True
+                break
+            for key, _ in sel.select(timeout=min(remaining, 0.5 if done is None else 0.05)):
                 chunk = os.read(key.fd, 65536)
                 if not chunk:
                     sel.unregister(key.fileobj)
@@ -210,7 +216,9 @@ def _collect(proc: subprocess.Popen, deadline: float, cap: int) -> tuple[str, st
                 exceeded = True
                 break
     returncode = None
-    if not (timed_out or exceeded):
+    if finished:
+        returncode = proc.poll()
+    elif not (timed_out or exceeded):
         try:
             returncode = proc.wait(timeout=max(deadline - time.monotonic(), 0.01))
         except subprocess.TimeoutExpired:
@@ -329,6 +337,86 @@ def run_sandboxed(
     only when the sandbox could not be set up.
     """
     return _run_in(iso or isolation(limits.isolate_network), cmd, cwd, limits, env, ro, end_at_mark)
+
+
+def run_per_process(
+    launcher: list[str],
+    cmd: list[str],
+    cwd: str | os.PathLike,
+    limits: SandboxLimits,
+    env: dict[str, str] | None = None,
+    ro: tuple[str, ...] = (),
+    rank_env: tuple[str, ...] = (),
+    network: bool = False,
+    iso: Isolation | None = None,
+) -> SandboxResult:
+    """Run ``launcher + [sandbox init] + cmd``: the launcher (``srun ...``, ``mpiexec -n R ...``) starts every
+    process of the run, each in a sandbox of its own on its node -- its own root, PID namespace and limits
+    (``RLIMIT_AS`` per process), as :func:`run_sandboxed` -- while the launcher itself runs unsandboxed here.
+
+    ``cwd`` and its parent directory, and every path in ``cmd`` and ``ro``, must be at the same place on every
+    node that runs a process (a shared filesystem).  Each process's init writes its report to a directory
+    beside ``cwd`` (:mod:`.sandbox_init`); its rank is the first of ``rank_env`` the launcher sets.  Rank 0
+    alone marks the window: the result's times and, once its sandbox ended the run at ``E``, its status
+    (0) are rank 0's; the launcher is then ended (SIGTERM, SIGKILL :data:`KILL_GRACE_S` later) without
+    waiting for the other ranks, whose output counts for nothing.  Otherwise the status is the
+    launcher's (or rank 0's when the launcher says 0).  ``network`` keeps each process's own network
+    namespace (loopback only): only for a run whose processes do not talk to each other.  ``env`` is the
+    command's whole environment, plus the launcher's variables for joining its job.  The timeout and the
+    output cap end the launcher's process group as for :func:`run_sandboxed`; the launcher ends the
+    processes it started (``srun`` its job step on every node).
+    """
+    iso = iso or isolation(limits.isolate_network)
+    as_root = os.geteuid() == 0 and "--user" not in iso.flags
+    uid = UID_BASE + os.getpid() % 100_000 if as_root else None
+    flags = [f for f in iso.flags if network or f != "--net"]
+    parent = str(Path(cwd).resolve().parent)
+    root = tempfile.mkdtemp(prefix=".sandbox_root_", dir=parent) if iso.filesystem else None
+    reports = Path(tempfile.mkdtemp(prefix=".sandbox_report_", dir=parent))
+    if uid is not None:
+        os.chown(cwd, uid, uid)
+    home = SANDBOX_HOME if root else str(Path(cwd).resolve())
+    marks_dir = None if root else tempfile.mkdtemp(prefix=".sandbox_marks_", dir=parent)
+    marks = "/run/hpc_marks" if root else os.path.join(marks_dir, "hpc_marks")
+    rlimits = {"RLIMIT_CORE": [0, 0], "RLIMIT_FSIZE": [limits.file_mb << 20] * 2}
+    if limits.memory_mb is not None:
+        rlimits["RLIMIT_AS"] = [limits.memory_mb << 20] * 2
+    if iso.processes_capped:
+        rlimits["RLIMIT_NPROC"] = [limits.max_processes] * 2
+    spec = {
+        "loopback": "--net" in flags, "root": root, "marks": marks, "work": str(Path(cwd).resolve()),
+        "ro": sorted({*system_paths(), *ro}), "etc": _etc(0 if uid is None else uid), "tmpfs_mb": limits.tmpfs_mb,
+        "uid": uid, "rlimits": rlimits, "timing_fd": None, "end_at_mark": True, "report_dir": str(reports),
+        "rank_env": list(rank_env),
+        "env": {**(env or {}), "HOME": home, "TMPDIR": "/tmp" if root else home, "HPC_MARKS": marks},
+    }
+    unshare = [shutil.which("unshare") or "unshare", *flags, "--"] if flags else []
+    argv = [*launcher, *unshare, sys.executable, "-I", INIT, json.dumps(spec), *cmd]
+    rank0 = reports / "timing.0"
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
+        out, err, timed_out, exceeded, returncode = _collect(proc, start + limits.timeout_s, limits.output_bytes,
+                                                             done=rank0.exists)
+        wall_s = time.monotonic() - start
+        report = rank0.read_text() if rank0.exists() else ""
+    finally:
+        if root:
+            os.rmdir(root)
+        shutil.rmtree(reports, ignore_errors=True)
+        if marks_dir:
+            shutil.rmtree(marks_dir, ignore_errors=True)
+    if report.startswith("error:"):
+        raise SandboxError(f"sandbox set-up failed ({iso.how}, one per process): {report[6:].strip()}")
+    timing = json.loads(report) if report else {}
+    if not (timed_out or exceeded):
+        if timing.get("ended"):
+            returncode = 0
+        elif returncode is None or (returncode == 0 and timing):
+            returncode = timing.get("rc", returncode)
+    return SandboxResult(returncode, out, err, timed_out, exceeded, wall_s, timing.get("command_s"),
+                         timing.get("window_s"))
 
 
 def memory_limited(cmd: list[str], memory_mb: int | None) -> list[str]:

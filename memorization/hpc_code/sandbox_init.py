@@ -22,7 +22,7 @@ project is imported).  In order:
 4. reaps every process until the command exits and timestamps the marks as they arrive; at
    ``E`` (in a PID namespace, unless ``spec["end_at_mark"]`` is false) it kills every other
    process of the run at once, so nothing changes the output after the window closed; then
-   writes ``{"command_s": fork to exit, "window_s": S to E or null}`` (JSON,
+   writes ``{"command_s": fork to exit, "window_s": S to E or null, "ended": ended at E}`` (JSON,
    ``time.monotonic()``) to the inherited
    ``spec["timing_fd"]`` -- a descriptor the command never holds -- and exits with the
    command's status (``128 + s`` for signal ``s``: a namespace init cannot kill itself by
@@ -30,6 +30,15 @@ project is imported).  In order:
 
 A setup failure writes ``error: <why>`` to the timing descriptor instead and exits 125, so
 the caller can tell the sandbox's fault from the command's.
+
+One sandbox per process (an MPI launcher starts this init as each rank, possibly on another
+node): ``spec["report_dir"]`` then names a host directory (on a filesystem the caller
+sees) instead of ``spec["timing_fd"]``; the init opens it before entering its root and
+writes its report -- the one above plus ``"rc"`` (the exit status) -- atomically to
+``timing.<rank>`` there, its rank read from the first variable of
+``spec["rank_env"]`` the launcher set (``0`` if none).  ``spec["env"]``, when given, is
+the command's whole environment, plus the launcher's own variables (:data:`LAUNCHER_VARS`
+prefixes: PMI, Slurm, the MPI's wire-up) so that the rank can join its job.
 """
 
 import ctypes
@@ -52,6 +61,8 @@ PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 # NOROOT, NO_SETUID_FIXUP, KEEP_CAPS off, NO_CAP_AMBIENT_RAISE -- each with its lock bit
 SECUREBITS_LOCKED = 0x1 | 0x2 | 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 DEVICES = ("null", "zero", "full", "random", "urandom")
+# variables a launcher sets for a rank to join its job: kept in a per-process sandbox's environment
+LAUNCHER_VARS = ("PMI_", "PMIX_", "SLURM_", "HYDRA_", "MPIR_", "MPICH_", "OMPI_", "UCX_", "FI_", "I_MPI_")
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
@@ -213,14 +224,51 @@ def supervise(pid: int, marks: int | None, wakeup: int, start: float, end_at_mar
     window = seen["E"] - seen["S"] if "S" in seen and "E" in seen and seen["E"] >= seen["S"] else None
     if ended:
         rc = 0  # ended by the sandbox at its end mark: the run itself completed
-    return (rc if rc >= 0 else 128 - rc), {"command_s": end - start, "window_s": window}
+    return (rc if rc >= 0 else 128 - rc), {"command_s": end - start, "window_s": window, "ended": ended}
+
+
+class _ReportFile:
+    """A per-process sandbox's report: ``timing.<rank>`` in a host directory opened before the root is entered,
+    written whole (a temporary name, then renamed) so that a reader never sees half of it."""
+
+    def __init__(self, spec: dict) -> None:
+        rank = next((os.environ[v] for v in spec.get("rank_env", ()) if os.environ.get(v, "").isdigit()), "0")
+        self.name = f"timing.{rank}"
+        self.dir = os.open(spec["report_dir"], os.O_RDONLY | os.O_DIRECTORY)
+
+    def write(self, data: bytes) -> None:
+        fd = os.open(self.name + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600, dir_fd=self.dir)
+        os.write(fd, data)
+        os.close(fd)
+        os.rename(self.name + ".tmp", self.name, src_dir_fd=self.dir, dst_dir_fd=self.dir)
+
+
+def _command_env(spec: dict) -> dict:
+    """The command's environment: the inherited one, or ``spec["env"]`` plus the launcher's variables."""
+    if spec.get("env") is None:
+        return dict(os.environ)
+    return {**{k: v for k, v in os.environ.items() if k.startswith(LAUNCHER_VARS)}, **spec["env"]}
 
 
 def main() -> None:
     import signal
     spec = json.loads(sys.argv[1])
     cmd = sys.argv[2:]
-    report = spec["timing_fd"]
+    report = spec.get("timing_fd")
+    sink = None
+    try:
+        if spec.get("report_dir"):
+            sink = _ReportFile(spec)
+    except OSError as exc:
+        print(f"sandbox: cannot open the report directory: {exc}", file=sys.stderr)
+        os._exit(125)
+
+    def send(data: bytes) -> None:
+        if sink is not None:
+            sink.write(data)
+        else:
+            os.write(report, data)
+
     try:
         if spec["loopback"]:
             loopback_up()
@@ -235,26 +283,29 @@ def main() -> None:
         signal.set_wakeup_fd(wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
     except OSError as exc:
-        os.write(report, f"error: {exc}".encode())
+        send(f"error: {exc}".encode())
         os._exit(125)
+    env = _command_env(spec)
     start = time.monotonic()
     pid = os.fork()
     if pid == 0:
         try:
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            for fd in (report, wake_r, wake_w, *marks):
+            for fd in (report, sink and sink.dir, wake_r, wake_w, *marks):
                 if fd is not None:
                     os.close(fd)
             for name, (soft, hard) in spec["rlimits"].items():
                 resource.setrlimit(getattr(resource, name), (soft, hard))
             drop_privileges(spec["uid"])
-            os.execvp(cmd[0], cmd)
+            os.execvpe(cmd[0], cmd, env)
         except OSError as exc:
             print(f"sandbox: cannot run {cmd[0]}: {exc}", file=sys.stderr)
         os._exit(127)
     rc, timing = supervise(pid, marks[0], wake_r, start, spec["end_at_mark"])
-    os.write(report, json.dumps(timing).encode())
+    if sink is not None:
+        timing["rc"] = rc
+    send(json.dumps(timing).encode())
     os._exit(rc)
 
 
