@@ -29,7 +29,7 @@ from pathlib import Path
 
 from memorization.hpc_code.problems import Problem
 from memorization.hpc_code.reference import TIMING_FLOOR_S, Reference, prepare_reference, take_output
-from memorization.hpc_code.sandbox import SandboxResult, scratch_dir
+from memorization.hpc_code.sandbox import SandboxResult
 from memorization.hpc_code.toolchain import (RunConfig, candidate_env, compile_library, launch, mpiexec_flags,
                                              require_tools, tail_text, tool)
 
@@ -90,7 +90,7 @@ def evaluate_c(problem: Problem, body: str, cfg: RunConfig, reference: Reference
     samples; without it one is prepared for this call.
     """
     ref = reference or prepare_reference(problem, cfg)
-    workdir = Path(tempfile.mkdtemp(prefix=f"hpc_{problem.name}_", dir=scratch_dir()))
+    workdir = Path(tempfile.mkdtemp(prefix=f"hpc_{problem.name}_", dir=cfg.scratch()))
     try:
         b = compile_library(problem, body, workdir, cfg)
         if b.timed_out:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from memorization.hpc_code.problems import Problem
-from memorization.hpc_code.sandbox import SandboxResult, run_sandboxed, scratch_dir
+from memorization.hpc_code.sandbox import SandboxResult, run_sandboxed
 from memorization.hpc_code.toolchain import (RunConfig, candidate_env, compile_driver, compile_library, launch,
                                              tail_text, tool_dirs)
 
@@ -103,7 +103,7 @@ def prepare_reference(problem: Problem, cfg: RunConfig) -> Reference:
     Raises :class:`SetupError` when they do not build or run, or when the launcher does not
     give the null run the worker count asked for (e.g. an ``mpiexec`` of another MPI than ``mpicc``).
     """
-    private = Path(tempfile.mkdtemp(prefix=f"hpc_ref_{problem.name}_", dir=scratch_dir()))
+    private = Path(tempfile.mkdtemp(prefix=f"hpc_ref_{problem.name}_", dir=cfg.scratch()))
     try:
         _build(problem, cfg, private)
         n = cfg.size(problem)

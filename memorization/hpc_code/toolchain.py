@@ -18,7 +18,15 @@ from functools import lru_cache
 from pathlib import Path
 
 from memorization.hpc_code.problems import MPI_MODELS, Problem
-from memorization.hpc_code.sandbox import SandboxLimits, SandboxResult, memory_limited, run_sandboxed, system_paths
+from memorization.hpc_code.sandbox import (SandboxLimits, SandboxResult, memory_limited, run_per_process,
+                                           run_sandboxed, scratch_dir, system_paths)
+
+LAUNCHERS = ("local", "mpiexec", "srun")
+# the variable each launcher gives a process its rank in: the init of its sandbox names its report by it
+RANK_VARS = {"mpiexec": ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK"), "srun": ("SLURM_PROCID",)}
+# ranks in sandboxes of their own share no /dev/shm and no PID namespace: MPICH's shared-memory transport
+# cannot attach another rank's segment, so ranks on one node talk through the network module
+PER_PROCESS_MPI_ENV = {"MPIR_CVAR_NOLOCAL": "1", "UCX_POSIX_USE_PROC_LINK": "n"}
 
 
 @dataclass(frozen=True)
@@ -36,6 +44,15 @@ class RunConfig:
     mpiexec: str = "mpiexec"
     cflags: tuple[str, ...] = ("-O2", "-fopenmp", "-std=gnu17")
     keep_dirs: bool = False
+    # how runs are started (see :func:`launch`): "local" -- all in one sandbox here; "mpiexec" -- MPI runs
+    # through ``mpiexec`` (``launcher_args`` after it, e.g. ``-hosts a,b``), one sandbox per rank; "srun" --
+    # every run a Slurm job step, one sandbox per process
+    launcher: str = "local"
+    launcher_args: tuple[str, ...] = ()
+    srun: str = "srun"
+    srun_mpi: str = "pmi2"  # srun --mpi=: the PMI the MPI library speaks
+    nodes: int | None = None  # srun --nodes for MPI runs (at most one per rank)
+    work_dir: str | None = None  # where programs' directories go (shared by the nodes); None: scratch_dir()
 
     def worker_counts(self, problem: Problem) -> tuple[int, ...]:
         """The worker counts n a problem runs with: cores a run may use (ranks x threads for mpi+omp)."""
@@ -59,6 +76,14 @@ class RunConfig:
     def runs(self) -> int:
         return 1 if self.quick else self.repeats
 
+    def scratch(self) -> str | None:
+        """The directory programs' working directories are made in (None: the system's temp dir)."""
+        return self.work_dir if self.work_dir is not None else scratch_dir()
+
+    def per_process(self, problem: Problem) -> bool:
+        """Whether ``problem``'s runs go through a launcher with one sandbox per process (not one sandbox here)."""
+        return self.launcher == "srun" or (self.launcher == "mpiexec" and problem.uses_mpi)
+
 
 def tool(name: str) -> str:
     """Resolve a compiler/launcher, preferring the running venv's bin/ (mpicc, mpiexec).
@@ -80,6 +105,8 @@ def require_tools(cfg: RunConfig, models: set[str] | list[str]) -> None:
     names = {cfg.cc} if set(models) & {"serial", "openmp"} else set()
     if set(models) & set(MPI_MODELS):
         names |= {cfg.mpicc, cfg.mpiexec}
+    if cfg.launcher == "srun":
+        names.add(cfg.srun)
     for name in sorted(names):
         tool(name)
 
@@ -168,11 +195,105 @@ def launch(problem: Problem, workdir: str | Path, cfg: RunConfig, workers: int, 
     limits = cfg.run_limits
     cmd = [str(program), *args]
     ranks, threads = cfg.layout(problem, workers)
+    if cfg.per_process(problem):
+        return _launch_per_process(problem, workdir, cfg, ranks, threads, cmd, ro)
     if problem.uses_mpi:  # memory limit per rank, not on the launcher
         launcher = tool(cfg.mpiexec)
         cmd = [launcher, *mpiexec_flags(launcher), "-n", str(ranks), *memory_limited(cmd, limits.memory_mb)]
         limits = replace(limits, memory_mb=None)
     return run_sandboxed(cmd, workdir, limits, candidate_env(threads), ro=(*tool_dirs(cfg, problem.model), *ro))
+
+
+def launcher_command(problem: Problem, cfg: RunConfig, ranks: int, threads: int) -> list[str]:
+    """The launcher prefix of a run of ``ranks`` x ``threads`` under ``cfg.launcher`` ("mpiexec" or "srun").
+
+    ``srun``: one job step, ``--ntasks`` ranks of ``--cpus-per-task`` threads (MPI through ``--mpi``), ended
+    by Slurm after the run's timeout (``--time``, whole minutes) and when a task fails; ``mpiexec``: ``-n``
+    ranks, ``cfg.launcher_args`` placing them."""
+    if cfg.launcher == "srun":
+        minutes = int(cfg.run_limits.timeout_s // 60) + 2
+        cmd = [tool(cfg.srun), f"--ntasks={ranks}", f"--cpus-per-task={threads}", f"--time={minutes}",
+               "--kill-on-bad-exit=1"]
+        if problem.uses_mpi:
+            cmd += [f"--mpi={cfg.srun_mpi}", *([f"--nodes={min(cfg.nodes, ranks)}"] if cfg.nodes else [])]
+        else:
+            cmd.append("--nodes=1")
+        return [*cmd, *cfg.launcher_args]
+    launcher = tool(cfg.mpiexec)
+    return [launcher, *mpiexec_flags(launcher), *cfg.launcher_args, "-n", str(ranks)]
+
+
+def _launch_per_process(problem: Problem, workdir: str | Path, cfg: RunConfig, ranks: int, threads: int,
+                        cmd: list[str], ro: tuple[str, ...]) -> SandboxResult:
+    env = candidate_env(threads)
+    if problem.uses_mpi:
+        env.update(PER_PROCESS_MPI_ENV)
+    return run_per_process(launcher_command(problem, cfg, ranks, threads), cmd, workdir, cfg.run_limits, env,
+                           ro=(*tool_dirs(cfg, problem.model), *ro), rank_env=RANK_VARS[cfg.launcher],
+                           network=not problem.uses_mpi and cfg.run_limits.isolate_network)
+
+
+LOCAL_ONLY = ("/tmp", "/var/tmp", "/dev/shm", "/run")  # directories no other node sees
+
+
+def launcher_refusal(cfg: RunConfig, environ: dict[str, str] | None = None) -> str | None:
+    """Why ``cfg``'s launcher cannot work here (a message for the user), or None when it can.
+
+    Checked before anything is built: ``srun`` needs a Slurm allocation (``SLURM_JOB_ID``); a run whose
+    processes may land on other nodes (``srun`` with more than one node, ``mpiexec`` with host arguments)
+    needs ``cfg.work_dir`` on a filesystem every node sees (not under /tmp, /var/tmp, /dev/shm, /run, nor
+    the default temp dir); launcher options need a launcher that takes them.
+    """
+    environ = os.environ if environ is None else environ
+    if cfg.launcher not in LAUNCHERS:
+        return f"--launcher {cfg.launcher}: one of {', '.join(LAUNCHERS)}"
+    if cfg.launcher == "local" and cfg.launcher_args:
+        return "--launcher-args is for --launcher mpiexec or srun"
+    if cfg.launcher != "srun" and cfg.nodes is not None:
+        return "--nodes is for --launcher srun (with mpiexec, place ranks with --launcher-args, e.g. -hosts a,b)"
+    if cfg.nodes is not None and cfg.nodes < 1:
+        return f"--nodes must be >= 1, got {cfg.nodes}"
+    if cfg.work_dir is not None and not Path(cfg.work_dir).is_dir():
+        return f"--work-dir {cfg.work_dir}: not a directory"
+    if cfg.launcher == "srun":
+        if not environ.get("SLURM_JOB_ID"):
+            return ("--launcher srun runs job steps of a Slurm allocation: no SLURM_JOB_ID here (run inside "
+                    "sbatch/salloc, or use --launcher local or mpiexec)")
+        nodes = cfg.nodes or int(environ.get("SLURM_JOB_NUM_NODES") or environ.get("SLURM_NNODES") or 1)
+        spans = nodes > 1
+        why = f"the allocation has {nodes} nodes" if cfg.nodes is None else f"--nodes {nodes}"
+    elif cfg.launcher == "mpiexec":
+        hosts = ("-host", "-hosts", "--host", "-f", "-hostfile", "--hostfile", "-machinefile", "--machinefile",
+                 "-ppn", "--map-by")
+        spans = any(a.split("=")[0] in hosts for a in cfg.launcher_args)
+        why = "--launcher-args place ranks on hosts"
+    else:
+        spans = False
+    if spans:
+        where = cfg.work_dir
+        if where is None:
+            return (f"--launcher {cfg.launcher}: {why}, so the run directories must be on a filesystem every node "
+                    "sees: pass --work-dir DIR on it")
+        real = os.path.realpath(where)
+        if any(real == d or real.startswith(d + "/") for d in LOCAL_ONLY):
+            return (f"--work-dir {where} is node-local ({real}), but {why}: put it on a filesystem every node "
+                    "sees")
+    return None
+
+
+def sandbox_report(base: dict, cfg: RunConfig) -> dict:
+    """The report's ``sandbox`` entry: ``base`` (:meth:`~.sandbox.Isolation.to_dict`, what one sandbox here
+    enforces) with what ``cfg.launcher`` changes -- one sandbox per process, MPI ranks on the host's network."""
+    if cfg.launcher == "local":
+        return base
+    which = "every run" if cfg.launcher == "srun" else "MPI runs"
+    return {
+        "how": f"{base['how']}; --launcher {cfg.launcher}: one sandbox per process for {which}",
+        "launcher": cfg.launcher,
+        "not_enforced": [*base["not_enforced"],
+                         f"network isolation of MPI runs (under --launcher {cfg.launcher} each rank keeps the "
+                         "host's network: ranks on other nodes talk through it)"],
+    }
 
 
 def tail_text(text: str, limit: int = 1500) -> str:
