@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -28,6 +29,7 @@ from memorization.hpc_code import report as hpc_report
 from memorization.hpc_code.completions import CompletionsError, check_problems, load_completions
 from memorization.hpc_code.extract import extract_c_body, extract_python_body
 from memorization.hpc_code.harness import RunConfig, require_tools
+from memorization.hpc_code.toolchain import LAUNCHERS, launcher_refusal, sandbox_report
 from memorization.hpc_code.humaneval import humaneval_available, load_humaneval
 from memorization.hpc_code.problems import MODELS, default_suite_dir, load_suite
 from memorization.hpc_code.runner import evaluate_samples, summarize
@@ -125,6 +127,27 @@ def build_parser() -> argparse.ArgumentParser:
                      help="let candidates use the network (no network namespace; the filesystem stays isolated)")
     run.add_argument("--keep-temp", action="store_true", help="keep each candidate's temp directory")
 
+    scale = ap.add_argument_group("scale-out (see 'Running at scale' in docs/hpc_code.md)")
+    scale.add_argument("--launcher", choices=LAUNCHERS, default="local",
+                       help="how runs start: local = every run in one sandbox on this machine; mpiexec = MPI runs "
+                            "through --mpiexec (--launcher-args place the ranks, possibly on other hosts), one "
+                            "sandbox per rank; srun = every run a job step of this Slurm allocation (--ntasks ranks "
+                            "x --cpus-per-task threads), one sandbox per process (default: local)")
+    scale.add_argument("--mpiexec", default="mpiexec", metavar="PATH",
+                       help="the MPI launcher, for every launcher's MPI runs (must match the mpicc; default: the "
+                            "venv's mpiexec, else the one on PATH)")
+    scale.add_argument("--launcher-args", default="", metavar="ARGS",
+                       help="extra arguments after mpiexec / srun, one shell-quoted string, given with = since it "
+                            "starts with a dash: --launcher-args='-hosts a,b' or --launcher-args='--exclusive'")
+    scale.add_argument("--srun-mpi", default="pmi2", metavar="PLUGIN",
+                       help="srun --mpi= for MPI runs: the PMI the MPI library speaks (MPICH: pmi2; pmix for a "
+                            "PMIx build) (default: pmi2)")
+    scale.add_argument("--nodes", type=int, metavar="N",
+                       help="srun --nodes for MPI runs (at most one node per rank; default: Slurm's choice)")
+    scale.add_argument("--work-dir", metavar="DIR",
+                       help="where each problem's programs and each candidate's run directory go (default: /dev/shm "
+                            "or the temp dir); ranks on several nodes need a filesystem they all see")
+
     out = ap.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print the full JSON report on stdout")
     out.add_argument("--output", type=Path, metavar="FILE",
@@ -208,9 +231,21 @@ def main(argv: list[str] | None = None) -> int:
                                                    if given is not None else ""), file=sys.stderr)
         return 2
     isolate = not args.allow_network
+    try:
+        launcher_args = tuple(shlex.split(args.launcher_args))
+    except ValueError as exc:
+        print(f"error: --launcher-args {args.launcher_args!r}: {exc}", file=sys.stderr)
+        return 2
+    launch = RunConfig(launcher=args.launcher, launcher_args=launcher_args, srun_mpi=args.srun_mpi, nodes=args.nodes,
+                       work_dir=args.work_dir, mpiexec=args.mpiexec)
+    refused = launcher_refusal(launch)
+    if refused:
+        print(f"error: {refused}", file=sys.stderr)
+        return 2
     iso = isolation(isolate)
-    if iso.not_enforced():
-        print(f"warning: the sandbox here ({iso.how}) does not enforce: {'; '.join(iso.not_enforced())}",
+    sandbox = sandbox_report(iso.to_dict(), launch)
+    if sandbox["not_enforced"]:
+        print(f"warning: the sandbox here ({sandbox['how']}) does not enforce: {'; '.join(sandbox['not_enforced'])}",
               file=sys.stderr)
     cfg = RunConfig(
         workers=tuple(sorted(set(args.workers))),
@@ -221,6 +256,12 @@ def main(argv: list[str] | None = None) -> int:
                                  max_processes=args.max_processes),
         build_limits=SandboxLimits(args.build_timeout, None, 4 << 20, isolate, max_processes=args.max_processes),
         keep_dirs=args.keep_temp,
+        launcher=launch.launcher,
+        launcher_args=launch.launcher_args,
+        srun_mpi=launch.srun_mpi,
+        nodes=launch.nodes,
+        work_dir=launch.work_dir,
+        mpiexec=launch.mpiexec,
     )
     progress = not args.no_progress
 
@@ -296,8 +337,10 @@ def main(argv: list[str] | None = None) -> int:
         "workers": list(cfg.workers),
         "threads_per_rank": cfg.threads_per_rank,
         "quick": args.quick,
-        "network_isolated": iso.network,
-        "sandbox": iso.to_dict(),
+        "network_isolated": iso.network and cfg.launcher == "local",
+        "sandbox": sandbox,
+        "launcher": {"name": cfg.launcher, "args": list(cfg.launcher_args), "nodes": cfg.nodes,
+                     "srun_mpi": cfg.srun_mpi if cfg.launcher == "srun" else None},
         "limits": {"timeout_s": args.timeout, "memory_mb": args.memory_mb, "output_kb": args.output_limit_kb,
                    "max_processes": args.max_processes},
     }
