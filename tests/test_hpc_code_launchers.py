@@ -111,6 +111,18 @@ def test_hostile_mpi_candidates_are_scored_and_contained(slurm, launcher):
 
 
 @pytest.mark.slow
+def test_an_openmp_fork_bomb_is_contained_in_its_srun_step(slurm):
+    (problem,), _ = load_suite(patterns=["reduce_array_sum_omp"])
+    short = _cfg("srun", SandboxLimits(timeout_s=3.0, memory_mb=512, max_processes=64))
+    ref = prepare_reference(problem, short)
+    try:
+        assert evaluate_c(problem, FORK_BOMB, short, ref).status == "timeout"
+        assert _left_behind(ref.dir) == []
+    finally:
+        ref.cleanup()
+
+
+@pytest.mark.slow
 def test_cli_under_srun_reports_the_per_process_sandbox(slurm, tmp_path):
     out = subprocess.run([sys.executable, str(REPO / "eval" / "hpc_code.py"), "--use-references", "--quick",
                           "--problems", "reduce_array_sum_*", "--workers", "2", "--launcher", "srun",
