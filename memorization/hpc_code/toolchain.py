@@ -191,7 +191,9 @@ def launch(problem: Problem, workdir: str | Path, cfg: RunConfig, workers: int, 
            args: list[str], ro: tuple[str, ...] = ()) -> SandboxResult:
     """Run ``program args`` in ``workdir`` with ``workers`` workers, sandboxed: OpenMP threads, MPI ranks
     (``mpiexec -n``) or ranks x threads (:meth:`RunConfig.layout`); ``ro`` are extra host paths the run may read
-    (the trusted runner's directory)."""
+    (the trusted runner's directory).  With ``cfg.launcher`` "local" the whole run is one sandbox here; where
+    :meth:`RunConfig.per_process` holds, :func:`launcher_command` starts it, one sandbox per process
+    (:func:`~.sandbox.run_per_process`; MPI ranks keep the host's network)."""
     limits = cfg.run_limits
     cmd = [str(program), *args]
     ranks, threads = cfg.layout(problem, workers)
