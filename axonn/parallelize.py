@@ -29,6 +29,8 @@ from .communication import all_reduce
 from .grid import AXES, Grid, divisor_hint, get_grid
 from .intra_layer import Embedding, Linear, drop, finish_pending_grads, vocab_parallel_cross_entropy
 from .intra_layer.overlap import CONFIG as COMM_CONFIG
+from .intra_layer.primitives import reduce_both, slice_replicated
+from .plans import PLANS, TRANSPOSED, ModelPlan, dims_of_config, plan_of_model
 from .sharding import ShardSpec, gather_full
 
 
@@ -38,31 +40,39 @@ def spec_of(p: torch.Tensor) -> ShardSpec:
     return s if s is not None else ShardSpec.replicated(p.shape)
 
 
-def _check_llama(model: nn.Module, grid: Grid) -> None:
-    try:
-        from transformers import LlamaForCausalLM
-    except ImportError as e:  # pragma: no cover
-        raise RuntimeError("axonn.parallelize needs transformers") from e
-    if not isinstance(model, LlamaForCausalLM):
-        raise TypeError(f"axonn.parallelize supports LlamaForCausalLM, got {type(model).__name__}; "
+def _check_model(model: nn.Module, grid: Grid) -> ModelPlan:
+    """The model's plan, after checking that the grid's axes divide every field the plan names."""
+    plan = plan_of_model(model)
+    if plan is None:
+        supported = ", ".join(p.hf_class for p in PLANS.values())
+        raise TypeError(f"axonn.parallelize supports {supported}, got {type(model).__name__}; "
                         "for plain nn.Linear models build them inside axonn.intra_layer.auto_parallelize()")
     c = model.config
-    gr, gc = grid.size("row"), grid.size("col")
-    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    checks = [("hidden_size", c.hidden_size, "col (G_intra_c)", gc, "col"),
-              ("num_attention_heads", c.num_attention_heads, "row (G_intra_r)", gr, "row"),
-              ("num_key_value_heads", c.num_key_value_heads, "row (G_intra_r)", gr, "row"),
-              ("intermediate_size (FFN)", c.intermediate_size, "row (G_intra_r)", gr, "row"),
-              ("vocab_size", c.vocab_size, "row x col (G_intra_r*G_intra_c)", gr * gc, None)]
-    for name, n, axis, g, ax in checks:
+    for rule in plan.requires:
+        n, g = getattr(c, rule.field), grid.size(rule.axes)
         if n % g:
-            raise ValueError(f"{name}={n} is not divisible by the {axis} axis size {g}"
-                             + (divisor_hint(n, g, ax) if ax else "; pad the vocabulary to a multiple of it"))
+            if len(rule.axes) == 1:
+                ax = rule.axes[0]
+                raise ValueError(f"{rule.label}={n} is not divisible by the {ax} ({_AXIS_ARG[ax]}) axis size {g}"
+                                 + divisor_hint(n, g, ax))
+            names = " x ".join(rule.axes)
+            args = "*".join(_AXIS_ARG[a] for a in rule.axes)
+            raise ValueError(f"{rule.label}={n} is not divisible by the {names} ({args}) axis size {g}; "
+                             "pad the vocabulary to a multiple of it")
     if getattr(c, "tie_word_embeddings", False):
         raise ValueError("tie_word_embeddings=True is not supported by axonn.parallelize; untie the "
                          "embeddings (config.tie_word_embeddings=False, copy lm_head.weight) first")
-    if head_dim * c.num_attention_heads != model.model.layers[0].self_attn.q_proj.out_features:
-        raise ValueError("unexpected q_proj shape for the config's head_dim")
+    dims = dims_of_config(c)
+    block = getattr(getattr(model, plan.backbone), plan.layers)[0]
+    for rule in plan.linears():
+        lin = block.get_submodule(rule.path)
+        if (lin.out_features, lin.in_features) != (dims[rule.out], dims[rule.in_]):
+            raise ValueError(f"unexpected {rule.name} shape {lin.out_features} x {lin.in_features} for the "
+                             f"config's head_dim (want {rule.out} x {rule.in_} = {dims[rule.out]} x {dims[rule.in_]})")
+    return plan
+
+
+_AXIS_ARG = {"row": "G_intra_r", "col": "G_intra_c", "depth": "G_intra_d", "data": "G_data"}
 
 
 def _swap(old: nn.Linear, grid: Grid, transpose: bool, device: torch.device, **kw) -> Linear:
@@ -125,6 +135,41 @@ def _drop_col_hook(grid: Grid):
     return hook
 
 
+def _drop_col_pre_hook(grid: Grid):
+    """Cut a block module's input (``hidden_states``, positional or keyword) to this rank's column shard."""
+    def hook(module, args, kwargs):
+        if args:
+            return (drop(args[0], "col", grid), *args[1:]), kwargs
+        return args, {**kwargs, "hidden_states": drop(kwargs["hidden_states"], "col", grid)}
+    return hook
+
+
+def _shard_norm_over_row(norm: nn.Module, grid: Grid) -> None:
+    """Make an RMSNorm whose input is this rank's row shard of its width normalise over the full width.
+
+    The sum of squares is all-reduced over row and the (replicated) weight cut to the shard; the
+    weight's gradient is summed over row in the backward, so it stays the full, replicated gradient.
+    The module keeps its parameter and its name.
+    """
+    eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6))
+
+    def forward(hidden_states: torch.Tensor) -> torch.Tensor:
+        dtype = hidden_states.dtype
+        x = hidden_states.to(torch.float32)
+        ss = reduce_both(x.pow(2).sum(-1, keepdim=True), "row", grid)
+        x = x * torch.rsqrt(ss / norm.weight.shape[-1] + eps)
+        return (slice_replicated(norm.weight, "row", grid) * x).to(dtype)
+
+    norm.forward = forward
+
+
+def _sum_over_row_hook(grid: Grid):
+    """Gradient hook of a replicated weight used on the rank's row shard (its heads): sum it over row."""
+    def hook(g: torch.Tensor) -> torch.Tensor:
+        return all_reduce(g.clone(), "row", grid=grid)
+    return hook
+
+
 def _make_loss(grid: Grid):
     def loss_fn(logits: torch.Tensor, labels: torch.Tensor, vocab_size: int, num_items_in_batch=None,
                 ignore_index: int = -100, shift_labels: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
@@ -170,7 +215,7 @@ def parallelize(model: nn.Module, grid: Grid | None = None, device: torch.device
     grid = grid or get_grid()
     if getattr(model, "_axonn_grid", None) is not None:
         raise ValueError("model is already parallelized")
-    _check_llama(model, grid)
+    plan = _check_model(model, grid)
     meta = is_meta(model)
     device = torch.device(device) if device is not None else grid.device
     model._axonn_grid = grid
@@ -178,31 +223,32 @@ def parallelize(model: nn.Module, grid: Grid | None = None, device: torch.device
         # Nothing is sharded: keep HF's own (compile-friendly) modules; every parameter is
         # replicated, so sync_gradients is a data-parallel all-reduce and checkpoints still work.
         return materialize(model, device) if meta else model.to(device)
-    inner = model.model
     linears: list[Linear] = []
-    for layer in inner.layers:
-        attn, mlp = layer.self_attn, layer.mlp
-        for n in ("q_proj", "k_proj", "v_proj"):
-            setattr(attn, n, _swap(getattr(attn, n), grid, False, device))
-            linears.append(getattr(attn, n))
-        attn.o_proj = _swap(attn.o_proj, grid, True, device, gather_output=True)
-        linears.append(attn.o_proj)
-        for n in ("gate_proj", "up_proj"):
-            setattr(mlp, n, _swap(getattr(mlp, n), grid, False, device))
-            linears.append(getattr(mlp, n))
-        mlp.down_proj = _swap(mlp.down_proj, grid, True, device, gather_output=True)
-        linears.append(mlp.down_proj)
-        layer.input_layernorm.register_forward_hook(_drop_col_hook(grid))
-        layer.post_attention_layernorm.register_forward_hook(_drop_col_hook(grid))
-    inner.norm.register_forward_hook(_drop_col_hook(grid))
-    old = inner.embed_tokens
+    backbone = getattr(model, plan.backbone)
+    for layer in getattr(backbone, plan.layers):
+        for rule in plan.linears():
+            parent, _, name = rule.path.rpartition(".")
+            owner = layer.get_submodule(parent) if parent else layer
+            kw = {"gather_output": True} if rule.kind == TRANSPOSED else {}
+            new = _swap(getattr(owner, name), grid, rule.kind == TRANSPOSED, device, **kw)
+            setattr(owner, name, new)
+            linears.append(new)
+        for path in plan.drop_after:
+            layer.get_submodule(path).register_forward_hook(_drop_col_hook(grid))
+        for path in plan.drop_before:
+            layer.get_submodule(path).register_forward_pre_hook(_drop_col_pre_hook(grid), with_kwargs=True)
+        for path in plan.row_sharded_norms:
+            _shard_norm_over_row(layer.get_submodule(path), grid)
+    getattr(backbone, plan.final_norm).register_forward_hook(_drop_col_hook(grid))
+    old = getattr(backbone, plan.embedding)
     emb = Embedding(old.num_embeddings, old.embedding_dim, old.padding_idx, grid=grid,
                     device=device, dtype=old.weight.dtype, init=False)
     if not meta:
         emb.load_full(old.weight.data)
-    inner.embed_tokens = emb
-    model.lm_head = _swap(model.lm_head, grid, False, device, gather_output="auto")
-    linears.append(model.lm_head)
+    setattr(backbone, plan.embedding, emb)
+    head = _swap(getattr(model, plan.head), grid, False, device, gather_output="auto")
+    setattr(model, plan.head, head)
+    linears.append(head)
     for a, b in zip(linears[:-1], linears[1:]):
         object.__setattr__(a, "_next_layer", b)  # plain attributes, not submodules
         object.__setattr__(b, "_prev_layer", a)
@@ -210,7 +256,12 @@ def parallelize(model: nn.Module, grid: Grid | None = None, device: torch.device
         if isinstance(mod, (Linear, Embedding)):
             mod.axonn_name = name
     model.loss_function = _make_loss(grid)
-    return materialize(model, device) if meta else model.to(device)
+    model = materialize(model, device) if meta else model.to(device)
+    for layer in getattr(backbone, plan.layers):  # after materialize: hooks belong to the final Parameters
+        for path in plan.per_head_norms:
+            for p in layer.get_submodule(path).parameters():
+                p.register_hook(_sum_over_row_hook(grid))
+    return model
 
 
 def param_specs(model: nn.Module) -> dict[str, ShardSpec]:

@@ -6,6 +6,11 @@
   this rank's chunk (the downstream computation is replicated over ``axes``).
 * :func:`reduce_forward` forward: all-reduce (sum); backward: identity (the
   output is consumed identically on every rank of ``axes``).
+* :func:`reduce_both` forward: all-reduce (sum); backward: all-reduce (sum) of the gradient
+  (each rank of ``axes`` consumes the sum in its own, different way).
+* :func:`slice_replicated` forward: this rank's chunk of the last dim of a tensor replicated over
+  ``axes`` (a replicated weight); backward: the chunk's gradient zero-padded to full width and summed
+  over ``axes``, so every rank holds the full gradient of the replicated tensor.
 
 Each is opaque to ``torch.compile`` (``torch.compiler.disable``): collectives run eagerly and the
 model code between them compiles into graphs that every layer reuses.
@@ -56,6 +61,32 @@ class _ReduceFwd(torch.autograd.Function):
         return dy, None, None
 
 
+class _ReduceBoth(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, axes, grid):
+        ctx.axes, ctx.grid = axes, grid
+        return all_reduce(x.clone(), axes, grid=grid)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return all_reduce(dy.clone(), ctx.axes, grid=ctx.grid), None, None
+
+
+class _SliceReplicated(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, axes, grid):
+        ctx.axes, ctx.grid = axes, grid
+        return _chunk(x, axes, grid)
+
+    @staticmethod
+    def backward(ctx, dy):
+        p, i = ctx.grid.size(ctx.axes), ctx.grid.index(ctx.axes)
+        n = dy.shape[-1]
+        full = dy.new_zeros((*dy.shape[:-1], n * p))
+        full[..., i * n:(i + 1) * n] = dy
+        return all_reduce(full, ctx.axes, grid=ctx.grid), None, None
+
+
 @torch.compiler.disable
 def drop(x: torch.Tensor, axes, grid: Grid) -> torch.Tensor:
     return x if grid.size(axes) == 1 else _Drop.apply(x, axes, grid)
@@ -69,3 +100,13 @@ def gather(x: torch.Tensor, axes, grid: Grid) -> torch.Tensor:
 @torch.compiler.disable
 def reduce_forward(x: torch.Tensor, axes, grid: Grid) -> torch.Tensor:
     return x if grid.size(axes) == 1 else _ReduceFwd.apply(x, axes, grid)
+
+
+@torch.compiler.disable
+def reduce_both(x: torch.Tensor, axes, grid: Grid) -> torch.Tensor:
+    return x if grid.size(axes) == 1 else _ReduceBoth.apply(x, axes, grid)
+
+
+@torch.compiler.disable
+def slice_replicated(x: torch.Tensor, axes, grid: Grid) -> torch.Tensor:
+    return x if grid.size(axes) == 1 else _SliceReplicated.apply(x, axes, grid)

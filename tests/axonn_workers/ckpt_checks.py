@@ -8,6 +8,9 @@
    loads back as the state at the save (also without index.json).
 4. a checkpoint from a different model is refused; ``to_hf`` of A offline equals the saved state;
    export_hf loads in from_pretrained with equal logits.
+5. every other model family of ``axonn.plans`` on grid (1,2,2,1): parallel loss, logits and gradients equal
+   the serial model's, and its export_hf loads back as the serial model (family_checks.py; in this launch
+   so that the default suite starts no other 4-rank job for it).
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -24,6 +28,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import axonn  # noqa: E402
 import axonn.checkpoint as ckpt  # noqa: E402
 from common import assert_close, batch, run_main, tiny_llama  # noqa: E402
+from family_checks import check_families  # noqa: E402
 from grid_checks import mean_over_batch_ranks  # noqa: E402
 
 
@@ -154,6 +159,12 @@ def main() -> None:
         assert_close(b, a, "exported model logits")
         print("OK checkpoint", flush=True)
     dist.barrier()
+    axonn.init(G_intra_r=2, G_intra_c=2)
+    t0 = time.time()
+    check_families(export_dir=base / "families")
+    dist.barrier()
+    if dist.get_rank() == 0:
+        print(f"OK families ({time.time() - t0:.1f} s)", flush=True)
     if dist.get_rank() == 0:
         import shutil
         shutil.rmtree(base)
