@@ -1,7 +1,8 @@
 """Model-shape presets (``presets.yaml``): configuration, not code.
 
 A :class:`ModelShape` is everything the trainer, the planner and the job generator need to
-know about a Llama-family model: layers L, hidden h, heads, KV heads, FFN width, vocabulary V.
+know about a model: layers L, hidden h, heads, KV heads, FFN width, vocabulary V, and its family
+(a HF ``model_type`` with a parallel plan in :mod:`axonn.plans`; ``llama`` unless the preset says).
 """
 from __future__ import annotations
 
@@ -31,25 +32,31 @@ class ModelShape:
     # a checkpoint's config.head_dim where it is not hidden / heads (Llama-3.1-Minitron-4B-Width: 3072 / 32 heads
     # of 128); None: hidden / heads, as in every preset
     explicit_head_dim: int | None = None
+    family: str = "llama"  # the HF model_type; its block's modules come from axonn.plans
 
     @property
     def head_dim(self) -> int:
         return self.explicit_head_dim or self.hidden // self.heads
 
     def num_params(self, tied_embeddings: bool = False) -> int:
-        """Exact parameter count of the HF LlamaForCausalLM with this shape (no biases)."""
-        h, q, kv = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim
-        attn = h * q * 2 + h * kv * 2  # q, o, k, v
-        mlp = 3 * h * self.ffn  # gate, up, down
-        norms = 2 * h
-        per_layer = attn + mlp + norms
-        emb = self.vocab * h
-        head = 0 if tied_embeddings else self.vocab * h
-        return self.layers * per_layer + emb + head + h  # + final norm
+        """Exact parameter count of the family's HF CausalLM with this shape: the block's Linears, their
+        biases and norms as :mod:`axonn.plans` lists them, the embedding, the LM head and the final norm."""
+        from axonn.plans import dims_of_shape, final_norm_parameters, get_plan, layer_parameters
+
+        plan, dims = get_plan(self.family), dims_of_shape(self)
+        per_layer = sum(layer_parameters(plan, dims).values())
+        emb = self.vocab * self.hidden
+        head = 0 if tied_embeddings else self.vocab * self.hidden
+        return self.layers * per_layer + emb + head + final_norm_parameters(plan, dims)
 
     def llama_config(self, vocab_size: int | None = None, **overrides):
-        """A ``transformers.LlamaConfig`` with this shape (vocab_size overrides the preset's)."""
+        """A ``transformers.LlamaConfig`` with this shape (vocab_size overrides the preset's); a shape of
+        another family is refused (its presets are planner shapes)."""
         from transformers import LlamaConfig
+
+        if self.family != "llama":
+            raise ValueError(f"{self.name} is a {self.family} shape, not a Llama one: build it from its own "
+                             "HF config (the presets of other families are planner shapes)")
 
         kw = dict(
             vocab_size=vocab_size or self.vocab,

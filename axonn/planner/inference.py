@@ -105,7 +105,7 @@ from pathlib import Path
 from axonn.presets import ModelShape
 
 from .memory import GIB
-from .model import Grid, divisibility_problem, enumerate_grids, layer_linears
+from .model import Grid, divisibility_problem, enumerate_grids, layer_linears, replicated_params
 from .profiles import MachineProfile
 from .search import MAX_SEARCH_GPUS, PlanError, Rejection, load_machine, resolve_shape
 
@@ -176,7 +176,7 @@ def _held(n: int, grid: Grid) -> int:
 def held_weight_elements(shape: ModelShape, grid: Grid) -> int:
     """Parameters one rank of ``grid`` holds (``W / w`` of the module docstring)."""
     layer = sum(_held(lin.params, grid) for lin in layer_linears(shape))
-    return shape.layers * layer + 2 * _held(shape.vocab * shape.hidden, grid) + (2 * shape.layers + 1) * shape.hidden
+    return shape.layers * layer + 2 * _held(shape.vocab * shape.hidden, grid) + replicated_params(shape)
 
 
 def kv_cache_bytes(shape: ModelShape, grid: Grid, batch: int, context: int,

@@ -79,7 +79,7 @@ from axonn.presets import ModelShape
 
 from axonn.parallelize import GRAD_BUCKET_ELEMENTS
 
-from .model import Grid, layer_linears, lm_head
+from .model import Grid, layer_linears, lm_head, block_replicated_params, replicated_params
 
 GIB = 1024**3
 
@@ -123,10 +123,11 @@ class MemoryBreakdown:
 
 
 def param_counts(shape: ModelShape) -> tuple[int, int, int]:
-    """``(P_lin, P_norm, P_layer)``: every Linear (incl. lm_head), the RMSNorm weights, one layer's Linears."""
+    """``(P_lin, P_norm, P_layer)``: every Linear (incl. lm_head), the replicated parameters (norms, biases),
+    one layer's Linears; from the family's parallel plan (:mod:`axonn.plans`)."""
     p_layer = sum(lin.params for lin in layer_linears(shape))
     p_lin = shape.layers * p_layer + lm_head(shape).params
-    p_norm = 2 * shape.layers * shape.hidden + shape.hidden
+    p_norm = replicated_params(shape)
     return p_lin, p_norm, p_layer
 
 
@@ -185,7 +186,7 @@ def memory_per_gpu(shape: ModelShape, grid: Grid, seq: int, micro_batch: int,
     # gradients not yet produced at a moment of a single-micro-step step (fp32, this rank's shards)
     grads = states / 4
     head_grad = 4 * V * h / (R * C * Z)
-    layer_grads = 4 * (p_layer / (R * C * Z) + 2 * h)
+    layer_grads = 4 * (p_layer / (R * C * Z) + block_replicated_params(shape))
     if micro_steps >= 2:
         in_forward = before_backward = bottom_layer = 0.0
     else:

@@ -111,6 +111,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Iterator, NamedTuple
 
+from axonn.plans import TRANSPOSED, block_linears, dims_of_shape, final_norm_parameters, get_plan, layer_parameters
 from axonn.presets import ModelShape
 
 from .profiles import MachineProfile
@@ -179,16 +180,31 @@ class LinearSpec:
 
 
 def layer_linears(shape: ModelShape) -> list[LinearSpec]:
-    """The seven Linears of one decoder layer (q, k, v, o, gate, up, down)."""
-    h, hd = shape.hidden, shape.head_dim
-    q, kv = shape.heads * hd, shape.kv_heads * hd
-    H, Q, KV, F = "hidden", "heads·head_dim", "kv_heads·head_dim", "ffn"
-    return [
-        LinearSpec("q_proj", q, h, False, Q, H), LinearSpec("k_proj", kv, h, False, KV, H),
-        LinearSpec("v_proj", kv, h, False, KV, H), LinearSpec("o_proj", h, q, True, H, Q),
-        LinearSpec("gate_proj", shape.ffn, h, False, F, H), LinearSpec("up_proj", shape.ffn, h, False, F, H),
-        LinearSpec("down_proj", h, shape.ffn, True, H, F),
-    ]
+    """The Linears of one decoder block in order (q, k, v, o, gate, up, down for Llama), from the
+    family's parallel plan (:mod:`axonn.plans`), the one ``axonn.parallelize`` applies."""
+    return [LinearSpec(m.name, m.out, m.in_, m.transposed, m.out_dim, m.in_dim)
+            for m in block_linears(get_plan(shape.family), dims_of_shape(shape))]
+
+
+def block_replicated_params(shape: ModelShape) -> int:
+    """Parameters of one decoder block that every rank holds whole: its norms and Linear biases (the
+    biases are in fact split with their Linear; they are few and counted here)."""
+    per_layer = layer_parameters(get_plan(shape.family), dims_of_shape(shape))
+    return per_layer["norm"] + per_layer["bias"]
+
+
+def replicated_params(shape: ModelShape) -> int:
+    """:func:`block_replicated_params` of every block and the final norm."""
+    return shape.layers * block_replicated_params(shape) + final_norm_parameters(get_plan(shape.family),
+                                                                                 dims_of_shape(shape))
+
+
+def column_relayouts(shape: ModelShape) -> tuple[int, int]:
+    """``(forward, backward)`` column re-layouts of activations per decoder block: the transposed
+    Linears' outputs all-gathered in the forward, and the gradients of the column slices cut for the
+    non-transposed ones (:func:`axonn.intra_layer.drop`) all-gathered in the backward."""
+    plan = get_plan(shape.family)
+    return sum(r.kind == TRANSPOSED for r in plan.block), len(plan.drop_after) + len(plan.drop_before)
 
 
 def lm_head(shape: ModelShape) -> LinearSpec:
@@ -448,8 +464,9 @@ def predict_step(shape: ModelShape, grid: Grid, seq: int, global_batch: int, mic
     attn_f, attn_b = attn_flops_f / attn_rate, 2.5 * attn_flops_f / attn_rate
     # re-layouts over the column group: o_proj's and down_proj's outputs all-gathered to full width in
     # the forward (bf16), the two RMSNorm outputs' column slices' gradients in the backward (fp32)
-    relayout_f = 2 * comm.allgather("column", m * shape.hidden, ba)
-    relayout_b = 2 * comm.allgather("column", m * shape.hidden, 4)
+    n_f, n_b = column_relayouts(shape)
+    relayout_f = n_f * comm.allgather("column", m * shape.hidden, ba)
+    relayout_b = n_b * comm.allgather("column", m * shape.hidden, 4)
     rf_layer = cfg.recompute_fraction if ckpt else 0.0
     axes_comm["column"] += shape.layers * (relayout_f * (1 + rf_layer) + relayout_b)
     # elementwise kernels' HBM traffic (norms, RoPE, SwiGLU, residuals) per micro-step: full-width hidden
@@ -494,7 +511,7 @@ def predict_step(shape: ModelShape, grid: Grid, seq: int, global_batch: int, mic
     emb_params = 2 * shape.vocab * shape.hidden
     shard = lambda p: p / (R * C * Z)  # noqa: E731
     t_dp = shape.layers * comm.allreduce("data", shard(layer_params), bg) + comm.allreduce("data", shard(emb_params), bg)
-    replicated = 2 * shape.hidden * shape.layers + shape.hidden  # norm weights (+ their grads)
+    replicated = replicated_params(shape)  # norm weights and biases (+ their grads)
     t_dp += comm.allreduce("data", replicated, bg) if D > 1 else 0.0
     exposed_dp = t_dp - _ov(t_bwd_last, t_dp, cfg.overlap_data)
     # norms are replicated over R·C·Z and their gradients are reduced there too (small)
