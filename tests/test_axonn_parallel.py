@@ -55,6 +55,19 @@ def test_world8_axes_together() -> None:
     _run(8, ["1,2,2,2", "2,2,2,1"], timeout=380)
 
 
+@pytest.mark.slow  # (50 s on 4 ranks, 100 s on 8; the default suite checks every family on 1,2,2,1 in the
+@pytest.mark.timeout(400)  # checkpoint launch)
+@pytest.mark.parametrize("nproc,grids", [(4, ["1,2,2,1", "2,1,1,2", "1,1,2,2"]), (8, ["1,2,2,2", "2,2,1,2"])])
+def test_model_families_match_serial_on_several_grids(nproc: int, grids: list[str]) -> None:
+    """Mistral, Qwen2, Qwen3, OLMo 2 and GPT-NeoX (axonn.plans): loss, logits and every gradient of the
+    parallel model (also with activation checkpointing) equal the serial HF model's on grids of every axis."""
+    codes, out = launcher.launch("family_checks.py", nproc, grids, timeout=380)
+    assert codes == [0] * nproc, f"return codes {codes}\n{out}"
+    for g in grids:
+        d, r, c, z = g.split(",")
+        assert f"OK families grid data={d} row={r} col={c} depth={z}" in out, out
+
+
 @pytest.mark.timeout(60)
 def test_dead_rank_fails_fast() -> None:
     t0 = time.time()

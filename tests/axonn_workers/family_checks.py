@@ -2,7 +2,8 @@
 
 Per family and grid: a tiny random HF model (every parameter perturbed, so norms and biases are not
 their 1/0 init), parallelized; the loss, the full-vocabulary logits and every gathered parameter
-gradient (after ``sync_gradients``) equal the serial model's within 1e-5 relative, and
+gradient (after ``sync_gradients``) equal the serial model's within 1e-5 relative (run as a script: also
+with activation checkpointing for the families with code paths of their own), and
 ``full_state_dict`` returns the serial weights bit for bit; with ``export_dir``, ``axonn.checkpoint.export_hf``
 writes a directory that ``from_pretrained`` loads as the serial model.  Importable: :func:`check_families`.
 """
@@ -98,6 +99,23 @@ def check_family(model_type: str, export_dir: Path | None = None) -> None:
                 assert torch.equal(got[n], t), f"{model_type} exported {n}"
 
 
+def check_family_checkpointing(model_type: str) -> None:
+    """With activation checkpointing (layer inputs sharded over row x column) the gradients are the serial ones."""
+    ref = tiny_model(model_type)
+    ref.train()
+    x, y = batch(0)
+    ref(input_ids=x, labels=y).loss.backward()
+    par = axonn.parallelize(copy.deepcopy(ref))
+    for p in par.parameters():
+        p.grad = None
+    axonn.enable_activation_checkpointing(par)
+    par(input_ids=axonn.batch_slice(x), labels=axonn.batch_slice(y)).loss.backward()
+    axonn.sync_gradients(par)
+    grads = axonn.full_grad_dict(par)
+    for n, p in ref.named_parameters():
+        assert_close(grads[n], p.grad, f"{model_type} checkpointed grad {n}")
+
+
 def check_families(families: tuple[str, ...] | None = None, export_dir: Path | None = None) -> None:
     """:func:`check_family` for ``families`` (default: every family of ``axonn.plans`` but Llama, which
     grid_checks.py covers)."""
@@ -113,6 +131,8 @@ def main() -> None:
         grid = axonn.init(G_data=d, G_intra_r=r, G_intra_c=c, G_intra_d=z)
         t0 = time.time()
         check_families()
+        for model_type in ("qwen3", "olmo2", "gpt_neox"):  # the families with code paths of their own
+            check_family_checkpointing(model_type)
         dist.barrier()
         if grid.rank == 0:
             print(f"OK families grid data={d} row={r} col={c} depth={z} ({time.time() - t0:.1f} s)", flush=True)
