@@ -1,6 +1,7 @@
-"""Whole-model parallelisation of HF ``LlamaForCausalLM`` and grid-wide gradient utilities.
+"""Whole-model parallelisation of HF causal LMs by their parallel plan, and grid-wide gradient utilities.
 
-Layout of a parallelised decoder layer (``Gr`` = row, ``Gc`` = col axis)::
+The layout of each family is a table in :mod:`axonn.plans`; :func:`parallelize` applies it.  Llama's
+(``Gr`` = row, ``Gc`` = col axis)::
 
     x (full hidden, replicated over row/col; batch slice of this data/depth rank)
     ├─ input_layernorm ─ drop(col) ─► q,k,v  (non-transposed: in=hidden/Gc, out=heads/Gr)
@@ -14,7 +15,8 @@ Layout of a parallelised decoder layer (``Gr`` = row, ``Gc`` = col axis)::
 row group when gradients are enabled (the loss is
 :func:`~axonn.intra_layer.vocab_parallel_cross_entropy`) and are all-gathered to
 the full vocabulary under ``torch.no_grad()`` (evaluation, ``generate``).
-Norm weights are replicated everywhere.
+Norm weights are replicated everywhere.  The other families differ as their plans say (Qwen3's per-head
+and OLMo 2's row-sharded q/k norms, OLMo 2's cut of the block input before attention and MLP).
 """
 from __future__ import annotations
 
@@ -195,10 +197,11 @@ def _make_loss(grid: Grid):
 
 
 def parallelize(model: nn.Module, grid: Grid | None = None, device: torch.device | str | None = None) -> nn.Module:
-    """Turn an unmodified HF ``LlamaForCausalLM`` into its 4D-parallel form, in place.
+    """Turn an unmodified HF causal LM of a family with a plan (:mod:`axonn.plans`: ``LlamaForCausalLM``,
+    Mistral, Qwen2, Qwen3, OLMo 2, GPT-NeoX) into its 4D-parallel form, in place.
 
-    Raises before touching the model if a dimension is not divisible by the
-    axis that splits it.  Parameter names stay HF's (``model.layers.0.self_attn.q_proj.weight``),
+    Raises ``TypeError`` for a model without a plan, and before touching the model ``ValueError`` if a
+    dimension is not divisible by the axis that splits it.  Parameter names stay HF's (``model.layers.0.self_attn.q_proj.weight``),
     so :func:`full_state_dict` returns an HF state dict.
 
     Two ways in:

@@ -59,6 +59,11 @@ fused (:mod:`memorization.loss`): its forward holds a chunk's bf16 logits and th
 input and the fp32 ``dW``, ``6·c·V + 4·V·h + 2·c·h``; its backward the stored ``dW`` and ``dh`` and their scaled
 copies, ``8·V·h + 4·m·h`` beyond ``dh``.  Without checkpointing the loss's forward and backward are both moments.
 
+Families.  The parameter counts (``P_lin``, ``P_norm``: norms and Linear biases) come from the family's
+parallel plan (:mod:`axonn.plans`); the activation terms ``A`` are Llama's block (SwiGLU, pre-norms) for
+every family, an approximation for the others (GPT-NeoX's GELU MLP saves less, OLMo 2's and Qwen3's
+q/k norms save a little more); only Llama's are validated against traces.
+
 Total = states + buffers + activations + logits; it fits when it is at most
 ``memory·usable_fraction − reserved`` of the profile (the reserve covers the CUDA context,
 allocator rounding and library workspaces, which no trace sees).

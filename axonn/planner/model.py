@@ -14,7 +14,9 @@ of a micro-step: ``m = b·s`` (the 3D matmul's ``m`` is ``b·Z·s`` and depth sp
 The 3D-parallel Linear ``Y = X Wᵀ`` with ``W`` of shape ``n × k`` (out × in): out is split over
 the row group ``Gr``, in over the column group ``Gc``, the local block again over depth ``Z``.
 Layers with ``transpose=True`` (o_proj, down_proj) swap the row and column roles, so
-``(Gr, Gc) = (R, C)`` for q, k, v, gate, up, lm_head and ``(C, R)`` for o, down.
+``(Gr, Gc) = (R, C)`` for q, k, v, gate, up, lm_head and ``(C, R)`` for o, down.  The block's Linears,
+their shapes and kinds, and its replicated parameters come from the family's parallel plan
+(:mod:`axonn.plans`, the table ``axonn.parallelize`` applies); Llama's are named here.
 
 Compute
 -------
