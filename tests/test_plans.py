@@ -75,3 +75,34 @@ def test_unknown_family_is_refused() -> None:
         get_plan("gpt2")
     with pytest.raises(ValueError, match="pythia-6.9b is a gpt_neox shape, not a Llama one"):
         get_preset("pythia-6.9b").llama_config()
+
+
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f != "llama"])
+def test_planner_validity_is_what_parallelize_accepts(family: str) -> None:
+    """For every family a grid is valid for the planner exactly when ``axonn.parallelize`` takes the HF model
+    (both read the family's plan; test_planner checks Llama on more grids)."""
+    import accelerate
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    import axonn
+    from axonn.grid import Grid as AxisGrid, coords_of
+    from axonn.planner import divisibility_problem, enumerate_grids
+
+    kv = 6 if family == "gpt_neox" else 3
+    shape = ModelShape("t", layers=1, hidden=48, heads=6, kv_heads=kv, ffn=96, vocab=384, family=family)
+    grids = [g for n in (4, 6) for g in enumerate_grids(n)]
+    valid = {g for g in grids if divisibility_problem(shape, g) is None}
+    assert 0 < len(valid) < len(grids)
+    for g in grids:
+        sizes = {"data": g.data, "depth": g.depth, "row": g.row, "col": g.column}
+        grid = AxisGrid(sizes=sizes, coords=coords_of(0, sizes), rank=0, world_size=g.size, backend="gloo",
+                        device=torch.device("cpu"))
+        with accelerate.init_empty_weights():
+            model = AutoModelForCausalLM.from_config(_hf_config(shape))
+        try:
+            axonn.parallelize(model, grid=grid, device="meta")
+            accepted = True
+        except ValueError:
+            accepted = False
+        assert (g in valid) == accepted, (g, divisibility_problem(shape, g))
