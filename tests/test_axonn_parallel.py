@@ -55,7 +55,7 @@ def test_world8_axes_together() -> None:
     _run(8, ["1,2,2,2", "2,2,2,1"], timeout=380)
 
 
-@pytest.mark.slow  # (50 s on 4 ranks, 100 s on 8; the default suite checks every family on 1,2,2,1 in the
+@pytest.mark.slow  # (60 s on 4 ranks, 110 s on 8; the default suite checks every family on 1,2,2,1 in the
 @pytest.mark.timeout(400)  # checkpoint launch)
 @pytest.mark.parametrize("nproc,grids", [(4, ["1,2,2,1", "2,1,1,2", "1,1,2,2"]), (8, ["1,2,2,2", "2,2,1,2"])])
 def test_model_families_match_serial_on_several_grids(nproc: int, grids: list[str]) -> None:

@@ -3,7 +3,8 @@
 Per family and grid: a tiny random HF model (every parameter perturbed, so norms and biases are not
 their 1/0 init), parallelized; the loss, the full-vocabulary logits and every gathered parameter
 gradient (after ``sync_gradients``) equal the serial model's within 1e-5 relative (run as a script: also
-with activation checkpointing for the families with code paths of their own), and
+with activation checkpointing, and over AdamW steps with every overlap on, for the families with code paths
+of their own), and
 ``full_state_dict`` returns the serial weights bit for bit; with ``export_dir``, ``axonn.checkpoint.export_hf``
 writes a directory that ``from_pretrained`` loads as the serial model.  Importable: :func:`check_families`.
 """
@@ -116,6 +117,32 @@ def check_family_checkpointing(model_type: str) -> None:
         assert_close(grads[n], p.grad, f"{model_type} checkpointed grad {n}")
 
 
+def check_family_training(model_type: str, steps: int = 4) -> None:
+    """AdamW steps with every communication overlap on follow the serial loss curve."""
+    def train(model, parallel: bool) -> list[float]:
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+        losses = []
+        for s in range(steps):
+            x, y = batch(s % 2)
+            if parallel:
+                x, y = axonn.batch_slice(x), axonn.batch_slice(y)
+            loss = model(input_ids=x, labels=y).loss
+            loss.backward()
+            if parallel:
+                axonn.sync_gradients(model)
+            losses.append(float(mean_over_batch_ranks(loss)) if parallel else float(loss))
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        return losses
+
+    ref = tiny_model(model_type)
+    serial = train(copy.deepcopy(ref), parallel=False)
+    with axonn.optimize_communication(overlap_all_reduce=True, overlap_reduce_scatter=True, overlap_all_gather=True):
+        par = train(axonn.parallelize(copy.deepcopy(ref)), parallel=True)
+    for i, (a, b) in enumerate(zip(par, serial)):
+        assert abs(a - b) <= 1e-4 * abs(b), f"{model_type} step {i}: parallel loss {a} vs serial {b}"
+
+
 def check_families(families: tuple[str, ...] | None = None, export_dir: Path | None = None) -> None:
     """:func:`check_family` for ``families`` (default: every family of ``axonn.plans`` but Llama, which
     grid_checks.py covers)."""
@@ -133,6 +160,7 @@ def main() -> None:
         check_families()
         for model_type in ("qwen3", "olmo2", "gpt_neox"):  # the families with code paths of their own
             check_family_checkpointing(model_type)
+            check_family_training(model_type)
         dist.barrier()
         if grid.rank == 0:
             print(f"OK families grid data={d} row={r} col={c} depth={z} ({time.time() - t0:.1f} s)", flush=True)
