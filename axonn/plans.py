@@ -63,11 +63,13 @@ class ModuleRule:
 
 @dataclass(frozen=True)
 class Divides:
-    """``field`` of the HF config (shown as ``label``) must be a multiple of the product of ``axes``."""
+    """``field`` of the HF config (shown as ``label``) must be a multiple of the product of ``axes``;
+    ``dim`` is the same number's name in :func:`dims_of_shape` (a planner shape's)."""
 
     field: str
     label: str
     axes: tuple[str, ...]
+    dim: str
 
 
 @dataclass(frozen=True)
@@ -106,11 +108,11 @@ class ModelPlan:
         return [r for r in self.block if r.kind == REPLICATED]
 
 
-_HIDDEN = Divides("hidden_size", "hidden_size", ("col",))
-_HEADS = Divides("num_attention_heads", "num_attention_heads", ("row",))
-_KV = Divides("num_key_value_heads", "num_key_value_heads", ("row",))
-_FFN = Divides("intermediate_size", "intermediate_size (FFN)", ("row",))
-_VOCAB = Divides("vocab_size", "vocab_size", ("row", "col"))
+_HIDDEN = Divides("hidden_size", "hidden_size", ("col",), "hidden")
+_HEADS = Divides("num_attention_heads", "num_attention_heads", ("row",), "heads")
+_KV = Divides("num_key_value_heads", "num_key_value_heads", ("row",), "kv_heads")
+_FFN = Divides("intermediate_size", "intermediate_size (FFN)", ("row",), "ffn")
+_VOCAB = Divides("vocab_size", "vocab_size", ("row", "col"), "vocab")
 
 
 def _llama_block(qkv_bias: bool = False, qk_norm: str | None = None) -> tuple[ModuleRule, ...]:
@@ -213,7 +215,8 @@ def dims_of_shape(shape: Any) -> dict[str, int]:
 
 def _dims(h: int, heads: int, kv_heads: int, hd: int, ffn: int, vocab: int) -> dict[str, int]:
     q, kv = heads * hd, kv_heads * hd
-    return {"hidden": h, "q": q, "kv": kv, "qkv": q + 2 * kv, "ffn": ffn, "vocab": vocab, "head_dim": hd}
+    return {"hidden": h, "q": q, "kv": kv, "qkv": q + 2 * kv, "ffn": ffn, "vocab": vocab, "head_dim": hd,
+            "heads": heads, "kv_heads": kv_heads}
 
 
 @dataclass(frozen=True)

@@ -216,29 +216,43 @@ def lm_head(shape: ModelShape) -> LinearSpec:
 def divisibility_problem(shape: ModelShape, grid: Grid) -> str | None:
     """Why ``grid`` cannot shard ``shape``, or ``None`` when every dimension divides.
 
-    Rules: heads and KV heads are divided over the row group (the non-transposed q/k/v split
-    their output, whole heads per rank); for every Linear its out dimension over ``Gr`` and its
-    in dimension over ``Gc``; the vocabulary (lm_head rows) over row, hidden over column, and the
-    embedding's vocabulary over row × column (``axonn.parallelize`` refuses a vocabulary that ``R·C``
-    does not divide).  Depth has no rule of its own: a local block whose element count it does not
+    Rules: those of the family's plan (:mod:`axonn.plans`, the ones ``axonn.parallelize`` checks):
+    heads and KV heads over the row group (the non-transposed q/k/v split their output, whole heads
+    per rank), hidden over column, FFN over row, the embedding's vocabulary over row × column; and for
+    every Linear its out dimension over ``Gr`` and its in dimension over ``Gc`` (the vocabulary, the
+    lm_head's rows, over row).  Depth has no rule of its own: a local block whose element count it does not
     divide is zero-padded to a multiple of it (``axonn.sharding.ShardSpec.depth_sharded``), which the
     trainer accepts (e.g. depth 3 on 3 GPUs).
     """
-    r = grid.row
-    if shape.heads % r:
-        return f"row={r} does not divide heads={shape.heads}"
-    if shape.kv_heads % r:
-        return f"row={r} does not divide kv_heads={shape.kv_heads}"
-    if shape.vocab % (r * grid.column):
-        return f"row×column={r}×{grid.column} does not divide vocab={shape.vocab} (embedding)"
-    for lin in layer_linears(shape) + [lm_head(shape)]:
+    plan, dims = get_plan(shape.family), dims_of_shape(shape)
+    linears = layer_linears(shape) + [lm_head(shape)]
+    linear_dims = {d for r in plan.linears() for d in (r.out, r.in_)}
+    # the plan's rules on numbers no Linear checks (heads, KV heads) and the embedding's, then every Linear's
+    # dimensions over its groups (hidden and FFN, with the Linear named), then the plan's remaining rules
+    first = [r for r in plan.requires if r.dim not in linear_dims or len(r.axes) > 1]
+    for rule in first:
+        g = math.prod(getattr(grid, _PLANNER_AXIS[a]) for a in rule.axes)
+        if dims[rule.dim] % g:
+            if len(rule.axes) > 1:
+                names = "×".join(_PLANNER_AXIS[a] for a in rule.axes)
+                sizes = "×".join(str(getattr(grid, _PLANNER_AXIS[a])) for a in rule.axes)
+                return f"{names}={sizes} does not divide {rule.dim}={dims[rule.dim]} (embedding)"
+            return f"{_PLANNER_AXIS[rule.axes[0]]}={g} does not divide {rule.dim}={dims[rule.dim]}"
+    for lin in linears:
         gr, gc = lin.split(grid)
         ax_out, ax_in = lin.axes()
         if lin.out % gr:
             return f"{ax_out}={gr} does not divide {lin.out_dim}={lin.out} ({lin.name})"
         if lin.in_ % gc:
             return f"{ax_in}={gc} does not divide {lin.in_dim}={lin.in_} ({lin.name})"
+    for rule in plan.requires:
+        g = math.prod(getattr(grid, _PLANNER_AXIS[a]) for a in rule.axes)
+        if rule not in first and dims[rule.dim] % g:
+            return f"{'×'.join(_PLANNER_AXIS[a] for a in rule.axes)}={g} does not divide {rule.dim}={dims[rule.dim]}"
     return None
+
+
+_PLANNER_AXIS = {"row": "row", "col": "column", "depth": "depth", "data": "data"}  # axonn.grid's names -> Grid's
 
 
 @dataclass(frozen=True)
