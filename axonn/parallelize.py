@@ -201,8 +201,8 @@ def parallelize(model: nn.Module, grid: Grid | None = None, device: torch.device
     Mistral, Qwen2, Qwen3, OLMo 2, GPT-NeoX) into its 4D-parallel form, in place.
 
     Raises ``TypeError`` for a model without a plan, and before touching the model ``ValueError`` if a
-    dimension is not divisible by the axis that splits it.  Parameter names stay HF's (``model.layers.0.self_attn.q_proj.weight``),
-    so :func:`full_state_dict` returns an HF state dict.
+    dimension is not divisible by the axis that splits it.  Parameter names stay HF's
+    (``model.layers.0.self_attn.q_proj.weight``), so :func:`full_state_dict` returns an HF state dict.
 
     Two ways in:
 
