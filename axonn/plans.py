@@ -194,10 +194,16 @@ def get_plan(model_type: str) -> ModelPlan:
 
 
 def plan_of_model(model: Any) -> ModelPlan | None:
-    """The plan of a HF CausalLM (matched by its class name and ``config.model_type``), or None."""
+    """The plan of a HF CausalLM (an instance of the plan's class, subclasses included, whose
+    ``config.model_type`` selects the plan), or None."""
     config = getattr(model, "config", None)
     plan = PLANS.get(getattr(config, "model_type", None))
-    return plan if plan is not None and type(model).__name__ == plan.hf_class else None
+    if plan is None:
+        return None
+    import transformers
+
+    cls = getattr(transformers, plan.hf_class, None)
+    return plan if cls is not None and isinstance(model, cls) else None
 
 
 def dims_of_config(config: Any) -> dict[str, int]:

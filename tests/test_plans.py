@@ -106,3 +106,19 @@ def test_planner_validity_is_what_parallelize_accepts(family: str) -> None:
         except ValueError:
             accepted = False
         assert (g in valid) == accepted, (g, divisibility_problem(shape, g))
+
+
+def test_a_subclass_of_a_planned_class_is_parallelized_by_its_plan() -> None:
+    """As before the plans, a subclass of ``LlamaForCausalLM`` is a Llama model; an unrelated class is not."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from axonn.plans import plan_of_model
+
+    class MyLlama(LlamaForCausalLM):
+        pass
+
+    cfg = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, vocab_size=32)
+    model = MyLlama(LlamaConfig(**cfg))
+    assert plan_of_model(model).model_type == "llama"
+    model.config.model_type = "mistral"  # class and model_type disagree: no plan
+    assert plan_of_model(model) is None
