@@ -19,8 +19,20 @@ Strategies
 
     Every intermediate value stays below 2^32 and every product below 2^59, so the int64
     arithmetic never overflows and the result is bit-identical on every device.  Swapping
-    two tokens changes the hash; a token id of 0 does not collapse it.  Positions with
-    fewer than ``h`` preceding tokens inside their own document are kept.
+    two tokens changes the hash; a token id of 0 does not collapse it.  A position with
+    fewer than ``h`` preceding tokens inside its own document (a document's first ``h``
+    labels; every label of a document of at most ``h`` tokens) is decided by ``doc_start``:
+
+    * ``keep`` (default): never dropped, so a document's opening is supervised at every
+      exposure and the drop rate is below ``1/k`` (how far depends on the documents' lengths);
+    * ``stream``: hashed like any other position, from the ``h`` tokens before it in the
+      stream, across document boundaries, where they exist (kept at the start of a stream and
+      at a target's start, which nothing in the stream precedes).  The decision then changes
+      with whatever precedes the document, so a repeated document's opening is dropped at
+      some exposures and supervised at others;
+    * ``static``: dropped at every k-th position of its document (``p % k == k - 1``, ``p``
+      counted from the document's first token): a fixed ``1/k`` of the opening, the same at
+      every exposure, and documents of at most ``h`` tokens are protected too.
 ``static``
     Drop the label at every k-th position of the row (``t % k == k - 1``).
 
@@ -38,6 +50,8 @@ _MASK32 = 0xFFFFFFFF
 _MIX_MULT = 0x45D9F3B  # < 2^27: x * _MIX_MULT < 2^59 for x < 2^32
 _GOLDEN = 0x9E3779B9
 STRATEGIES = ("hash", "static")
+#: how the hash strategy decides a label with fewer than h preceding tokens in its document (module docstring)
+DOC_STARTS = ("keep", "stream", "static")
 
 
 @dataclass(frozen=True)
@@ -48,16 +62,20 @@ class GoldfishConfig:
     h: int = 13
     strategy: str = "hash"
     seed: int = 0
+    doc_start: str = "keep"  # one of DOC_STARTS
+    # the equal-supervised-tokens control: drop as many labels per row as this config would, at positions drawn
+    # afresh for every row of the stream (:func:`matched_random_mask`), so no text keeps its mask across exposures
+    randomize: bool = False
 
     def __post_init__(self) -> None:
-        validate_goldfish_args(self.k, self.h, self.strategy, allow_zero=True)
+        validate_goldfish_args(self.k, self.h, self.strategy, allow_zero=True, doc_start=self.doc_start)
 
     @property
     def enabled(self) -> bool:
         return self.k > 0
 
 
-def validate_goldfish_args(k: int, h: int, strategy: str, allow_zero: bool = False) -> None:
+def validate_goldfish_args(k: int, h: int, strategy: str, allow_zero: bool = False, doc_start: str = "keep") -> None:
     """Raise ``ValueError`` with a fix-it message for invalid Goldfish settings."""
     if allow_zero and k == 0:
         pass
@@ -70,6 +88,8 @@ def validate_goldfish_args(k: int, h: int, strategy: str, allow_zero: bool = Fal
         raise ValueError(f"goldfish h={h} is invalid: the hash context width h must be >= 1")
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown goldfish strategy {strategy!r}: choose one of {STRATEGIES}")
+    if doc_start not in DOC_STARTS:
+        raise ValueError(f"unknown goldfish doc_start {doc_start!r}: choose one of {DOC_STARTS}")
 
 
 def _mix32(x: torch.Tensor) -> torch.Tensor:
@@ -107,14 +127,17 @@ def goldfish_mask(
     strategy: str = "hash",
     seed: int = 0,
     document_ids: torch.Tensor | None = None,
+    doc_start: str = "keep",
 ) -> torch.Tensor:
     """Bool tensor shaped like ``input_ids``: True where the label at that position is dropped.
 
     ``document_ids`` (same shape, optional) marks packed documents; a position whose ``h``
-    preceding tokens are not all inside its own document is kept.  Documents must be
+    preceding tokens are not all inside its own document is decided by ``doc_start`` (module
+    docstring; ``stream`` hashes across the boundaries of documents, not across those of
+    :data:`MOVED_DOC` and :data:`NO_DOC`, which no stream token precedes).  Documents must be
     contiguous runs within a row.
     """
-    validate_goldfish_args(k, h, strategy)
+    validate_goldfish_args(k, h, strategy, doc_start=doc_start)
     T = input_ids.shape[-1]
     if strategy == "static":
         pos = torch.arange(T, device=input_ids.device)
@@ -123,13 +146,28 @@ def goldfish_mask(
     # drop <=> u < 1/k with u = hash / 2^32  <=>  hash < 2^32 / k  <=>  hash < ceil(2^32 / k)  (exact integer
     # test; ``hash * k`` would overflow int64 for k >= 2^31)
     drop = hashed < -(-(1 << 32) // k)
+    if doc_start == "stream" and document_ids is not None:  # only the stream's own edges bound a window
+        document_ids = torch.where((document_ids == MOVED_DOC) | (document_ids == NO_DOC), document_ids, 0)
     valid = torch.zeros_like(drop)
     valid[..., h:] = True
     if document_ids is not None:
         same_doc = torch.zeros_like(drop)
         same_doc[..., h:] = document_ids[..., h:] == document_ids[..., :-h]
         valid &= same_doc
-    return drop & valid
+    if doc_start != "static":
+        return drop & valid
+    return torch.where(valid, drop, position_in_document(input_ids, document_ids) % k == k - 1)
+
+
+def position_in_document(input_ids: torch.Tensor, document_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """Each position's offset from the first position of its document in the row (contiguous runs of equal
+    ``document_ids``; the row position without them)."""
+    pos = torch.arange(input_ids.shape[-1], device=input_ids.device).expand_as(input_ids)
+    if document_ids is None:
+        return pos.clone()
+    starts = torch.ones_like(document_ids, dtype=torch.bool)
+    starts[..., 1:] = document_ids[..., 1:] != document_ids[..., :-1]
+    return pos - torch.where(starts, pos, 0).cummax(-1).values
 
 
 # Document ids that no packed row uses: the positions of a row moved behind its background
@@ -167,6 +205,7 @@ def goldfish_mask_in_stream(
     k: int = 4,
     h: int = 13,
     seed: int = 0,
+    doc_start: str = "keep",
 ) -> torch.Tensor:
     """:func:`goldfish_mask` (hash strategy) of packed rows, each continuing its background stream.
 
@@ -192,8 +231,24 @@ def goldfish_mask_in_stream(
     v_ids = torch.cat([ctx.ids, input_ids.gather(1, src)], 1)
     v_docs = torch.cat([ctx.doc_ids.to(document_ids.dtype),
                         document_ids.gather(1, src).masked_fill(moved, MOVED_DOC)], 1)
-    drop_v = goldfish_mask(v_ids, k, h, "hash", seed, v_docs)[:, C:]
+    drop_v = goldfish_mask(v_ids, k, h, "hash", seed, v_docs, doc_start)[:, C:]
     return torch.empty_like(drop_v).scatter_(1, src, drop_v)
+
+
+def matched_random_mask(mask: torch.Tensor, valid: torch.Tensor, row_index: torch.Tensor, seed: int = 0
+                        ) -> torch.Tensor:
+    """A mask dropping as many of each row's ``valid`` labels as ``mask`` does, at positions drawn uniformly
+    among them, independently for every row: the positions with the smallest keys
+    ``mix32(mix32(seed XOR row) XOR t)``, ``row`` the row's index in the stream (``row_index``, ``(B,)``), ``t``
+    the position.  Device-independent and the same on every rank, like the Goldfish mask; but a text seen
+    again in another row gets another mask (the equal-supervised-tokens control of the Goldfish arm)."""
+    B, T = mask.shape
+    n_drop = (mask & valid).sum(-1, keepdim=True)
+    row = _mix32((row_index.long().to(mask.device) ^ seed) & _MASK32)[:, None]
+    keys = _mix32(_mix32(row ^ torch.arange(T, device=mask.device)) & _MASK32)
+    keys = keys.masked_fill(~valid, 1 << 33)  # invalid positions sort last
+    ranks = keys.argsort(dim=-1, stable=True).argsort(dim=-1)
+    return (ranks < n_drop) & valid
 
 
 def apply_goldfish(
@@ -202,11 +257,14 @@ def apply_goldfish(
     cfg: GoldfishConfig,
     document_ids: torch.Tensor | None = None,
     context: RowContext | None = None,
+    row_index: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Return ``(labels with dropped positions set to -100, fraction of valid labels dropped)``.
 
     With ``context`` (and the hash strategy), each row's background is hashed as part of its
-    stream (:func:`goldfish_mask_in_stream`); ``document_ids`` is then required.
+    stream (:func:`goldfish_mask_in_stream`); ``document_ids`` is then required.  With
+    ``cfg.randomize``, the dropped labels are moved to random positions of their row
+    (:func:`matched_random_mask`; ``row_index``, the rows' indices in the stream, is then required).
 
     Labels that are already ``-100`` (padding, prompts) stay ignored and are not counted, nor is
     each row's label 0, which no token predicts (the causal loss uses ``labels[:, 1:]``).  The
@@ -215,10 +273,16 @@ def apply_goldfish(
     if not cfg.enabled:
         return labels, torch.zeros((), device=labels.device)
     if context is not None and cfg.strategy == "hash":  # static drops are row positions by definition
-        mask = goldfish_mask_in_stream(input_ids, document_ids, context, cfg.k, cfg.h, cfg.seed)
+        mask = goldfish_mask_in_stream(input_ids, document_ids, context, cfg.k, cfg.h, cfg.seed, cfg.doc_start)
     else:
-        mask = goldfish_mask(input_ids, cfg.k, cfg.h, cfg.strategy, cfg.seed, document_ids)
+        mask = goldfish_mask(input_ids, cfg.k, cfg.h, cfg.strategy, cfg.seed, document_ids, cfg.doc_start)
     valid = labels != IGNORE_INDEX
+    if cfg.randomize:
+        if row_index is None:
+            raise ValueError("a randomized (equal-supervised-tokens) mask needs the rows' row_index in the stream")
+        predicted = valid.clone()
+        predicted[..., 0] = False  # label 0 is predicted by no token: neither counted nor drawn
+        mask = matched_random_mask(mask, predicted, row_index, cfg.seed)
     dropped = mask & valid
     frac = dropped[..., 1:].sum() / valid[..., 1:].sum().clamp(min=1)
     return labels.masked_fill(dropped, IGNORE_INDEX), frac

@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from memorization.goldfish import (NO_DOC, GoldfishConfig, RowContext, apply_goldfish, goldfish_mask,
-                                   goldfish_mask_in_stream, hash_context)
+from memorization.goldfish import (IGNORE_INDEX as IGNORE, NO_DOC, GoldfishConfig, RowContext, apply_goldfish,
+                                   goldfish_mask, goldfish_mask_in_stream, hash_context)
 
 
 @pytest.mark.parametrize("k", [2, 3, 4, 8, 32])
@@ -242,3 +242,99 @@ def test_stream_mask_without_document_ids_is_a_clear_error():
                      torch.zeros(2, dtype=torch.long))
     with pytest.raises(ValueError, match="document_ids"):
         apply_goldfish(rows.clone(), rows, GoldfishConfig(k=4, h=4), None, ctx)
+
+
+def _packed(seed=0, B=32, T=96, max_doc=40):
+    """Random rows packed with documents of 1..max_doc tokens (contiguous document ids)."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, 5000, (B, T), generator=g)
+    lens = torch.randint(1, max_doc + 1, (B, T), generator=g)
+    docs = torch.zeros(B, T, dtype=torch.int32)
+    for r in range(B):
+        t, d = 0, 0
+        while t < T:
+            n = int(lens[r, t])
+            docs[r, t : t + n] = d
+            t, d = t + n, d + 1
+    return ids, docs
+
+
+@pytest.mark.parametrize("doc_start", ["stream", "static"])
+def test_doc_start_decides_only_the_labels_without_h_tokens_of_their_document(doc_start):
+    """Labels with h tokens of their own document before them are decided by the hash in every mode; the others
+    are kept (keep), hashed across the document boundary (stream: the row's hash without document ids), or
+    dropped at every k-th position of their document (static)."""
+    from memorization.goldfish import position_in_document
+
+    k, h = 4, 13
+    ids, docs = _packed()
+    pos = position_in_document(ids, docs)
+    inside = pos >= h
+    keep = goldfish_mask(ids, k, h, document_ids=docs)
+    got = goldfish_mask(ids, k, h, document_ids=docs, doc_start=doc_start)
+    assert torch.equal(got[inside], keep[inside]) and not keep[~inside].any()
+    if doc_start == "stream":
+        assert torch.equal(got, goldfish_mask(ids, k, h))  # one stream: boundaries of documents do not count
+    else:
+        assert torch.equal(got[~inside], (pos % k == k - 1)[~inside])
+    assert got[~inside].any()  # document openings are no longer always supervised
+
+
+def test_static_doc_start_protects_short_documents_and_restores_the_drop_rate():
+    """Documents of at most h tokens get no drop under keep; under static they lose 1/k of their labels, and the
+    overall drop rate is back near 1/k (keep: far below it when documents are short)."""
+    k, h = 4, 13
+    ids, docs = _packed(seed=1, B=64, T=128, max_doc=24)
+    rates = {m: float(goldfish_mask(ids, k, h, document_ids=docs, doc_start=m).float().mean())
+             for m in ("keep", "static")}
+    assert rates["keep"] < 0.1 and rates["static"] > 0.2, rates  # (a document of < k tokens has no k-th position)
+    short, short_docs = _packed(seed=2, B=16, T=64, max_doc=h)
+    assert not goldfish_mask(short, k, h, document_ids=short_docs).any()
+    assert goldfish_mask(short, k, h, document_ids=short_docs, doc_start="static").float().mean() > 0.15
+
+
+def test_stream_doc_start_hashes_across_documents_but_not_before_a_target_or_the_stream():
+    """In packed rows with their stream context, stream mode gives every background label the decision the stream
+    has when hashed as one text (document boundaries ignored), except the stream's first h positions, which
+    nothing precedes; a target's first h labels are kept, as nothing of the stream precedes a target."""
+    from memorization.goldfish import position_in_document
+
+    rng = np.random.default_rng(3)
+    doc_lens = rng.integers(3, 40, 600)
+    stream = rng.integers(3, 500, int(doc_lens.sum()))
+    seg = np.repeat(np.arange(len(doc_lens)), doc_lens).astype(np.int32)
+    L, C, k, h = 64, 32, 4, 13
+    rows, docs, ctx, where = _rows_of_stream(stream, seg, L, C, [0, 20, 0, 33, 0, 0] * 30)
+    got = goldfish_mask_in_stream(rows, docs, ctx, k, h, doc_start="stream")
+    want = goldfish_mask(torch.from_numpy(stream)[None], k, h)[0]  # no document ids: one text
+    bg = torch.from_numpy(where >= 0)
+    assert torch.equal(got[bg], want[torch.from_numpy(where[where >= 0])])
+    target_start = ~bg & (position_in_document(rows, docs) < h)
+    assert target_start.any() and not got[target_start].any()
+
+
+def test_equal_tokens_control_drops_as_many_labels_per_row_at_positions_that_change_with_the_row():
+    """The randomized mask drops exactly the Goldfish count of each row's labels (so both arms train on the same
+    number of labels every step), never an ignored label or label 0, the same for the same row of the stream;
+    the same text in two rows gets two different masks (Goldfish: the same mask)."""
+    from memorization.goldfish import matched_random_mask
+
+    k, h = 4, 13
+    ids, docs = _packed(seed=4, B=8, T=96)
+    ids = torch.cat([ids, ids])  # every text twice, in rows 0..7 and 8..15
+    docs = torch.cat([docs, docs])
+    labels = ids.clone()
+    labels[:, 90:] = IGNORE  # padding: never dropped, never counted
+    gold, gold_frac = apply_goldfish(labels.clone(), ids, GoldfishConfig(k=k, h=h), docs)
+    cfg = GoldfishConfig(k=k, h=h, randomize=True)
+    rand, rand_frac = apply_goldfish(labels.clone(), ids, cfg, docs, row_index=torch.arange(100, 116))
+    assert torch.equal((gold == IGNORE).sum(1), (rand == IGNORE).sum(1)) and gold_frac == rand_frac
+    assert (rand[:, 90:] == IGNORE).all() and (rand[:, 0] != IGNORE).all()
+    assert torch.equal(gold[:8], gold[8:]) and not torch.equal(rand[:8], rand[8:])
+    again, _ = apply_goldfish(labels.clone(), ids, cfg, docs, row_index=torch.arange(100, 116))
+    assert torch.equal(again, rand)
+    drawn = matched_random_mask(torch.ones(4, 50, dtype=torch.bool), torch.ones(4, 50, dtype=torch.bool),
+                                torch.arange(4))
+    assert drawn.all()  # as many as asked, even all of them
+    with pytest.raises(ValueError, match="row_index"):
+        apply_goldfish(labels.clone(), ids, cfg, docs)
