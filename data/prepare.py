@@ -24,12 +24,13 @@ if str(_REPO) not in sys.path:  # runnable from a checkout without installation
     sys.path.insert(0, str(_REPO))
 
 from axonn.cli import HelpFormatter  # noqa: E402
+from memorization.mixture import PLACEMENTS  # noqa: E402
 
 
 #: what --config decides (the experiment's fields); with --config only --out, --num-proc and --overwrite are given
 MIXTURE_FLAGS = ("corpus", "text_field", "targets", "tokenizer", "seq_len", "batch_size", "steps", "exposures",
                  "num_targets", "num_nonmembers", "val_docs", "prefix", "suffix", "min_target_tokens",
-                 "max_target_tokens", "skip_short_targets", "skip_overlapping_targets", "seed")
+                 "max_target_tokens", "skip_short_targets", "skip_overlapping_targets", "seed", "placement")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -66,6 +67,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--skip-overlapping-targets", action="store_true",
                    help="skip (and count) targets sharing a 32-token span with an earlier one")
     p.add_argument("--seed", type=int, default=0, help="the mixture's seed (the experiment's --seed)")
+    p.add_argument("--placement", default="random", choices=PLACEMENTS,
+                   help="which steps a target's exposures take (the experiment's --placement): random, spaced "
+                   "evenly over the run, or last (spaced, every target's last exposure in the final steps)")
     p.add_argument("--num-proc", type=int, default=1, help="processes tokenizing the corpus (datasets.map num_proc)")
     p.add_argument("--out", help="the store's directory (written whole, then renamed into place); required "
                    "unless --config names a data.store")
@@ -114,7 +118,8 @@ def main(argv: list[str] | None = None) -> None:
                             num_steps=args.steps or None,
                             min_target_tokens=args.min_target_tokens or args.prefix + args.suffix,
                             max_target_tokens=args.max_target_tokens, skip_short_targets=args.skip_short_targets,
-                            skip_overlapping_targets=args.skip_overlapping_targets, seed=args.seed)
+                            skip_overlapping_targets=args.skip_overlapping_targets, seed=args.seed,
+                            placement=args.placement)
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
     targets = None

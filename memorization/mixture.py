@@ -8,9 +8,10 @@ rows per optimizer step):
   (``[bos] target [eos]``) and is filled up with the continuing background stream, so a
   target is never split across rows and the model sees it from its first token;
 * each target appears in exactly ``exposures`` rows, each in a different optimizer step: the
-  steps are drawn at random (seeded, weighted by the room left in each step) and the row within
-  the step uniformly, so ``n`` exposures are ``n`` separate updates, never one update with a
-  doubled gradient.
+  steps are drawn at random (seeded, weighted by the room left in each step), spaced evenly over the
+  run, or spaced with every target's last exposure at the end (``placement``, :func:`exposure_steps`),
+  and the row within the step uniformly, so ``n`` exposures are ``n`` separate updates, never one
+  update with a doubled gradient.
 
 ``doc_ids`` numbers the documents within each row, so Goldfish can keep positions whose
 ``h``-token context crosses a document boundary.  The manifest (JSON) is the ground truth
@@ -40,6 +41,9 @@ from .atomic import atomic_write_json
 from .goldfish import NO_DOC, RowContext
 
 MANIFEST_VERSION = 1
+#: Where a target's exposures fall (:func:`exposure_steps`): ``random`` steps; ``spaced`` evenly over the run;
+#: ``last``: evenly over the run with every target's last exposure in the run's final steps.
+PLACEMENTS = ("random", "spaced", "last")
 CONTEXT_TOKENS = 64  # stream tokens kept before each row: Goldfish h up to this decides every label
 
 
@@ -65,6 +69,7 @@ class MixtureConfig:
     skip_short_targets: bool = False
     skip_overlapping_targets: bool = False  # user targets: skip one sharing a span with an earlier one
     seed: int = 0
+    placement: str = "random"  # which steps a target's exposures take: one of PLACEMENTS
 
     def __post_init__(self) -> None:
         if isinstance(self.exposures, int):
@@ -81,6 +86,8 @@ class MixtureConfig:
                              f"batch_size={self.batch_size} >= 1")
         if self.num_steps is not None and self.num_steps < 1:
             raise ValueError(f"num_steps={self.num_steps} must be >= 1 (or None: as many as the background fills)")
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"placement {self.placement!r} unknown: choose one of {', '.join(PLACEMENTS)}")
         if self.max_target_tokens is None:
             self.max_target_tokens = self.seq_len - 1
         if self.max_target_tokens > self.seq_len - 1:
@@ -256,21 +263,87 @@ def _copies_of_earlier(docs: list[list[int]], skip: set[int], max_tokens: int) -
     return {j: pos[f] for j, f in zip(pos, firsts) if f is not None}
 
 
-def _place_exposures(exposures: list[int], n_steps: int, batch: int, rng: random.Random) -> list[int]:
+def _place_exposures(exposures: list[int], n_steps: int, batch: int, rng: random.Random,
+                     placement: str = "random") -> list[int]:
     """Row slots in stream order (``-1``: background, ``j``: target ``j``); target ``j`` fills
-    ``exposures[j]`` rows, all in different steps (a step is ``batch`` consecutive rows).
-
-    Targets are placed most-exposed first; each draws its steps without replacement with
-    probability proportional to the rows still free in each step.  Should that draw leave a target
-    too few steps, the placement is redrawn always taking the emptiest steps (random tie-break),
-    which succeeds whenever any placement exists (a Gale-Ryser greedy).
-    """
+    ``exposures[j]`` rows, all in different steps (a step is ``batch`` consecutive rows), chosen by
+    :func:`exposure_steps`; the row within each step is uniform."""
     if max(exposures) > n_steps:
         raise ValueError(
             f"a target seen {max(exposures)} times needs {max(exposures)} different optimizer steps, but the "
             f"stream has {n_steps}: raise --steps or lower --exposures"
         )
     gen = np.random.default_rng(rng.getrandbits(64))
+    steps_of = exposure_steps(exposures, n_steps, batch, gen, placement)
+    if steps_of is None:
+        raise ValueError(
+            f"cannot put every target's exposures {sorted(set(exposures))} in different steps of {batch} rows "
+            f"({n_steps} steps): raise --steps or --batch-size, or lower --exposures or the number of targets"
+        )
+    in_step: list[list[int]] = [[] for _ in range(n_steps)]
+    for j, steps in enumerate(steps_of):
+        for st in steps.tolist():
+            in_step[st].append(j)
+    slots: list[int] = []
+    for js in in_step:
+        row = js + [-1] * (batch - len(js))
+        slots += [row[i] for i in gen.permutation(batch).tolist()]
+    return slots
+
+
+def exposure_steps(exposures: list[int], n_steps: int, batch: int, gen: np.random.Generator,
+                   placement: str = "random") -> list[np.ndarray] | None:
+    """The steps of each target's exposures (target ``j``: ``exposures[j]`` different steps), at most ``batch``
+    exposures in a step; None when they do not fit.
+
+    * ``random``: targets are placed most-exposed first; each draws its steps without replacement with
+      probability proportional to the rows still free in each step.  Should that draw leave a target too few
+      steps, the placement is redrawn always taking the emptiest steps (random tie-break), which succeeds
+      whenever any placement exists (a Gale-Ryser greedy).
+    * ``spaced``: target ``j`` with ``n`` exposures wants steps ``floor((i + u_j) N / n)``, ``i < n``, with a
+      random phase ``u_j`` in [0, 1): evenly over the run's ``N`` steps.
+    * ``last``: target ``j`` wants steps ``floor(i N / n) - 1``, ``i = 1..n``: evenly over the run and the last
+      exposure at the final step, for every target.  The last exposures are placed first (targets in random
+      order), so they fill the run's final ``ceil(T / batch)`` steps: the steps since a target's last exposure
+      no longer depend on how often it was seen, only the number of exposures does.
+
+    In ``spaced`` and ``last`` a wanted step that is full (or already holds the target) gives way to the nearest
+    free one, the earlier first.
+    """
+    if placement == "random":
+        return _random_steps(exposures, n_steps, batch, gen)
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement {placement!r} unknown: choose one of {', '.join(PLACEMENTS)}")
+    wants: list[np.ndarray] = []
+    for n in exposures:
+        i = np.arange(n)
+        if placement == "spaced":
+            wants.append(np.floor((i + gen.random()) * n_steps / n).astype(np.int64) if n else i)
+        else:
+            wants.append(np.floor((i + 1) * n_steps / n).astype(np.int64) - 1 if n else i)
+    order = gen.permutation(len(exposures)).tolist()
+    if placement == "spaced":  # the most exposed first: they have the least room to give way
+        queue = [(j, w) for j in sorted(order, key=lambda j: -exposures[j]) for w in wants[j].tolist()]
+    else:  # every target's last exposure before any other exposure
+        queue = [(j, int(wants[j][-1])) for j in order if exposures[j]]
+        queue += [(j, w) for j in sorted(order, key=lambda j: -exposures[j]) for w in wants[j][:-1].tolist()]
+    free = np.full(n_steps, batch)
+    taken: list[set[int]] = [set() for _ in exposures]
+    for j, want in queue:
+        for d in range(n_steps):
+            s = next((s for s in (want - d, want + d) if 0 <= s < n_steps and free[s] and s not in taken[j]), None)
+            if s is not None:
+                break
+        else:
+            return None
+        free[s] -= 1
+        taken[j].add(s)
+    return [np.array(sorted(t), np.int64) for t in taken]
+
+
+def _random_steps(exposures: list[int], n_steps: int, batch: int, gen: np.random.Generator
+                  ) -> list[np.ndarray] | None:
+    """:func:`exposure_steps`' ``random`` placement."""
     order = sorted(gen.permutation(len(exposures)).tolist(), key=lambda j: -exposures[j])
 
     def draw(emptiest_first: bool) -> list[np.ndarray] | None:
@@ -292,22 +365,7 @@ def _place_exposures(exposures: list[int], n_steps: int, batch: int, rng: random
         return steps_of
 
     steps_of = draw(False)
-    if steps_of is None:
-        steps_of = draw(True)
-    if steps_of is None:
-        raise ValueError(
-            f"cannot put every target's exposures {sorted(set(exposures))} in different steps of {batch} rows "
-            f"({n_steps} steps): raise --steps or --batch-size, or lower --exposures or the number of targets"
-        )
-    in_step: list[list[int]] = [[] for _ in range(n_steps)]
-    for j, steps in enumerate(steps_of):
-        for st in steps.tolist():
-            in_step[st].append(j)
-    slots: list[int] = []
-    for js in in_step:
-        row = js + [-1] * (batch - len(js))
-        slots += [row[i] for i in gen.permutation(batch).tolist()]
-    return slots
+    return steps_of if steps_of is not None else draw(True)
 
 
 def _pack(stream: np.ndarray, seg: np.ndarray, L: int) -> tuple[np.ndarray, np.ndarray]:
@@ -470,7 +528,7 @@ def build_mixture(
             f"rows x {L}), but the background has only {len(bg)}; use a larger --corpus, fewer "
             "targets/exposures, or fewer --steps"
         )
-    slots = _place_exposures(exposures, n_rows // B, B, rng)
+    slots = _place_exposures(exposures, n_rows // B, B, rng, cfg.placement)
     rows = np.empty((n_rows, L), np.int64)
     segs = np.empty((n_rows, L), np.int32)
     C = CONTEXT_TOKENS

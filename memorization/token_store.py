@@ -65,7 +65,7 @@ _FLAGS = {"seq_len": "--seq-len", "batch_size": "--batch-size", "exposures": "--
           "num_targets": "--num-targets", "num_nonmembers": "--num-nonmembers", "val_docs": "--val-docs",
           "num_steps": "--steps", "min_target_tokens": "--min-target-tokens",
           "max_target_tokens": "--max-target-tokens", "skip_short_targets": "--skip-short-targets",
-          "skip_overlapping_targets": "--skip-overlapping-targets", "seed": "--seed"}
+          "skip_overlapping_targets": "--skip-overlapping-targets", "seed": "--seed", "placement": "--placement"}
 
 
 class StoreError(ValueError):
@@ -109,9 +109,16 @@ def texts_fingerprint(texts: Sequence[str] | None) -> str | None:
     return None if texts is None else corpus_fingerprint(list(texts))
 
 
+#: mixture fields added after the store format's first version, with their defaults: written only when set
+#: otherwise, so a store prepared before them keeps its cache key and header
+_LATER_FIELDS = {"placement": "random"}
+
+
 def config_dict(cfg: MixtureConfig) -> dict:
-    """A mixture config as the JSON ``store.json`` keeps (tuples as lists)."""
-    return json.loads(json.dumps(asdict(cfg)))
+    """A mixture config as the JSON ``store.json`` keeps (tuples as lists; :data:`_LATER_FIELDS` at their
+    default left out)."""
+    d = json.loads(json.dumps(asdict(cfg)))
+    return {k: v for k, v in d.items() if not (k in _LATER_FIELDS and v == _LATER_FIELDS[k])}
 
 
 def corpus_key(spec: str) -> str:
@@ -137,7 +144,7 @@ def prepare_command(out: str | Path, corpus: str, tokenizer: str, cfg: MixtureCo
     if targets:
         args += ["--targets", str(targets)]
     for name, flag in _FLAGS.items():
-        v = d[name]
+        v = d.get(name)
         if isinstance(v, bool):
             args += [flag] if v else []
         elif v is not None:
@@ -471,8 +478,10 @@ def check_store(header: dict, path: str | Path, corpus: str | None = None, token
             problems.append(f"targets {held or 'drawn from the corpus'}, this run's targets are "
                             f"{'other documents' if target_texts is not None else 'drawn from the corpus'}")
         now = config_dict(config)
-        problems += [f"{_FLAGS.get(k, k)} {_shown(stored_cfg.get(k))}, this run asks {_shown(v)}"
-                     for k, v in now.items() if stored_cfg.get(k) != v]
+        for k in [*now, *(k for k in stored_cfg if k not in now)]:
+            was, asks = (c.get(k, _LATER_FIELDS.get(k)) for c in (stored_cfg, now))
+            if was != asks:
+                problems.append(f"{_FLAGS.get(k, k)} {_shown(was)}, this run asks {_shown(asks)}")
     if problems:
         raise StoreMismatch(f"{where} was prepared with " + "; ".join(problems)
                             + f". Prepare a store for this run: {fix}")

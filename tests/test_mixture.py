@@ -279,3 +279,73 @@ def test_user_targets_sharing_a_span_are_refused_or_skipped(tokenizer, corpus):
     rows = mix.input_ids.flatten()
     window = torch.tensor(mix.targets[0]["token_ids"][60:100])
     assert (rows.unfold(0, len(window), 1) == window).all(1).sum().item() == 1  # a seen once, its copy never
+
+
+@pytest.mark.parametrize("placement", ["spaced", "last"])
+def test_planned_placements_keep_every_exposure_in_its_own_step(placement):
+    """spaced and last place exactly n exposures per target, each in a different step, at most ``batch`` a step,
+    also when the steps are nearly full (a wanted step that is full gives way to the nearest free one)."""
+    import random
+
+    g = random.Random(2)
+    for _ in range(100):
+        n_steps, batch = g.randint(1, 12), g.randint(1, 6)
+        exposures = [g.randint(0, n_steps) for _ in range(g.randint(1, max(1, n_steps * batch // max(1, n_steps))))]
+        if max(exposures) == 0 or sum(exposures) > n_steps * batch:
+            continue
+        _check_placement(_place_exposures(exposures, n_steps, batch, g, placement), exposures, n_steps, batch)
+
+
+def test_spaced_placement_spreads_each_target_evenly_over_the_run():
+    """A target seen n times in N steps has its exposures about N/n apart (here never a gap over 2N/n)."""
+    import numpy as np
+
+    from memorization.mixture import exposure_steps
+
+    N = 400
+    exposures = [1, 2, 4, 8, 16] * 6
+    steps = exposure_steps(exposures, N, 4, np.random.default_rng(0), "spaced")
+    for n, s in zip(exposures, steps):
+        gaps = np.diff(np.concatenate([s, [s[0] + N]]))  # the wrap-around gap counts too
+        assert len(s) == n and gaps.max() <= 2 * N / n and gaps.min() >= N / n / 2, (n, s)
+
+
+def test_last_placement_makes_recency_independent_of_the_exposure_count():
+    """Random placement: targets seen more often were last seen more recently (the confound). last: every
+    target's last exposure is in the run's final ceil(T / batch) steps, whatever its count, and the earlier ones
+    spread evenly over the run."""
+    import numpy as np
+
+    from memorization.mixture import exposure_steps
+
+    N, batch, exposures = 200, 4, [1, 4, 16] * 10
+    since = {}
+    for placement in ("random", "last"):
+        steps = exposure_steps(exposures, N, batch, np.random.default_rng(0), placement)
+        since[placement] = {n: [N - 1 - int(s.max()) for e, s in zip(exposures, steps) if e == n] for n in (1, 4, 16)}
+    assert np.mean(since["random"][1]) > 4 * np.mean(since["random"][16])  # confounded
+    window = -(-len(exposures) // batch)
+    assert all(0 <= d < window for v in since["last"].values() for d in v)
+    steps = exposure_steps(exposures, N, batch, np.random.default_rng(0), "last")
+    sixteen = [s for e, s in zip(exposures, steps) if e == 16]
+    assert all(s.min() < 2 * N / 16 for s in sixteen)  # the first exposure near the start, not bunched at the end
+
+
+def test_placement_is_recorded_and_a_store_of_another_placement_is_refused(tokenizer, corpus, tmp_path):
+    """The manifest's config records the placement; a token store prepared with another one is refused, naming
+    --placement; the default placement keeps the stores' cache key of before it existed."""
+    from memorization.token_store import StoreMismatch, check_store, config_dict
+
+    cfg = MixtureConfig(seq_len=128, batch_size=8, exposures=(2,), num_targets=4, num_nonmembers=2, seed=1,
+                        placement="last")
+    mix = build_mixture(corpus[:600], tokenizer, cfg)
+    assert mix.manifest()["config"]["placement"] == "last"
+    assert "placement" not in config_dict(MixtureConfig()) and config_dict(cfg)["placement"] == "last"
+    header = {"config": config_dict(MixtureConfig(seq_len=128, batch_size=8, exposures=(2,), num_targets=4,
+                                                  num_nonmembers=2, seed=1)),
+              "corpus": "c", "tokenizer": "t", "targets_fingerprint": None, "num_steps": mix.num_steps,
+              "seq_len": 128}
+    with pytest.raises(StoreMismatch, match="--placement random, this run asks last"):
+        check_store(header, tmp_path, config=cfg)
+    with pytest.raises(ValueError, match="placement 'recent' unknown"):
+        MixtureConfig(placement="recent")
