@@ -21,7 +21,7 @@ from torch.utils.checkpoint import checkpoint
 from .goldfish import IGNORE_INDEX
 
 
-def _cross_entropy_for(model: torch.nn.Module):
+def cross_entropy_for(model: torch.nn.Module):
     """Summed CE over kept labels: ``axonn``'s vocabulary-parallel CE when the logits are vocab shards.
 
     A parallelised LM head (``axonn.parallelize``) splits the vocabulary over the row group and,
@@ -107,7 +107,7 @@ def chunked_lm_loss_sum(
 
     ``ce(logits, labels)`` is the summed cross-entropy of the chunked (vocabulary-parallel) path; a
     :func:`fusable` head computes the plain one itself (unless ``fuse`` is False: the checkpointed chunks
-    then run as for a sharded head), which is what :func:`_cross_entropy_for` gives for full logits.
+    then run as for a sharded head), which is what :func:`cross_entropy_for` gives for full logits.
     """
     h = hidden[:, :-1].reshape(-1, hidden.shape[-1])
     y = labels[:, 1:].reshape(-1)
@@ -138,7 +138,7 @@ def causal_lm_loss_sum(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(sum of token losses, number of kept labels)`` for a HF ``*ForCausalLM`` model."""
     out = model.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
-    loss_sum = chunked_lm_loss_sum(out.last_hidden_state, model.lm_head, labels, _cross_entropy_for(model),
+    loss_sum = chunked_lm_loss_sum(out.last_hidden_state, model.lm_head, labels, cross_entropy_for(model),
                                    chunk_tokens)
     n = (labels[:, 1:] != IGNORE_INDEX).sum()
     return loss_sum, n

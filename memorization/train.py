@@ -61,6 +61,7 @@ class TrainConfig:
     grad_clip: float = 1.0
     eval_every: int = 0  # 0: validation only at the end
     eval_rows: int = 64
+    track_every: int = 0  # every N steps (and before the first, and after the last) the Trainer's tracker runs
     checkpoint_every: int = 50
     async_checkpoint: bool = False  # write each checkpoint in a background thread while the next step runs
     bf16: bool = True  # autocast to bf16 on CUDA (ignored on CPU)
@@ -126,6 +127,7 @@ def _check_numbers(cfg: TrainConfig) -> None:
         ("betas", cfg.betas, len(cfg.betas) == 2 and all(0 <= b < 1 for b in cfg.betas), "two numbers in [0, 1)"),
         ("grad_clip", cfg.grad_clip, cfg.grad_clip > 0, "> 0; math.inf = no clipping"),
         ("eval_every", cfg.eval_every, cfg.eval_every >= 0, ">= 0; 0 = at the end only"),
+        ("track_every", cfg.track_every, cfg.track_every >= 0, ">= 0; 0 = no tracking"),
         ("checkpoint_every", cfg.checkpoint_every, cfg.checkpoint_every >= 0, ">= 0; 0 = at the end only"),
         ("chunk_tokens", cfg.chunk_tokens, cfg.chunk_tokens >= 1, ">= 1")) if not ok]
     if bad:
@@ -168,8 +170,9 @@ def _check_stream(rows, doc_ids, val_rows, vocab: int | None) -> None:
 
 
 def _goldfish_labels(ids: torch.Tensor, docs: torch.Tensor, gf: GoldfishConfig,
-                     context: RowContext | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    return apply_goldfish(ids.clone(), ids, gf, docs, context)
+                     context: RowContext | None = None, row_index: torch.Tensor | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    return apply_goldfish(ids.clone(), ids, gf, docs, context, row_index)
 
 
 @torch.no_grad()
@@ -219,8 +222,9 @@ class Trainer:
 
     def __init__(self, model: torch.nn.Module, rows: torch.Tensor, doc_ids: torch.Tensor, val_rows: torch.Tensor,
                  cfg: TrainConfig, out_dir: str | Path, runtime: Runtime | None = None, run_name: str = "run",
-                 row_context: RowContext | None = None):
+                 row_context: RowContext | None = None, tracker: Callable[..., dict] | None = None):
         self.cfg = cfg
+        self.tracker = tracker  # tracker(model, device, autocast) -> metrics, every cfg.track_every steps
         self.rt = runtime or Runtime.create()
         self.out = Path(out_dir)
         self.rows, self.doc_ids, self.val_rows = rows, doc_ids, val_rows
@@ -275,6 +279,7 @@ class Trainer:
                                      fused=self.device.type == "cuda")
         self.step = 0
         self.history: list[dict] = []
+        self.tracking: list[dict] = []  # {"step": s, **tracker(...)}: before step 1, every track_every, at the end
         self.wandb_id: str | None = None  # the wandb run this training logs to; kept in the checkpoint
         self._seconds_before = 0.0  # training time of the sessions before a resume (kept in the checkpoint)
         self._fit_start: float | None = None
@@ -293,7 +298,8 @@ class Trainer:
         """Checkpoint this step (collective).  With ``async_checkpoint`` the state is snapshotted to
         host memory and written while training goes on; :meth:`finish_checkpoint` publishes it."""
         self.finish_checkpoint()  # one save in flight at a time
-        extra = {"step": self.step, "history": self.history, "config": _jsonable(asdict(self.cfg)),
+        extra = {"step": self.step, "history": self.history, "tracking": self.tracking,
+                 "config": _jsonable(asdict(self.cfg)),
                  "total_steps": self.total_steps, "run": self.run_identity(), "wandb_id": self.wandb_id,
                  "train_seconds": self.train_seconds()}
         self._finish_save = self.rt.save_checkpoint(self.model, self.opt, self.ckpt_dir, extra,
@@ -336,6 +342,8 @@ class Trainer:
             problems.append(f"it is for a {extra.get('total_steps')}-step run, this run has {self.total_steps} steps")
         saved, now = extra.get("run"), self.run_identity()
         if saved is not None:  # (checkpoints written before it was recorded are checked by step count only)
+            if isinstance(saved["settings"].get("goldfish"), dict):  # fields added since: at their defaults
+                saved["settings"]["goldfish"] = {**asdict(GoldfishConfig(k=0)), **saved["settings"]["goldfish"]}
             problems += [f"{k} was {v!r}, now {now['settings'].get(k)!r}" for k, v in saved["settings"].items()
                          if now["settings"].get(k) != v]
             if saved["stream"] != now["stream"]:
@@ -345,7 +353,7 @@ class Trainer:
                              + ". Use a fresh output directory, or the same settings and data (how the run "
                              "executes -- grid, micro batch, compile, overlap, checkpointing -- may change)")
         extra = self.rt.load_checkpoint(self.model, self.opt, self.ckpt_dir, path)
-        self.step, self.history = extra["step"], extra["history"]
+        self.step, self.history, self.tracking = extra["step"], extra["history"], extra.get("tracking", [])
         self.wandb_id = extra.get("wandb_id")
         self._seconds_before = float(extra.get("train_seconds", 0.0))
         self._checkpointed_step = self.step
@@ -375,7 +383,8 @@ class Trainer:
         if self.row_context is not None and cfg.goldfish.enabled:
             c = self.row_context.rows(slice(s * B, (s + 1) * B))
             ctx = RowContext(*(_to_device(t, self.device) for t in (c.ids, c.doc_ids, c.start)))
-        labels, drop_frac = _goldfish_labels(ids, docs, cfg.goldfish, ctx)  # whole global batch: cheap, no comms
+        rows = torch.arange(s * B, (s + 1) * B, device=self.device) if cfg.goldfish.randomize else None
+        labels, drop_frac = _goldfish_labels(ids, docs, cfg.goldfish, ctx, rows)  # whole global batch: no comms
         n_kept = (labels[:, 1:] != IGNORE_INDEX).sum().clamp(min=1)
         ids_l, labels_l = self.rt.batch_slice(ids), self.rt.batch_slice(labels)
         lr = lr_at(s, self.total_steps, cfg)
@@ -436,6 +445,9 @@ class Trainer:
 
             bar = tqdm(total=self.total_steps, initial=self.step, desc=self.run_name, unit="step", dynamic_ncols=True)
         pending: dict | None = None  # the last step's record, read one step late (see train_step)
+        tracking = bool(cfg.track_every) and self.tracker is not None
+        if tracking and self.step == 0 and not self.tracking:
+            self._track(run)  # the model before training: what it extracts without having seen the targets
         with self._stop_on_signal():
             while self.step < self.total_steps:
                 t_start = time.perf_counter()
@@ -453,9 +465,12 @@ class Trainer:
                 last = self.step == self.total_steps
                 evaluate = bool(cfg.eval_every) and self.step % cfg.eval_every == 0
                 save = bool(cfg.checkpoint_every) and self.step % cfg.checkpoint_every == 0 and not last
-                if stopping or evaluate or save or last:  # these wait for the device anyway
+                track = tracking and (self.step % cfg.track_every == 0 or last)
+                if stopping or evaluate or save or last or track:  # these wait for the device anyway
                     stopping |= self._log(rec, run, bar, val_loss=self.validate if evaluate else None)
                     pending = None
+                    if track:
+                        self._track(run)
                     stopping &= not last  # the final step finishes the run normally
                     if save or stopping:
                         self.save_checkpoint()
@@ -475,7 +490,7 @@ class Trainer:
             run.summary["val_loss"] = val_loss
             run.finish()
         result = {"val_loss": val_loss, "steps": self.step, "final_train_loss": self.history[-1]["loss"],
-                  "train_seconds": self.train_seconds(), "history": self.history}
+                  "train_seconds": self.train_seconds(), "history": self.history, "tracking": self.tracking}
         if self.rt.is_main:
             atomic_write_json(self.out / "train_result.json", result)
         return result
@@ -511,6 +526,13 @@ class Trainer:
             bar.update(1)
             bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{rec['tokens_per_s']:.0f}")
         return stop
+
+    def _track(self, run) -> None:
+        """Run the tracker on this step's model (every rank: it may run collectives) and record it."""
+        rec = {"step": self.step, **self.tracker(self.model, self.device, self.autocast)}
+        self.tracking.append(rec)
+        if run is not None:
+            run.log({f"track/{k}": v for k, v in rec.items() if k != "step" and v is not None}, step=self.step)
 
     def validate(self) -> float:
         return evaluate_loss(self.model, self.val_rows[: self.cfg.eval_rows], self.rt, self.micro, self.device,

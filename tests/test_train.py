@@ -518,3 +518,32 @@ def test_a_resumed_training_reports_the_time_of_the_whole_run(tmp_path):
     resumed = trainer().fit(resume=True)
     assert resumed["steps"] == 6
     assert resumed["train_seconds"] >= 0.9
+
+
+def test_tracking_runs_on_schedule_changes_no_step_and_resumes_with_the_run(tmp_path, plain_run):
+    """With track_every 5 over 12 steps the tracker runs before step 1 and after steps 5, 10 and 12; the loss curve
+    is the untracked one; an interrupted run resumed from its checkpoint has the same tracking records."""
+
+    def tracker(model, device, autocast):
+        return {"weight_sum": float(sum(p.detach().double().sum() for p in model.parameters()))}
+
+    def tracked(tmp):
+        rows, docs, val = _data()
+        cfg = TrainConfig(batch_size=4, micro_batch=2, lr=3e-3, warmup_steps=3, checkpoint_every=4, progress=False,
+                          track_every=5)
+        return Trainer(build_model("tiny", 4096, seed=0), rows, docs, val, cfg, tmp, run_name="t", tracker=tracker)
+
+    full = tracked(tmp_path / "a").fit()
+    assert [r["step"] for r in full["tracking"]] == [0, 5, 10, 12]
+    assert [h["loss"] for h in full["history"]] == [h["loss"] for h in plain_run["history"]]
+
+    def boom(rec):
+        if rec["step"] == 7:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        tracked(tmp_path / "b").fit(on_step=boom)
+    resumed = tracked(tmp_path / "b").fit(resume=True)
+    assert [r["step"] for r in resumed["tracking"]] == [0, 5, 10, 12]
+    for got, want in zip(resumed["tracking"], full["tracking"]):
+        assert got["weight_sum"] == pytest.approx(want["weight_sum"], rel=1e-6)
