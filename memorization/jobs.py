@@ -76,7 +76,6 @@ MACHINES: dict[str, MachineJobConfig] = {
         default_gpus={"8b": 32, "70b": 256, "405b": 1024}),
 }
 
-ARMS = ("both", "standard", "goldfish")  # memorize.py --arms
 PAPER_SIZES = ("8b", "70b", "405b")
 PAPER_MACHINES = ("frontier", "alps", "perlmutter")
 
@@ -126,7 +125,7 @@ class JobSpec:
     gpus: int | None = None
     nodes: int | None = None
     goldfish_k: int = 4
-    arms: str = "both"           # memorize.py --arms: both (its default), standard or goldfish
+    arms: str = "both"           # memorize.py --arms: both (its default), all, or a comma list of arms
     exposures: int | str = 1     # the paper's headline: every target seen once ("1,4,16": groups)
     time: str = "02:00:00"
     account: str = "ACCOUNT"     # placeholder: replace or pass --account
@@ -321,8 +320,12 @@ def make_job(spec: JobSpec) -> Job:
         exposures = [-1]
     if min(exposures) < 0 or max(exposures) == 0:
         raise ValueError(f"exposures {spec.exposures!r}: give a count >= 1 (or a comma list of counts >= 0, one >= 1)")
-    if spec.arms not in ARMS or (spec.arms == "goldfish" and spec.goldfish_k == 0):
-        raise ValueError(f"arms {spec.arms!r}: choose one of {', '.join(ARMS)} ('goldfish' needs goldfish_k >= 2)")
+    from memorization.experiment.config import ConfigError, parse_arms
+
+    try:
+        parse_arms(spec.arms, spec.goldfish_k)
+    except ConfigError as e:
+        raise ValueError(str(e.code).removeprefix("error: ")) from None
     nodes = max(1, gpus // cfg.gpus_per_node)
     tpn = gpus // nodes
     shape = spec.shape()

@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 
 from .atomic import atomic_write_bytes
-from .extraction import metric_cells
+from .extraction import fmt_metric, metric_cells
 
 
 def results_markdown(results: dict) -> str:
@@ -26,10 +26,8 @@ def results_markdown(results: dict) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, a in arms.items():
-        gf = a["goldfish"]
-        label = name if gf["k"] == 0 else f"{name} (k={gf['k']}, h={gf['h']}, {gf['strategy']})"
         lines.append(
-            f"| {label} | {metric_cells(a)} | {a['val_loss']:.4f} "
+            f"| {arm_label(name, a['goldfish'])} | {metric_cells(a)} | {a['val_loss']:.4f} "
             f"| {a['final_train_loss']:.4f} | {a['goldfish_drop_frac']:.3f} | {a['train_seconds']:.0f} s |"
         )
     if "standard" in arms and "goldfish" in arms:
@@ -42,25 +40,106 @@ def results_markdown(results: dict) -> str:
             t = results["paired_exact_match"]
             lines.append(f"Paired on the same {t['n']} targets: {t['only_a']} extracted by the standard arm alone, "
                          f"{t['only_b']} by the Goldfish arm alone; exact McNemar test p = {t['p_value']:.2g}.")
+        if "equal-tokens" in arms:
+            eq = arms["equal-tokens"]
+            lines.append(f"Held-out loss gap Goldfish - standard = {gf['val_loss'] - st['val_loss']:+.4f}: "
+                         f"{eq['val_loss'] - st['val_loss']:+.4f} from training on fewer labels (equal-tokens - "
+                         f"standard) and {gf['val_loss'] - eq['val_loss']:+.4f} from which labels are dropped "
+                         "(Goldfish - equal-tokens: the same count, a mask that repeats with the text).")
     lines += ["", "## By exposure count", "", "| arm | exposures | n | exact match (95% CI) | token match | Rouge-L |",
               "|---|---|---|---|---|---|"]
     for name, a in arms.items():
         for n, v in a["by_exposure"].items():
             lines.append(f"| {name} | {n} | {v['n']} | {metric_cells(v)} |")
+    lines += recency_lines(results)
+    lines += sampled_lines(arms)
+    lines += length_lines(arms)
+    lines += tracking_lines(arms)
     if results.get("skipped_targets"):
         lines.append(f"\n{len(results['skipped_targets'])} target(s) skipped as too short.")
     return "\n".join(lines) + "\n"
 
 
+def arm_label(name: str, gf: dict) -> str:
+    """An arm's row label: its name and, when it drops labels, its Goldfish settings."""
+    if gf["k"] == 0:
+        return name
+    start = "" if gf.get("doc_start", "keep") == "keep" else f", doc start {gf['doc_start']}"
+    kind = ", positions random per row" if gf.get("randomize") else ""
+    return f"{name} (k={gf['k']}, h={gf['h']}, {gf['strategy']}{start}{kind})"
+
+
+def recency_lines(results: dict) -> list[str]:
+    """The table of extraction by steps since the last exposure (:mod:`memorization.recency`)."""
+    arms = {n: a for n, a in results["arms"].items() if a.get("by_recency")}
+    if not arms:
+        return []
+    placement = results["settings"].get("placement", "random")
+    lines = ["", f"## By steps since the last exposure (placement: {placement})", "",
+             "| arm | steps since last exposure | exposures | n | exact match (95% CI) | token match | Rouge-L |",
+             "|---|---|---|---|---|---|---|"]
+    for name, a in arms.items():
+        for b in a["by_recency"]:
+            if b["n"]:
+                lo, hi = b["steps"]
+                exposures = ",".join(map(str, b["exposures"]))
+                lines.append(f"| {name} | {lo}–{hi - 1} | {exposures} | {b['n']} | {metric_cells(b)} |")
+    return lines
+
+
+def sampled_lines(arms: dict) -> list[str]:
+    """The table of sampled extraction (``--samples``), when the run sampled."""
+    rows = [(n, a) for n, a in arms.items() if a.get("sampled_any") is not None]
+    if not rows:
+        return []
+    lines = ["", "## Sampled extraction", "", "| arm | extracted by any sample | per-sample rate |", "|---|---|---|"]
+    lines += [f"| {n} | {fmt_metric(a['sampled_any'])} | {fmt_metric(a['sampled_rate'])} |" for n, a in rows]
+    return lines
+
+
+def length_lines(arms: dict) -> list[str]:
+    """The table of the ``--extract-lengths`` pairs."""
+    rows = [(n, b) for n, a in arms.items() for b in a.get("by_length", [])]
+    if not rows:
+        return []
+    lines = ["", "## Other prefix and suffix lengths", "",
+             "| arm | prefix | suffix | n | exact match (95% CI) | token match | Rouge-L | prefix match "
+             "| edit similarity | skipped |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for n, b in rows:
+        lines.append(f"| {n} | {b['prefix']} | {b['suffix']} | {b['n']} | {metric_cells(b)} "
+                     f"| {fmt_metric(b.get('prefix_match'))} | {fmt_metric(b.get('edit_similarity'))} "
+                     f"| {b['skipped']} |")
+    return lines
+
+
+def tracking_lines(arms: dict) -> list[str]:
+    """The table of memorization during training (``--track-every``)."""
+    rows = [(n, r) for n, a in arms.items() for r in a.get("tracking", [])]
+    if not rows:
+        return []
+    lines = ["", "## During training", "", "Tracked targets' extraction and loss (all labels; the labels the Goldfish "
+             "mask keeps and drops).", "",
+             "| arm | step | exact match | token match | target loss | kept-label loss | dropped-label loss |",
+             "|---|---|---|---|---|---|---|"]
+    for n, r in rows:
+        lines.append(f"| {n} | {r['step']} | {fmt_metric(r['exact_match'])} | {fmt_metric(r['token_match'])} "
+                     f"| {fmt_metric(r['target_loss'])} | {fmt_metric(r['kept_loss'])} "
+                     f"| {fmt_metric(r['dropped_loss'])} |")
+    return lines
+
+
 def plot_arms(results: dict, path: Path) -> None:
-    """Left: extraction metrics per arm (exact match with its 95% interval). Right: training loss curves."""
+    """Left: extraction metrics per arm (exact match with its 95% interval). Middle: training loss curves.
+    Right (with ``--track-every``): the tracked targets' exact match and dropped-label loss during training."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     arms = results["arms"]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    tracked = {n: a["tracking"] for n, a in arms.items() if a.get("tracking")}
+    fig, axes = plt.subplots(1, 3 if tracked else 2, figsize=(16.5 if tracked else 11, 4))
+    ax1, ax2 = axes[:2]
     metrics = ["exact_match", "token_match", "rouge_l"]
     width = 0.8 / max(1, len(arms))
     for i, (name, a) in enumerate(arms.items()):
@@ -81,6 +160,19 @@ def plot_arms(results: dict, path: Path) -> None:
     ax2.set_ylabel("training loss (kept labels)")
     ax2.set_title("Training loss")
     ax2.legend()
+    if tracked:
+        ax3 = axes[2]
+        ax4 = ax3.twinx()
+        for name, recs in tracked.items():
+            line, = ax3.plot([r["step"] for r in recs], [r["exact_match"] for r in recs], marker="o", label=name)
+            ax4.plot([r["step"] for r in recs], [math.nan if r["dropped_loss"] is None else r["dropped_loss"]
+                                                 for r in recs], ls="--", color=line.get_color())
+        ax3.set_xlabel("step")
+        ax3.set_ylabel("exact match of the tracked targets (solid)")
+        ax4.set_ylabel("loss on the labels Goldfish drops (dashed)")
+        ax3.set_ylim(-0.05, 1.05)
+        ax3.set_title("Memorization during training")
+        ax3.legend()
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)

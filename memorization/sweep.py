@@ -89,7 +89,9 @@ class Cell:
 
     @property
     def arm_names(self) -> tuple[str, ...]:
-        return {"both": ("standard", "goldfish"), "standard": ("standard",), "goldfish": ("goldfish",)}[self.arms]
+        from memorization.experiment.config import parse_arms
+
+        return tuple(parse_arms(self.arms, self.goldfish_k))
 
     def config(self, base: ExperimentConfig, out: Path) -> ExperimentConfig:
         """``base`` (the pass-through options' config) with this cell's size (also for ``{size}`` in its

@@ -133,6 +133,10 @@ def test_a_high_lr_with_init_is_refused_unless_acknowledged(tmp_path, no_work):
      "unknown goldfish strategy 'hsah'"),
     (replace(ExperimentConfig(), output=replace(ExperimentConfig().output, export_dtype="fp16")),
      "--export-dtype 'fp16': choose from float32, bfloat16"),
+    (replace(ExperimentConfig(), goldfish=replace(ExperimentConfig().goldfish, doc_start="drop")),
+     "unknown goldfish doc_start 'drop'"),
+    (replace(ExperimentConfig(), data=replace(ExperimentConfig().data, placement="recent")),
+     "placement 'recent' unknown: choose one of random, spaced, last"),
 ])
 def test_library_callers_get_every_refusal_before_any_work(tmp_path, no_work, cfg, match):
     cfg = replace(cfg, output=replace(cfg.output, out=str(tmp_path / "run")))

@@ -20,11 +20,16 @@ SMALL = ["--num-targets", "4", "--num-nonmembers", "2", "--exposures", "2", "--s
          "--suffix", "10", "--seq-len", "64", "--no-progress", "--checkpoint-every", "5"]
 
 
-def test_small_run_writes_results_for_both_arms(tmp_path):
+def test_small_run_writes_results_for_every_arm(tmp_path):
+    """Also the science options on one run (so their outputs cost one more small arm): the equal-supervised-tokens
+    arm, placement with a common last exposure, the static fallback for document starts, tracking during
+    training, more prefix:suffix pairs and sampled extraction."""
     out = tmp_path / "run"
-    res = memorize.main(SMALL + ["--out", str(out)])
+    science = ["--arms", "all", "--placement", "last", "--goldfish-doc-start", "static", "--track-every", "6",
+               "--extract-lengths", "5:5,all:8", "--samples", "2"]
+    res = memorize.main(SMALL + ["--out", str(out)] + science)
     data = json.loads((out / "results.json").read_text())
-    for arm in ("standard", "goldfish"):
+    for arm in ("standard", "goldfish", "equal-tokens"):
         a = data["arms"][arm]
         for key in ("exact_match", "token_match", "rouge_l", "val_loss"):
             assert 0 <= a[key] if key != "val_loss" else a[key] > 0
@@ -49,7 +54,8 @@ def test_small_run_writes_results_for_both_arms(tmp_path):
     from memorization.corpus import PYDOCS_SHA256, TOKENIZER_SHA256  # the data the run was built from
 
     assert (manifest["corpus_sha256"], manifest["tokenizer_sha256"]) == (PYDOCS_SHA256, TOKENIZER_SHA256)
-    assert res["arms"].keys() == {"standard", "goldfish"}
+    assert res["arms"].keys() == {"standard", "goldfish", "equal-tokens"}
+    _check_science_outputs(data, manifest, (out / "results.md").read_text())
     # the exported HF checkpoint, read back by eval/extract.py, gives the same extraction numbers
     for arm in ("standard", "goldfish"):
         ext = extract_cli.main(["--model", str(out / arm / "model"), "--manifest", str(out / "manifest.json"),
@@ -69,10 +75,38 @@ def test_small_run_writes_results_for_both_arms(tmp_path):
     # the out directory now holds a run: refused without --resume/--overwrite; --resume finishes instantly
     with pytest.raises(SystemExit, match="already holds a run"):
         memorize.main(SMALL + ["--out", str(out)])
-    again = memorize.main(SMALL + ["--out", str(out), "--resume"])
+    again = memorize.main(SMALL + science + ["--out", str(out), "--resume"])
     assert again["arms"]["standard"]["exact_match"] == res["arms"]["standard"]["exact_match"]
     with pytest.raises(SystemExit, match="differ"):
-        memorize.main(SMALL + ["--out", str(out), "--resume", "--lr", "1e-4"])
+        memorize.main(SMALL + science + ["--out", str(out), "--resume", "--lr", "1e-4"])
+    with pytest.raises(SystemExit, match=r"'placement': \('last', 'random'\)"):  # a science setting is a setting
+        memorize.main(SMALL + ["--out", str(out), "--resume"])
+
+
+def _check_science_outputs(data: dict, manifest: dict, md: str) -> None:
+    arms = data["arms"]
+    gf, eq = arms["goldfish"], arms["equal-tokens"]
+    # the control trains on exactly as many labels as Goldfish, every step, at other positions
+    assert eq["goldfish_drop_frac"] == gf["goldfish_drop_frac"] > 0.1 and eq["goldfish"]["randomize"]
+    assert eq["loss_curve"] != gf["loss_curve"] and gf["goldfish"]["doc_start"] == "static"
+    assert "from training on fewer labels (equal-tokens - standard)" in md
+    # every target's last exposure in the final ceil(4 targets / batch 4) = 1 step; recorded in the manifest
+    assert manifest["config"]["placement"] == "last" and data["settings"]["placement"] == "last"
+    assert {max(t["steps"]) for t in manifest["targets"]} == {data["num_steps"] - 1}
+    for name, a in arms.items():
+        assert [b["n"] for b in a["by_recency"]][0] == 4 and sum(b["n"] for b in a["by_recency"]) == 4
+        # tracking before step 1, every 6 steps and at the end; its last record is the final model's extraction
+        track = a["tracking"]
+        assert [r["step"] for r in track] == [0, 6, 12]
+        assert track[-1]["exact_match"] == a["exact_match"] and track[-1]["token_match"] == a["token_match"]
+        assert track[0]["target_loss"] > track[-1]["target_loss"]
+        assert (track[-1]["dropped_loss"] is not None) and track[-1]["kept_loss"] is not None
+        lengths = [(b["prefix"], b["suffix"], b["n"] + b["skipped"]) for b in a["by_length"]]
+        assert lengths == [(5, 5, 4), ("all", 8, 4)]
+        assert 0 <= a["sampled_any"] <= 1 and 0 <= a["sampled_rate"] <= a["sampled_any"]
+    for section in ("## By steps since the last exposure (placement: last)", "## Sampled extraction",
+                    "## Other prefix and suffix lengths", "## During training"):
+        assert section in md
 
 
 def test_sigusr1_exits_75_after_a_checkpoint_and_resume_finishes(tmp_path, monkeypatch):
@@ -120,6 +154,12 @@ def _refused(tmp_path, args, match):
     (["--size", "405b"], "cannot be trained on this CPU"),
     (["--grid", "1,2,1,1"], "world size|product"),
     (["--plan", "--gpus", "0"], r"^error: --gpus 0: give the number of GPUs to plan for, at least 1$"),
+    (["--arms", "standard,goldfsh"], r"unknown arm 'goldfsh'; give both, all or a comma list of standard, goldfish"),
+    (["--arms", "equal-tokens", "--goldfish-k", "0"], "equal-tokens arm.* need --goldfish-k >= 2"),
+    (["--extract-lengths", "32-32"], r"'32-32' is not PREFIX:SUFFIX"),
+    (["--extract-lengths", "all:64"], r"all:64 needs 65 tokens, more than a training row holds \(--seq-len 64\)"),
+    (["--track-every", "-1"], r"--track-every -1 \(must be >= 0"),
+    (["--samples", "2", "--temperature", "0"], r"--temperature 0.0 \(must be > 0\)"),
 ])
 def test_bad_input_refused_before_training(tmp_path, args, match):
     _refused(tmp_path, args, match)

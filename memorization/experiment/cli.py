@@ -15,6 +15,8 @@ from memorization.experiment.config import (FINE_TUNE_LR, FINE_TUNE_WEIGHT_DECAY
                                             SCRATCH_LR, SCRATCH_WARMUP_STEPS, SCRATCH_WEIGHT_DECAY,
                                             ExperimentConfig, load_config, resolve, with_flat)
 from memorization.experiment.validate import EXECUTION_SETTINGS, as_flags
+from memorization.goldfish import DOC_STARTS
+from memorization.mixture import PLACEMENTS
 
 DESCRIPTION = ("Does a Llama model memorize documents it saw n times, and does Goldfish loss stop it? Runs a "
                "standard and a Goldfish arm on the same mixture and seed.")
@@ -79,6 +81,10 @@ def build_parser(description: str = DESCRIPTION) -> argparse.ArgumentParser:
     add(g, "--skip-overlapping-targets", action="store_true", help="skip (and count) a --targets document that "
         "shares a 32-token span with an earlier one (a copy would add to the other's exposures) instead of refusing")
     add(g, "--seq-len", type=int, help="tokens per training row (default 128; 2048 with --plan)")
+    add(g, "--placement", choices=PLACEMENTS,
+        help="which steps a target's exposures take: random (seeded); spaced evenly over the run; last: spaced "
+        "with every target's last exposure in the run's final steps, so the steps since the last exposure do not "
+        "depend on the exposure count (the report shows extraction against them)")
     g = p.add_argument_group("goldfish")
     add(g, "--goldfish-k", type=int, help="drop 1/k of the labels in the Goldfish arm (k >= 2); 0 runs only the "
         "standard arm")
@@ -86,7 +92,16 @@ def build_parser(description: str = DESCRIPTION) -> argparse.ArgumentParser:
         "before it (1..64: a row carries the 64 stream tokens before it)")
     add(g, "--goldfish-strategy", choices=["hash", "static"],
         help="hash: pseudo-random from the preceding h-gram; static: every k-th position")
-    add(g, "--arms", choices=["both", "standard", "goldfish"], help="which arms to train")
+    add(g, "--goldfish-doc-start", choices=DOC_STARTS,
+        help="a label with fewer than h tokens of its document before it (a document's first h labels, all of a "
+        "document of at most h tokens): keep: never dropped (the drop rate falls below 1/k); stream: hashed from "
+        "the h stream tokens before it, across document boundaries, "
+        "where they exist (a repeated document's opening is then masked differently at each exposure); static: "
+        "every k-th position of the document dropped, the same at each exposure")
+    add(g, "--arms", help="which arms to train: both (standard and goldfish), all (both and equal-tokens), or a "
+        "comma list of standard, goldfish, equal-tokens; equal-tokens is the standard loss on as many labels per "
+        "row as Goldfish keeps, the dropped ones drawn afresh in every row (the control for the supervised tokens "
+        "Goldfish loses)")
     g = p.add_argument_group("training")
     add(g, "--batch-size", type=int, help="global batch in rows per optimizer step (default 4; 1024 with --plan)")
     add(g, "--micro-batch", type=int, help="rows per forward per rank (gradient accumulation over the rest); "
@@ -128,6 +143,18 @@ def build_parser(description: str = DESCRIPTION) -> argparse.ArgumentParser:
     add(g, "--prefix-mode", choices=["fixed", "all-but-suffix"],
         help="fixed: the first P tokens; all-but-suffix: the whole document minus its last S tokens")
     add(g, "--extract-batch", type=int, help="documents decoded together")
+    add(g, "--extract-lengths", metavar="P:S,...", help="more prefix:suffix token pairs to extract with after "
+        "training, besides --prefix/--suffix (e.g. 32:32,100:50,all:50; all = all but the suffix): Carlini et al.'s "
+        "context sweep in one run; a target too short for a pair is skipped and counted")
+    add(g, "--samples", type=int, help="sampled continuations per target besides the greedy one (0: greedy only): "
+        "the report adds the share of targets extracted by any of them and the per-sample rate ((n, p)-"
+        "discoverable extraction); seeded by --seed and the target, the same on any grid or batch")
+    add(g, "--temperature", type=float, help="temperature of the --samples continuations")
+    add(g, "--top-k", type=int, help="the --samples continuations draw among the k most likely tokens (0: all)")
+    add(g, "--track-every", type=int, help="memorization during training: every N steps (and before the first and "
+        "after the last) extraction on the tracked targets and their loss, on all their labels and apart on the "
+        "labels Goldfish keeps and drops; logged (wandb, <out>/<arm>/arm_result.json) and plotted (0: off)")
+    add(g, "--track-targets", type=int, help="how many targets --track-every follows (a seeded sample; 0: all)")
     g = p.add_argument_group("output")
     add(g, "--out", help="output directory")
     add(g, "--resume", action="store_true", help="continue the interrupted run in --out (after a crash, or after "

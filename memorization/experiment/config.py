@@ -46,6 +46,29 @@ FINE_TUNE_LR, FINE_TUNE_WARMUP_FRACTION, FINE_TUNE_WEIGHT_DECAY = 2e-5, 0.03, 0.
 MAX_FINE_TUNE_LR = 1e-3
 
 
+#: the arms a run can train, in the order it trains them: the standard loss, the Goldfish loss, and the
+#: equal-supervised-tokens control (the standard loss on as many labels per row as Goldfish keeps, the dropped
+#: ones drawn afresh in every row: :func:`memorization.goldfish.matched_random_mask`)
+ARMS: tuple[str, ...] = ("standard", "goldfish", "equal-tokens")
+#: ``--arms`` shorthands
+ARM_SETS: dict[str, tuple[str, ...]] = {"both": ("standard", "goldfish"), "all": ARMS}
+
+
+def parse_arms(spec: str, goldfish_k: int) -> list[str]:
+    """The arms ``--arms spec`` trains, in :data:`ARMS` order: a shorthand of :data:`ARM_SETS` or a comma list of
+    arm names; without the arms that need a Goldfish mask when ``goldfish_k`` is 0 (an arm named explicitly
+    that needs one is refused).  A :class:`ConfigError` names what is wrong."""
+    names = ARM_SETS.get(spec) or tuple(a.strip() for a in str(spec).split(","))
+    bad = [a for a in names if a not in ARMS]
+    if bad or not names:
+        raise ConfigError(f"error: --arms {spec!r}: {'unknown arm ' + ', '.join(map(repr, bad)) if bad else 'empty'};"
+                          f" give {', '.join(ARM_SETS)} or a comma list of {', '.join(ARMS)}")
+    masked = [a for a in names if a != "standard"]
+    if goldfish_k == 0 and masked and spec not in ARM_SETS:
+        raise ConfigError(f"error: --arms {spec}: the {' and '.join(masked)} arm(s) need --goldfish-k >= 2")
+    return [a for a in ARMS if a in names and (goldfish_k or a == "standard")]
+
+
 class ConfigError(SameOnEveryRank):
     """A configuration refused before any work: its ``code`` is the message (``error: ...``), so a CLI that
     lets it propagate prints it and exits with status 1 (from rank 0 only, under ``axonn.cli.run_main``)."""
@@ -67,7 +90,8 @@ class Model:
 @dataclass(frozen=True)
 class Data:
     """The mixture: background ``corpus``, the targets (``targets`` or ``num_targets`` held out of the
-    corpus), each seen ``exposures`` times (a comma list splits them into groups), rows of ``seq_len``."""
+    corpus), each seen ``exposures`` times (a comma list splits them into groups) at steps chosen by
+    ``placement`` (memorization.mixture.PLACEMENTS), rows of ``seq_len``."""
 
     corpus: str = _opt("--corpus", "builtin:pydocs")
     text_field: str = _opt("--text-field", "text")
@@ -81,17 +105,20 @@ class Data:
     skip_overlapping_targets: bool = _opt("--skip-overlapping-targets", False)
     seq_len: int | None = _opt("--seq-len", aliases=("sequence_length", "seq"))
     store: str | None = _opt("--store", aliases=("token_store",))
+    placement: str = _opt("--placement", "random")
 
 
 @dataclass(frozen=True)
 class Goldfish:
     """The Goldfish arm's loss: drop 1/``k`` of the labels, decided by a hash of the ``h`` tokens before each
-    (``strategy`` hash) or every k-th position (static); ``k`` 0 trains the standard arm only.  ``arms``:
-    both, standard or goldfish."""
+    (``strategy`` hash) or every k-th position (static); a document's first ``h`` labels as ``doc_start`` says
+    (memorization.goldfish.DOC_STARTS); ``k`` 0 trains the standard arm only.  ``arms``: which of :data:`ARMS`
+    (:func:`parse_arms`)."""
 
     k: int = _opt("--goldfish-k", 4)
     h: int = _opt("--goldfish-h", 13)
     strategy: str = _opt("--goldfish-strategy", "hash")
+    doc_start: str = _opt("--goldfish-doc-start", "keep")
     arms: str = _opt("--arms", "both")
 
 
@@ -134,12 +161,21 @@ class Execution:
 @dataclass(frozen=True)
 class Extraction:
     """Extraction after training: the model is given ``prefix`` tokens (or all but the suffix) and must
-    reproduce the next ``suffix`` greedily; ``batch`` documents are decoded together."""
+    reproduce the next ``suffix`` greedily; ``batch`` documents are decoded together.  Besides: ``samples``
+    sampled continuations per target (``temperature``, ``top_k``); more prefix:suffix pairs (``lengths``,
+    :func:`parse_lengths`); and every ``track_every`` training steps extraction and loss of ``track_targets``
+    targets (memorization.tracking; 0: all)."""
 
     prefix: int = _opt("--prefix", 50)
     suffix: int = _opt("--suffix", 50)
     prefix_mode: str = _opt("--prefix-mode", "fixed")
     batch: int = _opt("--extract-batch", 32)
+    lengths: str = _opt("--extract-lengths", "")
+    samples: int = _opt("--samples", 0)
+    temperature: float = _opt("--temperature", 1.0)
+    top_k: int = _opt("--top-k", 40)
+    track_every: int = _opt("--track-every", 0)
+    track_targets: int = _opt("--track-targets", 0)
 
 
 @dataclass(frozen=True)
@@ -170,6 +206,23 @@ class ExperimentConfig:
 
 
 SECTIONS: tuple[str, ...] = tuple(f.name for f in fields(ExperimentConfig))
+
+
+def parse_lengths(spec: str) -> list[tuple[int | None, int]]:
+    """``--extract-lengths`` as ``(prefix, suffix)`` pairs: ``"32:32,all:50"`` -> ``[(32, 32), (None, 50)]``
+    (``all``/None: all but the suffix); ``""`` -> ``[]``.  A :class:`ConfigError` says what is wrong."""
+    pairs: list[tuple[int | None, int]] = []
+    for item in filter(None, (x.strip() for x in str(spec).split(","))):
+        p, sep, sfx = item.partition(":")
+        try:
+            pair = (None if p == "all" else int(p), int(sfx))
+        except ValueError:
+            pair = None
+        if not sep or pair is None or pair[1] < 1 or (pair[0] is not None and pair[0] < 1):
+            raise ConfigError(f"error: --extract-lengths {spec!r}: {item!r} is not PREFIX:SUFFIX (tokens >= 1, the "
+                              "prefix may be 'all': all but the suffix), e.g. 32:32,100:50,all:50")
+        pairs.append(pair)
+    return pairs
 
 
 def flag_of(section: str, name: str) -> str:

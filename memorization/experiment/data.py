@@ -68,7 +68,8 @@ def mixture_config(cfg: ExperimentConfig):
                              exposures=parse_exposures(d.exposures), num_targets=d.num_targets,
                              num_nonmembers=d.num_nonmembers, num_steps=cfg.training.steps or None,
                              min_target_tokens=need, skip_short_targets=d.skip_short_targets,
-                             skip_overlapping_targets=d.skip_overlapping_targets, seed=cfg.training.seed)
+                             skip_overlapping_targets=d.skip_overlapping_targets, seed=cfg.training.seed,
+                             placement=d.placement)
     except ValueError as e:
         raise ConfigError(f"error: {e}") from None
 

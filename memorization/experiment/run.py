@@ -9,13 +9,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from memorization.atomic import atomic_write_text
-from memorization.experiment.config import ExperimentConfig, dump_config, resolve, settings
+from memorization.experiment.config import (ARMS, ExperimentConfig, dump_config, parse_arms, parse_lengths, resolve,
+                                            settings)
 from memorization.experiment.data import (cached_run_store, check_same_data, load_run_tokenizer, open_run_store,
                                           read_targets, targets_text_field, warmup_steps)
 from memorization.experiment.plan import print_plan, run_shape
 from memorization.experiment.validate import check_grid_divides, parse_grid, validate
 
-ARMS = ("standard", "goldfish")
 #: the resolved config of a run, in its --out (``--config`` reads it back)
 CONFIG_FILE = "config.yaml"
 # What a run writes into --out: all that --overwrite deletes (anything else there is left alone).
@@ -23,9 +23,21 @@ RUN_ENTRIES = ("run_config.json", CONFIG_FILE, "manifest.json", "results.json", 
 
 
 def arms_to_train(cfg: ExperimentConfig) -> list[str]:
-    """The arms a run trains, in order: ``--arms`` (both by default), without Goldfish when ``--goldfish-k 0``."""
+    """The arms a run trains, in order: ``--arms`` (standard and goldfish by default; only the standard arm when
+    ``--goldfish-k 0``)."""
+    return parse_arms(cfg.goldfish.arms, cfg.goldfish.k)
+
+
+def arm_goldfish(arm: str, cfg: ExperimentConfig):
+    """The :class:`~memorization.goldfish.GoldfishConfig` an arm trains with: none for the standard arm, the
+    run's for the Goldfish arm, and the run's, randomized, for the equal-supervised-tokens control."""
+    from memorization.goldfish import GoldfishConfig
+
     g = cfg.goldfish
-    return [a for a in ARMS if g.arms in ("both", a) and not (a == "goldfish" and g.k == 0)]
+    if arm == "standard":
+        return GoldfishConfig(k=0)
+    return GoldfishConfig(k=g.k, h=g.h, strategy=g.strategy, seed=0, doc_start=g.doc_start,
+                          randomize=arm == "equal-tokens")
 
 
 def remove_run(out: Path) -> None:
@@ -51,10 +63,12 @@ def run_arm(arm: str, cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path) 
     """Train one arm from the shared initial weights, export it, and run extraction on it."""
     import torch
 
-    from memorization.extraction import ExtractionConfig, extract, trained
+    from memorization.extraction import extract, trained
     from memorization.goldfish import GoldfishConfig
     from memorization.mixture import atomic_write_json
     from memorization.models import build_model
+    from memorization.recency import by_recency
+    from memorization.tracking import Tracker, tracked_targets
     from memorization.train import TrainConfig, Trainer
 
     arm_dir = out / arm
@@ -62,26 +76,32 @@ def run_arm(arm: str, cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path) 
     if done.exists():
         return json.loads(done.read_text())
     t, g, x, progress = cfg.training, cfg.goldfish, cfg.extraction, not cfg.output.no_progress
-    gf = GoldfishConfig(k=g.k, h=g.h, strategy=g.strategy, seed=0) if arm == "goldfish" else GoldfishConfig(k=0)
+    gf = arm_goldfish(arm, cfg)
     model = build_model(cfg.model.size, len(tokenizer), init=cfg.model.init, seed=t.seed, max_seq=cfg.data.seq_len,
                         runtime=rt)  # each rank builds and fills only its own shards
     tcfg = TrainConfig(batch_size=t.batch_size, micro_batch=t.micro_batch, steps=t.steps or None, lr=t.lr,
                        warmup_steps=warmup_steps(cfg, mixture.num_steps), weight_decay=t.weight_decay,
-                       grad_clip=t.grad_clip, eval_every=t.eval_every, checkpoint_every=t.checkpoint_every,
-                       compile=t.compile, async_checkpoint=t.async_checkpoint,
+                       grad_clip=t.grad_clip, eval_every=t.eval_every, track_every=x.track_every,
+                       checkpoint_every=t.checkpoint_every, compile=t.compile, async_checkpoint=t.async_checkpoint,
                        activation_checkpointing=t.activation_checkpointing, overlap=cfg.execution.overlap,
                        grad_reduce_dtype=cfg.execution.grad_reduce_dtype, seed=t.seed, wandb=cfg.output.wandb,
                        progress=progress, goldfish=gf)
+    ecfg = extraction_config(cfg)
+    tracker = None
+    if x.track_every:  # the labels are split by the run's Goldfish mask in every arm (memorization.tracking)
+        run_mask = GoldfishConfig(k=g.k, h=g.h, strategy=g.strategy, doc_start=g.doc_start)
+        tracker = Tracker(tracked_targets(mixture.targets, x.track_targets, t.seed), ecfg, run_mask)
     trainer = Trainer(model, mixture.input_ids, mixture.doc_ids, mixture.val_ids, tcfg, arm_dir, rt, run_name=arm,
-                      row_context=mixture.row_context)
+                      row_context=mixture.row_context, tracker=tracker)
     train = trainer.fit(resume=cfg.output.resume)
     model = trainer.model
     rt.export_hf(model, arm_dir / "model", tokenizer, dtype=getattr(torch, cfg.output.export_dtype))
-    ecfg = ExtractionConfig(prefix_len=x.prefix, suffix_len=x.suffix, all_but_suffix=x.prefix_mode == "all-but-suffix",
-                            batch_size=x.batch)
     on_gpu = rt.device.type == "cuda"
     with torch.autocast("cuda", dtype=torch.bfloat16) if on_gpu else torch.autocast("cpu", enabled=False):
         ext = extract(model, mixture.targets, ecfg, tokenizer, progress=progress and rt.is_main)
+        by_length = [{"prefix": "all" if p is None else p, "suffix": sfx, **e["overall"], "skipped": len(e["skipped"])}
+                     for p, sfx, e in ((p, sfx, extract(model, mixture.targets, extraction_config(cfg, p, sfx)))
+                                       for p, sfx in parse_lengths(x.lengths))]
     drop = [h["goldfish_drop_frac"] for h in train["history"]]
     result = {
         **ext["overall"],
@@ -89,17 +109,38 @@ def run_arm(arm: str, cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path) 
         "final_train_loss": train["final_train_loss"],
         "steps": train["steps"],
         "train_seconds": train["train_seconds"],  # of the whole run, also when it was resumed
-        "goldfish": {"k": gf.k, "h": gf.h, "strategy": gf.strategy},
+        "goldfish": {"k": gf.k, "h": gf.h, "strategy": gf.strategy, "doc_start": gf.doc_start,
+                     "randomize": gf.randomize},
         "goldfish_drop_frac": sum(drop) / len(drop),
         "by_exposure": ext["by_exposure"],
+        "by_recency": by_recency(ext["documents"], mixture.targets, mixture.num_steps),
         # for the paired test: the trained targets, as in the overall rates (not the exposure-0 controls)
         "exact_by_target": {d["id"]: d["exact_match"] for d in trained(ext["documents"])},
         "loss_curve": [h["loss"] for h in train["history"]],
     }
+    if by_length:
+        result["by_length"] = by_length
+    if train["tracking"]:
+        result["tracking"] = train["tracking"]
     if rt.is_main:
         atomic_write_json(arm_dir / "extraction.json", ext)
         atomic_write_json(done, result)
     return result
+
+
+def extraction_config(cfg: ExperimentConfig, prefix: int | None | str = "run", suffix: int | None = None):
+    """The :class:`~memorization.extraction.ExtractionConfig` of the run's extraction (``--prefix``, ``--suffix``,
+    ``--prefix-mode``, ``--samples``...), or of one more ``(prefix, suffix)`` pair of ``--extract-lengths``
+    (greedy; ``prefix`` None: all but the suffix; targets too short for it skipped)."""
+    from memorization.extraction import ExtractionConfig
+
+    x = cfg.extraction
+    if prefix == "run":
+        return ExtractionConfig(prefix_len=x.prefix, suffix_len=x.suffix,
+                                all_but_suffix=x.prefix_mode == "all-but-suffix", batch_size=x.batch, samples=x.samples, temperature=x.temperature, top_k=x.top_k,
+                                seed=cfg.training.seed)
+    return ExtractionConfig(prefix_len=prefix or 1, suffix_len=suffix, all_but_suffix=prefix is None,
+                            batch_size=x.batch, skip_short=True)
 
 
 def write_report(out: Path, results: dict) -> None:
@@ -202,7 +243,7 @@ def _write_and_train(cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path) -
         if rt.is_main:
             print(f"interrupted: {e} (--resume)", file=sys.stderr)
         raise SystemExit(EXIT_INTERRUPTED) from None
-    by_target = [results["arms"].get(a, {}).get("exact_by_target") for a in ARMS]
+    by_target = [results["arms"].get(a, {}).get("exact_by_target") for a in ("standard", "goldfish")]
     if all(by_target):  # both arms, scored on the same targets (arm results of older runs lack it)
         from memorization.stats import paired_exact_test
 

@@ -9,7 +9,8 @@ import json
 import sys
 from pathlib import Path
 
-from memorization.experiment.config import MAX_FINE_TUNE_LR, ConfigError, ExperimentConfig, settings
+from memorization.experiment.config import (MAX_FINE_TUNE_LR, ConfigError, ExperimentConfig, flat, parse_arms,
+                                            parse_lengths, settings)
 from memorization.experiment.data import mixture_config, parse_exposures
 
 # How a run executes, not what it computes: a --resume may change them (e.g. a requeued job on another
@@ -64,18 +65,16 @@ def validate(cfg: ExperimentConfig) -> None:
     m, d, g, t, x, o = cfg.model, cfg.data, cfg.goldfish, cfg.training, cfg.extraction, cfg.output
     try:
         get_preset(m.size)
-        validate_goldfish_args(g.k, g.h, g.strategy, allow_zero=True)
+        validate_goldfish_args(g.k, g.h, g.strategy, allow_zero=True, doc_start=g.doc_start)
     except ValueError as e:
         raise ConfigError(f"error: {e}") from None
     for flag, value, choices in (("--goldfish-strategy", g.strategy, ("hash", "static")),
-                                 ("--arms", g.arms, ("both", "standard", "goldfish")),
                                  ("--prefix-mode", x.prefix_mode, ("fixed", "all-but-suffix")),
                                  ("--grad-reduce-dtype", cfg.execution.grad_reduce_dtype, ("fp32", "bf16")),
                                  ("--export-dtype", o.export_dtype, ("float32", "bfloat16"))):
         if value not in choices:
             raise ConfigError(f"error: {flag} {value!r}: choose from {', '.join(choices)}")
-    if g.k == 0 and g.arms == "goldfish":
-        raise ConfigError("error: --arms goldfish needs --goldfish-k >= 2")
+    parse_arms(g.arms, g.k)
     if g.k and g.strategy == "hash":
         try:
             check_hash_width(g.h)
@@ -107,6 +106,18 @@ def validate(cfg: ExperimentConfig) -> None:
                           f"<this run's config.yaml> --out {d.store}` (or run without --store)")
     if x.prefix < 1 or x.suffix < 1:
         raise ConfigError("error: --prefix and --suffix must be >= 1")
+    for p, sfx in parse_lengths(x.lengths):  # a target too short for a pair is skipped and counted, not refused
+        if (1 if p is None else p) + sfx > d.seq_len:
+            raise ConfigError(f"error: --extract-lengths {p or 'all'}:{sfx} needs {(p or 1) + sfx} tokens, more than "
+                              f"a training row holds (--seq-len {d.seq_len}): no target is that long")
+    bad = [f"{flag} {value} (must be {need})" for flag, value, ok, need in (
+        ("--samples", x.samples, x.samples >= 0, ">= 0; 0 = greedy only"),
+        ("--temperature", x.temperature, x.temperature > 0, "> 0"),
+        ("--top-k", x.top_k, x.top_k >= 0, ">= 0; 0 = the whole vocabulary"),
+        ("--track-every", x.track_every, x.track_every >= 0, ">= 0; 0 = no tracking"),
+        ("--track-targets", x.track_targets, x.track_targets >= 0, ">= 0; 0 = every target")) if not ok]
+    if bad:
+        raise ConfigError(f"error: {'; '.join(bad)}")
     _check_training_numbers(cfg)
     if o.resume and o.overwrite:
         raise ConfigError("error: --resume and --overwrite contradict each other")
@@ -182,7 +193,8 @@ def _check_out(cfg: ExperimentConfig) -> None:
         elif cfg_file.exists():
             old = json.loads(cfg_file.read_text())
             new = json.loads(json.dumps(settings(cfg)))
-            diff = {k: (old.get(k), new[k]) for k in new if old.get(k) != new[k] and k != "out"}
+            was = {**flat(ExperimentConfig()), **old}  # a setting added since the run was written: its default
+            diff = {k: (was.get(k), new[k]) for k in new if was.get(k) != new[k] and k != "out"}
             changed = {k: diff.pop(k) for k in EXECUTION_SETTINGS if k in diff}
             if diff:
                 raise ConfigError(f"error: --resume with settings that differ from the run in {out}: {diff} "

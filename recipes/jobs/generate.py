@@ -41,7 +41,7 @@ from axonn.planner import GRAD_REDUCE_BYTES, PlanError  # noqa: E402
 from memorization.experiment.config import ConfigError  # noqa: E402
 from memorization.experiment.preflight import NOT_CHECKED  # noqa: E402
 from memorization.eval_jobs import DEFAULT_EVALUATIONS, DEFAULT_TASKS, EVALUATIONS, make_eval_job  # noqa: E402
-from memorization.jobs import (ARMS, MACHINES, JobRefused, check_job, job_defaults, load_job_config,  # noqa: E402
+from memorization.jobs import (MACHINES, JobRefused, check_job, job_defaults, load_job_config,  # noqa: E402
                                make_job, paper_matrix, spec_from_experiment)
 
 
@@ -65,9 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nodes", type=int, help="nodes instead of --gpus")
     p.add_argument("--goldfish-k", type=int, default=None,
                    help="Goldfish k (0 = standard loss; default: the config's, else 4)")
-    p.add_argument("--arms", default=None, choices=ARMS,
+    p.add_argument("--arms", default=None,
                    help="memorize.py --arms: both (default: the standard arm, and the Goldfish one when k >= 2, "
-                        "paired in one report), or one arm alone")
+                        "paired in one report), all (both and the equal-supervised-tokens control), or a comma "
+                        "list of standard, goldfish, equal-tokens")
     p.add_argument("--exposures", default=None,
                    help="times each target document is seen (a comma list splits the targets into groups); "
                         "default: the config's, else 1 (the paper's headline: a single pass)")
