@@ -99,9 +99,11 @@ def run_arm(arm: str, cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path) 
     on_gpu = rt.device.type == "cuda"
     with torch.autocast("cuda", dtype=torch.bfloat16) if on_gpu else torch.autocast("cpu", enabled=False):
         ext = extract(model, mixture.targets, ecfg, tokenizer, progress=progress and rt.is_main)
-        by_length = [{"prefix": "all" if p is None else p, "suffix": sfx, **e["overall"], "skipped": len(e["skipped"])}
-                     for p, sfx, e in ((p, sfx, extract(model, mixture.targets, extraction_config(cfg, p, sfx)))
-                                       for p, sfx in parse_lengths(x.lengths))]
+        by_length = []
+        for p, sfx in parse_lengths(x.lengths):
+            e = extract(model, mixture.targets, length_config(cfg, p, sfx))
+            by_length.append({"prefix": "all" if p is None else p, "suffix": sfx, **e["overall"],
+                              "skipped": len(e["skipped"])})
     drop = [h["goldfish_drop_frac"] for h in train["history"]]
     result = {
         **ext["overall"],
@@ -128,19 +130,24 @@ def run_arm(arm: str, cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path) 
     return result
 
 
-def extraction_config(cfg: ExperimentConfig, prefix: int | None | str = "run", suffix: int | None = None):
+def extraction_config(cfg: ExperimentConfig):
     """The :class:`~memorization.extraction.ExtractionConfig` of the run's extraction (``--prefix``, ``--suffix``,
-    ``--prefix-mode``, ``--samples``...), or of one more ``(prefix, suffix)`` pair of ``--extract-lengths``
-    (greedy; ``prefix`` None: all but the suffix; targets too short for it skipped)."""
+    ``--prefix-mode``, ``--extract-batch``, ``--samples``, ``--temperature``, ``--top-k``; seeded by ``--seed``)."""
     from memorization.extraction import ExtractionConfig
 
     x = cfg.extraction
-    if prefix == "run":
-        return ExtractionConfig(prefix_len=x.prefix, suffix_len=x.suffix,
-                                all_but_suffix=x.prefix_mode == "all-but-suffix", batch_size=x.batch, samples=x.samples, temperature=x.temperature, top_k=x.top_k,
-                                seed=cfg.training.seed)
+    return ExtractionConfig(prefix_len=x.prefix, suffix_len=x.suffix, all_but_suffix=x.prefix_mode == "all-but-suffix",
+                            batch_size=x.batch, samples=x.samples, temperature=x.temperature, top_k=x.top_k,
+                            seed=cfg.training.seed)
+
+
+def length_config(cfg: ExperimentConfig, prefix: int | None, suffix: int):
+    """The greedy extraction of one more ``--extract-lengths`` pair (``prefix`` None: all but the suffix); targets
+    too short for it are skipped and counted."""
+    from memorization.extraction import ExtractionConfig
+
     return ExtractionConfig(prefix_len=prefix or 1, suffix_len=suffix, all_but_suffix=prefix is None,
-                            batch_size=x.batch, skip_short=True)
+                            batch_size=cfg.extraction.batch, skip_short=True)
 
 
 def write_report(out: Path, results: dict) -> None:
