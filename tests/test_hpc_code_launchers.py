@@ -32,8 +32,10 @@ LIMITS = SandboxLimits(timeout_s=30.0, memory_mb=512, max_processes=64)
 
 @pytest.fixture
 def slurm(monkeypatch):
-    """A simulated Slurm allocation: the srun shim first on PATH, SLURM_JOB_ID set."""
-    monkeypatch.setenv("PATH", f"{SHIMS}{os.pathsep}{os.environ['PATH']}")
+    """A simulated Slurm allocation: the srun shim first on PATH (then this Python's bin, whose mpiexec the shim
+    starts MPI steps with, as on a cluster where the MPI module is loaded), SLURM_JOB_ID set."""
+    venv_bin = Path(sys.executable).parent
+    monkeypatch.setenv("PATH", f"{SHIMS}{os.pathsep}{venv_bin}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
     monkeypatch.delenv("SLURM_JOB_NUM_NODES", raising=False)
     monkeypatch.delenv("SLURM_NNODES", raising=False)
