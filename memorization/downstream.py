@@ -61,7 +61,7 @@ from memorization.models import model_context
 from memorization.eval_model import (MissingTokenizerError, as_id_lists, axonn_checkpoint, check_vocab, default_device,
                                      grid_runtime, load_checkpoint, load_on_grid, model_config_of, model_device,
                                      model_max_length)
-from memorization.mia import pad_batch, sequence_token_logprobs
+from memorization.mia.scoring import pad_batch, sequence_token_logprobs
 from memorization.mixture import check_manifest_doc
 
 log = logging.getLogger(__name__)

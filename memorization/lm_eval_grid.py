@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from lm_eval.models.huggingface import HFLM
 
-from memorization.mia import pad_batch, vocab_sharded_head
+from memorization.mia.scoring import pad_batch, vocab_sharded_head
 from memorization.runtime import map_over_replicas
 
 __all__ = ["GridLM", "continuation_scores"]

@@ -272,7 +272,7 @@ def trace_inference(shape, grid: tuple[int, int, int, int] = (1, 1, 1, 1), batch
     from axonn.presets import get_preset
 
     from .extraction import cache_keyword
-    from .mia import token_stats
+    from .mia.scoring import token_stats
 
     if dist.is_initialized():
         raise RuntimeError("trace_inference needs a process without torch.distributed initialised")

@@ -280,7 +280,8 @@ def roc_points(scores_jsonl: Path, max_points: int = 200) -> dict:
     """ROC curves (oriented: higher = member) of each MIA score from ``mia_scores.jsonl``, trained targets only."""
     import numpy as np
 
-    from memorization.mia import SCORE_DIRECTIONS, roc_curve
+    from memorization.mia.roc import roc_curve
+    from memorization.mia.scoring import SCORE_DIRECTIONS
 
     rows = [json.loads(x) for x in scores_jsonl.read_text().splitlines() if x.strip()]
     members = [r for r in rows if r["split"] == "target" and (r.get("exposures") or 0) >= 1]

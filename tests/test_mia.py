@@ -1,4 +1,4 @@
-"""Membership-inference scores and their ROC evaluation (memorization/mia.py, eval/mia.py).
+"""Membership-inference scores and their ROC evaluation (memorization/mia/, eval/mia.py).
 
 A tiny Llama (2 layers, hidden 64) with a locally trained byte-level BPE tokenizer is
 overfitted on a few "member" documents; held-out documents of the same synthetic
@@ -226,7 +226,7 @@ def test_row_chunked_logprobs_match(mia_env, monkeypatch):
     """Large batches are converted to log-probs in row groups; the result is unchanged."""
     model, ids = mia_env["model"], mia_env["ids"][:6]
     full = mia.mia_scores(model, None, ids, batch_size=6)
-    monkeypatch.setattr(mia, "_LOGIT_CHUNK_ELEMENTS", 1)  # one row at a time
+    monkeypatch.setattr(mia.scoring, "_LOGIT_CHUNK_ELEMENTS", 1)  # one row at a time
     rows = mia.mia_scores(model, None, ids, batch_size=6)
     np.testing.assert_allclose(rows["loss"], full["loss"], rtol=1e-6)
     np.testing.assert_allclose(rows["min_k"], full["min_k"], rtol=1e-6)
@@ -339,7 +339,7 @@ def test_zlib_and_reference_score_exactly_the_scored_span(mia_env, tmp_path):
     ref_tok = AutoTokenizer.from_pretrained(mia_env["target"])
     ref_tok.add_tokens(["<never-used>"])
     ref_tok.save_pretrained(ref_dir)
-    assert not mia._same_vocab(tok, ref_tok)
+    assert not mia.scoring._same_vocab(tok, ref_tok)
     for max_length in (None, 20):  # 31 tokens with BOS; 20 truncates further
         out = tmp_path / f"out{max_length}"
         mia.run_mia(mia_env["target"], man, ref_dir, out_dir=out, device="cpu",
@@ -587,7 +587,7 @@ def test_run_mia_checks_its_numbers_before_loading(tmp_path, monkeypatch, kwargs
     _tiny_config().save_pretrained(tmp_path / "m")
     (tmp_path / "m.json").write_text(json.dumps({"version": 1, "targets": [
         {"id": "t", "token_ids": [1, 2, 3], "exposures": 1}], "nonmembers": [{"id": "n", "token_ids": [4, 5]}]}))
-    monkeypatch.setattr(mia, "load_checkpoint", _refuse)
+    monkeypatch.setattr(mia.runner, "load_checkpoint", _refuse)
     with pytest.raises(ValueError, match=match):
         mia.run_mia(tmp_path / "m", tmp_path / "m.json", device="cpu", **kwargs)
 
@@ -615,7 +615,7 @@ def test_malformed_manifest_documents_are_refused_before_the_model_loads(tmp_pat
     man.write_text(json.dumps({"version": 1, "targets": targets, "nonmembers": nonmembers}))
     with pytest.raises(ValueError, match=match):
         mia.load_manifest(man)
-    monkeypatch.setattr(mia, "load_checkpoint", _refuse)
+    monkeypatch.setattr(mia.runner, "load_checkpoint", _refuse)
     rc = load_eval_cli("mia").main(["--model", str(tmp_path / "m"), "--manifest", str(man), "--device", "cpu"])
     assert rc == 2
     err = capsys.readouterr().err

@@ -198,7 +198,7 @@ def test_the_logit_chunk_is_mias():
     from axonn.planner.inference import LOGIT_CHUNK_ELEMENTS
     from memorization import mia
 
-    assert LOGIT_CHUNK_ELEMENTS == mia._LOGIT_CHUNK_ELEMENTS
+    assert LOGIT_CHUNK_ELEMENTS == mia.scoring._LOGIT_CHUNK_ELEMENTS
 
 
 # --------------------------------------------------------------------------- the eval CLIs' --plan

@@ -109,7 +109,7 @@ from .model import Grid, divisibility_problem, enumerate_grids, layer_linears, r
 from .profiles import MachineProfile
 from .search import MAX_SEARCH_GPUS, PlanError, Rejection, load_machine, resolve_shape
 
-#: logit elements MIA converts to fp32 log-probabilities at once (``memorization.mia``'s chunk: 2^28)
+#: logit elements MIA converts to fp32 log-probabilities at once (``memorization.mia.scoring``'s chunk: 2^28)
 LOGIT_CHUNK_ELEMENTS = 1 << 28
 
 
