@@ -18,7 +18,6 @@ import axonn
 from axonn import checkpoint as ack
 from axonn.communication import any_rank
 
-from .atomic import atomic_write_text
 
 
 def rows_per_rank(batch: int, replicas: int) -> int:
@@ -29,12 +28,6 @@ def rows_per_rank(batch: int, replicas: int) -> int:
             "change --batch-size or the grid"
         )
     return batch // replicas
-
-
-def _step_of(path: Path) -> int | None:
-    """The step number of a trainer checkpoint directory ``step_<digits>``, else None."""
-    digits = path.name.removeprefix("step_")
-    return int(digits) if digits.isdigit() and path.is_dir() else None
 
 
 def _finding(e: Exception) -> str:
@@ -173,12 +166,9 @@ class Runtime:
     # ---- checkpoints (sharded, atomic; see axonn.checkpoint) ----------------------------------
     def save_checkpoint(self, model: torch.nn.Module, opt: torch.optim.Optimizer, root: Path, extra: dict,
                         background: bool = False) -> Callable[[], None] | None:
-        """Write ``root/step_XXXXXXX`` atomically, then point ``root/LATEST`` at it; keep the last two.
-
-        Once ``LATEST`` names the new checkpoint, the staging directories (``.step_*.tmp``) of saves
-        that a crash or a failed write left unpublished are removed too (one save is in flight at a
-        time, so at that point none is being written); a half-written one of a step that is never
-        saved again would otherwise hold its share of a checkpoint's disk space for good.
+        """Write ``root/step_XXXXXXX`` atomically, then point ``root/LATEST`` at it
+        (:func:`axonn.checkpoint.write_latest`) and keep the last two (:func:`axonn.checkpoint.retain`, which
+        also removes the staging directories of saves a crash or a failed write left unpublished).
 
         ``background=True`` snapshots the state to host memory, writes it in a thread and returns
         the function that finishes the save (collective: every rank calls it at the same point);
@@ -193,13 +183,8 @@ class Runtime:
             if pending is not None:
                 pending.finish()
             if self.is_main:
-                atomic_write_text(root / "LATEST", name)
-                others = sorted((step, p) for p in root.glob("step_*")  # by number: step_10000000 after step_9999999
-                                if p.name != name and (step := _step_of(p)) is not None)
-                for _, old in others[:-1]:
-                    ack.discard(old)  # renamed now, deleted in the background: the barrier is not kept waiting
-                for stale in root.glob(".step_*.tmp"):  # a save that crashed before it was published
-                    ack.discard(stale)
+                ack.write_latest(root, name)
+                ack.retain(root, name, keep=2)
             self.barrier()
 
         if pending is None:  # a blocking save (asked for, or chosen by ack.save: no host memory for a snapshot)
@@ -222,8 +207,8 @@ class Runtime:
         first = ack.latest(root)
         if first is None:
             return None
-        newest = _step_of(first)
-        older = sorted(((step, p) for p in root.glob("step_*") if (step := _step_of(p)) is not None
+        newest = ack.step_of(first)
+        older = sorted(((step, p) for p in root.glob("step_*") if (step := ack.step_of(p)) is not None
                         and (newest is None or step < newest) and (p / "COMPLETE").exists()), reverse=True)
         damaged: list[tuple[Path, ack.DamagedCheckpoint]] = []
         for path in [first, *(p for _, p in older)]:

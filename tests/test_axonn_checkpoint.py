@@ -128,7 +128,7 @@ def test_background_save_is_a_snapshot_published_by_finish(tmp_path, monkeypatch
     def broken(path, write):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(ckpt, "_fsync_write", broken)
+    monkeypatch.setattr(ckpt.saving, "fsync_write", broken)
     pending = ckpt.save(model, opt, tmp_path / "ck", {"step": 2}, background=True)
     with pytest.raises(RuntimeError, match="No space left on device.*previous checkpoint there, if any, is untouched"):
         pending.finish()
@@ -434,15 +434,15 @@ def test_replacing_a_checkpoint_swaps_it_in_one_step(tmp_path, monkeypatch) -> N
         pytest.skip("renameat2 is Linux's")
     _step_dir(tmp_path, "step_0000003", "old")
     tmp = _step_dir(tmp_path, ".step_0000003.tmp", "new")
-    if not ckpt._exchange(tmp, tmp_path / "step_0000003"):
+    if not ckpt.publishing.exchange(tmp, tmp_path / "step_0000003"):
         pytest.skip("this filesystem cannot exchange directories")
-    ckpt._exchange(tmp, tmp_path / "step_0000003")  # put them back as they were
+    ckpt.publishing.exchange(tmp, tmp_path / "step_0000003")  # put them back as they were
     renames = []
     monkeypatch.setattr(os, "rename", lambda a, b: (renames.append((a, b)), (_ for _ in ()).throw(
         OSError("a crash between two renames"))))
     threads = []
-    monkeypatch.setattr(ckpt, "discard", lambda p: threads.append(p))
-    ckpt._publish(tmp, tmp_path / "step_0000003")
+    monkeypatch.setattr(ckpt.publishing, "discard", lambda p: threads.append(p))
+    ckpt.publishing.publish(tmp, tmp_path / "step_0000003")
     assert renames == []  # nothing went through a moment without step_0000003
     assert (tmp_path / "step_0000003" / "which").read_text() == "new"
     assert threads == [tmp] and (tmp / "which").read_text() == "old"  # the old version, handed to discard
@@ -459,12 +459,12 @@ def test_a_replacement_cut_between_its_renames_names_the_copy_to_restore(tmp_pat
     _step_dir(tmp_path, "step_0000003", "old")
     (tmp_path / "LATEST").write_text("step_0000003")
     tmp = _step_dir(tmp_path, ".step_0000003.tmp", "new")
-    monkeypatch.setattr(ckpt, "_exchange", lambda a, b: False)
+    monkeypatch.setattr(ckpt.publishing, "exchange", lambda a, b: False)
     real_rename = os.rename
     monkeypatch.setattr(os, "rename", lambda a, b: real_rename(a, b) if ".trash-" in str(b) else (
         _ for _ in ()).throw(KeyboardInterrupt()))
     with pytest.raises(KeyboardInterrupt):
-        ckpt._publish(tmp, tmp_path / "step_0000003")
+        ckpt.publishing.publish(tmp, tmp_path / "step_0000003")
     monkeypatch.setattr(os, "rename", real_rename)
     with pytest.raises(FileNotFoundError, match=r"was being replaced.*\.trash-step_0000003-.*rename that back"):
         ckpt.latest(tmp_path)
@@ -472,7 +472,7 @@ def test_a_replacement_cut_between_its_renames_names_the_copy_to_restore(tmp_pat
     with pytest.raises(FileNotFoundError, match="delete it to start afresh"):  # no copy of that one anywhere
         ckpt.latest(tmp_path)
     # without a swap the two renames still publish
-    ckpt._publish(tmp, tmp_path / "step_0000004")
+    ckpt.publishing.publish(tmp, tmp_path / "step_0000004")
     assert (tmp_path / "step_0000004" / "which").read_text() == "new"
 
 
@@ -488,8 +488,8 @@ def test_flipped_bytes_in_a_shard_are_refused_naming_step_and_file(tmp_path, mon
     from axonn.convert import main as convert
     from memorization.models import build_model
 
-    monkeypatch.setattr(ckpt, "CHECKSUM_BLOCK", 256 * 1024)
-    monkeypatch.setattr(ckpt, "_INLINE_BYTES", 4096)  # large writes hashed by the pool while they are written
+    monkeypatch.setattr(ckpt.checksums, "CHECKSUM_BLOCK", 256 * 1024)
+    monkeypatch.setattr(ckpt.checksums, "_INLINE_BYTES", 4096)  # large writes hashed by the pool while they are written
     axonn.init()
     saved = build_model("tiny", 512, seed=3)
     opt = torch.optim.AdamW(saved.parameters())
@@ -498,7 +498,7 @@ def test_flipped_bytes_in_a_shard_are_refused_naming_step_and_file(tmp_path, mon
     shard = tmp_path / "ck" / "rank00000.pt"
     assert sums["step"] == 7 and sums["files"]["rank00000.pt"]["bytes"] == shard.stat().st_size
     blocks = len(sums["files"]["rank00000.pt"]["crc32"])
-    assert blocks == -(-shard.stat().st_size // ckpt.CHECKSUM_BLOCK) > 3
+    assert blocks == -(-shard.stat().st_size // ckpt.checksums.CHECKSUM_BLOCK) > 3
     assert ckpt.verify(tmp_path / "ck") is True
     model = build_model("tiny", 512, seed=4)
     ckpt.load(model, torch.optim.AdamW(model.parameters()), tmp_path / "ck")  # intact: loads
@@ -507,7 +507,7 @@ def test_flipped_bytes_in_a_shard_are_refused_naming_step_and_file(tmp_path, mon
     fresh = build_model("tiny", 512, seed=4)
     before = {n: p.detach().clone() for n, p in fresh.named_parameters()}
     _common().flip_bytes(shard, 64, at=0.5)
-    block = int(shard.stat().st_size * 0.5) // ckpt.CHECKSUM_BLOCK + 1
+    block = int(shard.stat().st_size * 0.5) // ckpt.checksums.CHECKSUM_BLOCK + 1
     why = rf"checkpoint of step 7: \S*rank00000.pt: the crc32 of its bytes \d+\.\.\d+ \(block {block} of {blocks}\) " \
           r"is [0-9a-f]{8}, [0-9a-f]{8} when it was saved: the checkpoint is damaged"
     with pytest.raises(ckpt.DamagedCheckpoint, match=why) as e:
