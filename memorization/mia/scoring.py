@@ -107,7 +107,7 @@ def token_stats(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask:
     # The float32 upcast + log-softmax inside cross_entropy need ~2 extra copies of the logits;
     # at a 128k vocabulary that is GBs per row, so large batches are converted in row groups.
     rows = max(1, _LOGIT_CHUNK_ELEMENTS // max(1, logits.size(1) * logits.size(2)))
-    # (N, V) rows, not the (B, V, T) layout: the strided class dimension is ~60x slower on GPU
+    # (N, V) rows, not the (B, V, T) layout: the strided class dimension is much slower on GPU
     nll = torch.cat([
         F.cross_entropy(chunk.float().reshape(-1, chunk.size(-1)), tgt.reshape(-1),
                         reduction="none").view_as(tgt)
