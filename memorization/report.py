@@ -71,7 +71,7 @@ def arm_label(name: str, gf: dict) -> str:
 
 def recency_lines(results: dict) -> list[str]:
     """The table of extraction by steps since the last exposure (:mod:`memorization.recency`)."""
-    arms = {n: a for n, a in results["arms"].items() if a.get("by_recency")}
+    arms = {n: a for n, a in results["arms"].items() if any(b["n"] for b in a.get("by_recency", []))}
     if not arms:
         return []
     placement = results["settings"].get("placement", "random")
