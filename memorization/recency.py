@@ -19,15 +19,15 @@ def steps_since_last(target: dict, num_steps: int) -> int | None:
     return num_steps - 1 - max(steps) if steps else None
 
 
-def recency_bins(num_steps: int, bins: int = 4) -> list[tuple[int, int]]:
-    """``bins`` half-open ranges ``[lo, hi)`` of steps since the last exposure covering ``[0, num_steps)``, equal
-    in width up to rounding (fewer when the run has fewer steps)."""
-    bins = max(1, min(bins, num_steps))
-    edges = [math.ceil(i * num_steps / bins) for i in range(bins + 1)]
+def recency_bins(num_steps: int, bins: int = 5) -> list[tuple[int, int]]:
+    """Half-open ranges ``[lo, hi)`` of steps since the last exposure covering ``[0, N)``, each twice as wide as
+    the one before: edges ``0, N/2^(bins-1), ..., N/4, N/2, N`` (rounded up; empty ranges of a short run left
+    out), so the last steps of the run, where forgetting acts fastest, are resolved finely."""
+    edges = [0] + [math.ceil(num_steps / 2 ** (bins - 1 - i)) for i in range(bins)]
     return [(lo, hi) for lo, hi in zip(edges, edges[1:]) if hi > lo]
 
 
-def by_recency(documents: list[dict], targets: list[dict], num_steps: int, bins: int = 4) -> list[dict]:
+def by_recency(documents: list[dict], targets: list[dict], num_steps: int, bins: int = 5) -> list[dict]:
     """Extraction summaries (:func:`memorization.extraction.summarize`) of the trained ``documents`` per
     :func:`recency_bins` range of steps since their target's last exposure, each with ``steps`` ``[lo, hi)``
     and the exposure counts it holds; ``documents`` are matched to ``targets`` (manifest records) by ``id``."""
