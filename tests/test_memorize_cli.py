@@ -457,8 +457,10 @@ def test_ctrl_c_ends_memorize_with_one_line_and_status_130(tmp_path):
     deadline = time.monotonic() + 240
     while not latest.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
+    running = proc.poll() is None
     proc.send_signal(signal.SIGINT)
     err = proc.communicate(timeout=120)[1]
-    assert proc.returncode == 130, err
+    assert running, f"memorize ended (status {proc.returncode}) before Ctrl-C; LATEST seen: {latest.exists()}; {err}"
+    assert proc.returncode == 130, f"LATEST seen: {latest.exists()}; stderr: {err}"
     assert "Traceback" not in err and "interrupted: " in err and "--resume" in err
     assert latest.exists()
