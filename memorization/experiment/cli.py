@@ -50,7 +50,7 @@ def build_parser(description: str = DESCRIPTION) -> argparse.ArgumentParser:
                    "--lr training.lr, --extract-batch extraction.batch); flags given on the command line override "
                    "it; a run's <out>/config.yaml is its resolved config and runs it again")
     g = p.add_argument_group("model")
-    add(g, "--size", help="model-shape preset (axonn/presets.yaml): tiny, mini, small, 160m, 1b, 8b, 70b, 405b")
+    add(g, "--size", help="model-shape preset (axonn/presets.yaml): nano, tiny, mini, small, 160m, 1b, 8b, 70b, 405b")
     add(g, "--init", help="local Hugging Face Llama checkpoint (safetensors) to fine-tune (overrides --size; the "
         "paper's fine-tuning setting; changes the --lr, --warmup-steps and --weight-decay defaults); each rank "
         "reads only the rows of it that its shards need, so no process holds the full model")
