@@ -451,8 +451,11 @@ def test_ctrl_c_ends_memorize_with_one_line_and_status_130(tmp_path):
     cmd = [sys.executable, str(repo / "recipes" / "memorize.py"), "--num-targets", "4", "--num-nonmembers", "2",
            "--exposures", "2", "--steps", "12", "--prefix", "10", "--suffix", "10", "--seq-len", "64",
            "--no-progress", "--checkpoint-every", "5", "--out", str(out)]
+    # as from a terminal: SIGINT at its default disposition (a suite started in the background by a
+    # non-interactive shell runs with SIGINT ignored, which a child would inherit and never see Ctrl-C)
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-                            env={**os.environ, "WANDB_MODE": "disabled"})
+                            env={**os.environ, "WANDB_MODE": "disabled"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     latest = out / "standard" / "checkpoint" / "LATEST"
     deadline = time.monotonic() + 240
     while not latest.exists() and proc.poll() is None and time.monotonic() < deadline:
