@@ -23,7 +23,8 @@ import torch
 
 from .extraction import ExtractionConfig, extract, trained
 from .goldfish import IGNORE_INDEX, GoldfishConfig, goldfish_mask
-from .loss import cross_entropy_for, chunked_lm_loss_sum
+from .loss import chunked_lm_loss_sum, cross_entropy_for
+from .mia import pad_batch
 
 #: a tracking record's metrics besides its ``step``
 TRACK_KEYS = ("exact_match", "token_match", "prefix_match", "target_loss", "kept_loss", "dropped_loss")
@@ -43,7 +44,8 @@ def goldfish_label_masks(ids: torch.Tensor, lengths: torch.Tensor, gf: GoldfishC
                          ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(kept, dropped)`` bool masks of the labels of right-padded target rows ``ids`` (``lengths`` tokens each,
     BOS first): the labels ``1..T-1`` each row has, split by the Goldfish mask ``gf`` gives a row that starts with
-    the target (everything kept when ``gf`` is the standard loss)."""
+    the target (everything kept when ``gf`` is the standard loss; ``gf.randomize`` is not consulted: the
+    equal-tokens control is split by the Goldfish arm's positions too)."""
     T = ids.shape[1]
     real = torch.arange(T, device=ids.device)[None] < lengths[:, None]
     real[:, 0] = False  # the BOS is predicted by nothing
@@ -66,12 +68,8 @@ def target_losses(model: torch.nn.Module, targets: list[dict], gf: GoldfishConfi
     ce = cross_entropy_for(model)
     sums = torch.zeros(3, 2, dtype=torch.float64)
     for i in range(0, len(targets), batch_size):
-        seqs = [list(t["token_ids"]) for t in targets[i : i + batch_size]]
-        lengths = torch.tensor([len(s) for s in seqs], device=device)
-        ids = torch.zeros(len(seqs), int(lengths.max()), dtype=torch.long, device=device)
-        for r, s in enumerate(seqs):
-            ids[r, : len(s)] = torch.tensor(s, device=device)
-        kept, dropped = goldfish_label_masks(ids, lengths, _goldfish_positions(gf))
+        ids, attention = pad_batch([t["token_ids"] for t in targets[i : i + batch_size]], device)
+        kept, dropped = goldfish_label_masks(ids, attention.sum(1), gf)
         with autocast():
             hidden = model.model(input_ids=ids, use_cache=False).last_hidden_state
             for j, mask in enumerate((kept | dropped, kept, dropped)):
@@ -80,12 +78,6 @@ def target_losses(model: torch.nn.Module, targets: list[dict], gf: GoldfishConfi
     model.train(was_training)
     return {name: (float(s / n) if n else None) for name, (s, n) in
             zip(("target_loss", "kept_loss", "dropped_loss"), sums.tolist())}
-
-
-def _goldfish_positions(gf: GoldfishConfig) -> GoldfishConfig:
-    """The Goldfish mask the tracked labels are split by: ``gf``'s, never randomized (the equal-tokens control
-    is split by the Goldfish arm's positions too)."""
-    return replace(gf, randomize=False)
 
 
 @dataclass

@@ -64,7 +64,6 @@ def run_arm(arm: str, cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path) 
     import torch
 
     from memorization.extraction import extract, trained
-    from memorization.goldfish import GoldfishConfig
     from memorization.mixture import atomic_write_json
     from memorization.models import build_model
     from memorization.recency import by_recency
@@ -75,7 +74,7 @@ def run_arm(arm: str, cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path) 
     done = arm_dir / "arm_result.json"
     if done.exists():
         return json.loads(done.read_text())
-    t, g, x, progress = cfg.training, cfg.goldfish, cfg.extraction, not cfg.output.no_progress
+    t, x, progress = cfg.training, cfg.extraction, not cfg.output.no_progress
     gf = arm_goldfish(arm, cfg)
     model = build_model(cfg.model.size, len(tokenizer), init=cfg.model.init, seed=t.seed, max_seq=cfg.data.seq_len,
                         runtime=rt)  # each rank builds and fills only its own shards
@@ -89,8 +88,8 @@ def run_arm(arm: str, cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path) 
     ecfg = extraction_config(cfg)
     tracker = None
     if x.track_every:  # the labels are split by the run's Goldfish mask in every arm (memorization.tracking)
-        run_mask = GoldfishConfig(k=g.k, h=g.h, strategy=g.strategy, doc_start=g.doc_start)
-        tracker = Tracker(tracked_targets(mixture.targets, x.track_targets, t.seed), ecfg, run_mask)
+        targets = tracked_targets(mixture.targets, x.track_targets, t.seed)
+        tracker = Tracker(targets, ecfg, arm_goldfish("goldfish", cfg))
     trainer = Trainer(model, mixture.input_ids, mixture.doc_ids, mixture.val_ids, tcfg, arm_dir, rt, run_name=arm,
                       row_context=mixture.row_context, tracker=tracker)
     train = trainer.fit(resume=cfg.output.resume)
