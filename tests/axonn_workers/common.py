@@ -66,6 +66,38 @@ def assert_same_greedy(model, ref, prompt: torch.Tensor, what: str, tol: float =
     assert torch.equal(got[:, :n], want[:, :n]), what
 
 
+def mean_over_batch_ranks(x: torch.Tensor) -> torch.Tensor:
+    """A per-rank scalar averaged over the data x depth replicas (each saw its own rows of the batch)."""
+    import axonn
+    from axonn.communication import all_reduce
+
+    g = axonn.get_grid()
+    x = x.detach().clone().reshape(1)
+    all_reduce(x, ("data", "depth"))
+    return x[0] / g.size(("data", "depth"))
+
+
+def assert_matches_serial(par, ref, x: torch.Tensor, loss: torch.Tensor, ref_out, label: str = "") -> None:
+    """After both backwards (and the parallel model's gradient sync): the parallel loss averaged over the batch
+    replicas, its logits on this rank's rows, every full gradient and every full weight equal the serial model's
+    (``ref_out``: the serial forward's output on the whole batch ``x``)."""
+    import axonn
+
+    what = f"{label} " if label else ""
+    assert_close(mean_over_batch_ranks(loss), ref_out.loss, f"{what}loss")
+    with torch.no_grad():
+        logits = par(input_ids=axonn.batch_slice(x)).logits
+    assert_close(logits, axonn.batch_slice(ref_out.logits), f"{what}logits")
+    grads = axonn.full_grad_dict(par)
+    names = [n for n, _ in ref.named_parameters()]
+    assert sorted(grads) == sorted(names), f"{what}param names differ: {set(grads) ^ set(names)}"
+    for n, p in ref.named_parameters():
+        assert_close(grads[n], p.grad, f"{what}grad {n}")
+    sd = axonn.full_state_dict(par)
+    for n, t in ref.state_dict().items():
+        assert torch.equal(sd[n], t), f"{what}full_state_dict {n}"
+
+
 def batch(step: int, b: int = 4, t: int = 16, vocab: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
     """Deterministic global batch; every 5th label is -100 (same count in every row, Goldfish-style)."""
     g = torch.Generator().manual_seed(1000 + step)

@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(__file__))
 import axonn  # noqa: E402
-from common import assert_close, batch, run_main  # noqa: E402
+from common import assert_close, assert_matches_serial, batch, mean_over_batch_ranks, run_main  # noqa: E402
 
 BASE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, vocab_size=256,
             max_position_embeddings=64, tie_word_embeddings=False, pad_token_id=138)
@@ -56,15 +56,6 @@ def tiny_model(model_type: str, seed: int = 0):
     return model
 
 
-def mean_over_batch_ranks(x: torch.Tensor) -> torch.Tensor:
-    from axonn.communication import all_reduce
-
-    g = axonn.get_grid()
-    x = x.detach().clone().reshape(1)
-    all_reduce(x, ("data", "depth"))
-    return x[0] / g.size(("data", "depth"))
-
-
 def check_family(model_type: str, export_dir: Path | None = None) -> None:
     ref = tiny_model(model_type)
     par = axonn.parallelize(copy.deepcopy(ref))
@@ -74,18 +65,7 @@ def check_family(model_type: str, export_dir: Path | None = None) -> None:
     out = par(input_ids=axonn.batch_slice(x), labels=axonn.batch_slice(y))
     out.loss.backward()
     axonn.sync_gradients(par)
-    assert_close(mean_over_batch_ranks(out.loss), out_ref.loss, f"{model_type} loss")
-    with torch.no_grad():
-        logits = par(input_ids=axonn.batch_slice(x)).logits
-    assert_close(logits, axonn.batch_slice(out_ref.logits), f"{model_type} logits")
-    grads = axonn.full_grad_dict(par)
-    names = [n for n, _ in ref.named_parameters()]
-    assert sorted(grads) == sorted(names), f"{model_type}: param names differ: {set(grads) ^ set(names)}"
-    for n, p in ref.named_parameters():
-        assert_close(grads[n], p.grad, f"{model_type} grad {n}")
-    sd = axonn.full_state_dict(par)
-    for n, t in ref.state_dict().items():
-        assert torch.equal(sd[n], t), f"{model_type} full_state_dict {n}"
+    assert_matches_serial(par, ref, x, out.loss, out_ref, model_type)
     if export_dir is not None:
         import axonn.checkpoint as ckpt
 

@@ -17,15 +17,8 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(__file__))
 import axonn  # noqa: E402
-from axonn.communication import all_reduce  # noqa: E402
-from common import assert_close, assert_same_greedy, batch, run_main, tiny_llama  # noqa: E402
-
-
-def mean_over_batch_ranks(x: torch.Tensor) -> torch.Tensor:
-    g = axonn.get_grid()
-    x = x.detach().clone().reshape(1)
-    all_reduce(x, ("data", "depth"))
-    return x[0] / g.size(("data", "depth"))
+from common import (assert_close, assert_matches_serial, assert_same_greedy, batch, mean_over_batch_ranks,  # noqa: E402
+                    run_main, tiny_llama)
 
 
 def check_llama(grid, bias: bool) -> None:
@@ -39,18 +32,7 @@ def check_llama(grid, bias: bool) -> None:
     out.loss.backward()
     # small buckets: many all-reduces, some gradients larger than a bucket (the default is used below)
     axonn.sync_gradients(par, bucket_elements=3000)
-    assert_close(mean_over_batch_ranks(out.loss), out_ref.loss, "loss")
-    with torch.no_grad():
-        logits = par(input_ids=axonn.batch_slice(x)).logits
-    assert_close(logits, axonn.batch_slice(out_ref.logits), "logits")
-    grads = axonn.full_grad_dict(par)
-    names = [n for n, _ in ref.named_parameters()]
-    assert sorted(grads) == sorted(names), f"param names differ: {set(grads) ^ set(names)}"
-    for n, p in ref.named_parameters():
-        assert_close(grads[n], p.grad, f"grad {n}")
-    sd = axonn.full_state_dict(par)
-    for n, t in ref.state_dict().items():
-        assert torch.equal(sd[n], t), f"full_state_dict {n}"
+    assert_matches_serial(par, ref, x, out.loss, out_ref)
     for nt in (2.0, float("inf")):
         tot_ref = torch.nn.utils.clip_grad_norm_(ref.parameters(), 1e9, norm_type=nt)  # 1e9: no clipping
         tot = axonn.clip_grad_norm_(par.parameters(), 1e9, norm_type=nt)
