@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import html
 import math
-import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
@@ -352,71 +351,33 @@ def _one_line(text: str, limit: int = 300) -> str:
 
 
 def markdown_to_html(md: str, images: dict[str, bytes], title: str) -> str:
-    """The small markdown subset this report uses -> one HTML page with the PNGs inlined."""
-    out: list[str] = []
-    in_code = in_list = False
-    table: list[str] = []
+    """The report's markdown (CommonMark + tables, rendered by ``markdown-it-py``) -> one HTML page, each
+    image that ``images`` holds (by its link target) inlined as a base64 PNG in a captioned figure;
+    images it does not hold are dropped (the HTML stays one self-contained file)."""
+    from markdown_it import MarkdownIt
 
-    def inline(text: str) -> str:
-        text = html.escape(text)
-        text = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", text)
-        return re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
+    parser = MarkdownIt("commonmark", {"html": False}).enable("table")
 
-    def flush_table() -> None:
-        if not table:
-            return
-        cells = [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in table if not ln.startswith("|---")]
-        out.append("<table><thead><tr>" + "".join(f"<th>{inline(c)}</th>" for c in cells[0]) + "</tr></thead><tbody>")
-        for row in cells[1:]:
-            out.append("<tr>" + "".join(f"<td>{inline(c)}</td>" for c in row) + "</tr>")
-        out.append("</tbody></table>")
-        table.clear()
+    def image(renderer, tokens, idx, options, env) -> str:
+        token = tokens[idx]
+        data = images.get(token.attrGet("src") or "")
+        if data is None:
+            return ""
+        alt = html.escape(token.content)
+        b64 = base64.b64encode(data).decode("ascii")
+        return f'<figure><img alt="{alt}" src="data:image/png;base64,{b64}"><figcaption>{alt}</figcaption></figure>'
 
-    for ln in md.splitlines():
-        if ln.startswith("```"):
-            out.append("</pre>" if in_code else "<pre>")
-            in_code = not in_code
-            continue
-        if in_code:
-            out.append(html.escape(ln))
-            continue
-        if ln.startswith("|"):
-            table.append(ln)
-            continue
-        flush_table()
-        if ln.startswith("- "):
-            if not in_list:
-                out.append("<ul>")
-                in_list = True
-            out.append(f"<li>{inline(ln[2:])}</li>")
-            continue
-        if in_list:
-            out.append("</ul>")
-            in_list = False
-        m = re.match(r"!\[(.*?)\]\((.+?)\)", ln)
-        if m:
-            data = images.get(m.group(2))
-            if data is not None:
-                b64 = base64.b64encode(data).decode("ascii")
-                out.append(f'<figure><img alt="{html.escape(m.group(1))}" src="data:image/png;base64,{b64}">'
-                           f"<figcaption>{html.escape(m.group(1))}</figcaption></figure>")
-            continue
-        h = re.match(r"(#+) (.*)", ln)
-        if h:
-            n = len(h.group(1))
-            out.append(f"<h{n}>{inline(h.group(2))}</h{n}>")
-        elif ln.strip():
-            out.append(f"<p>{inline(ln)}</p>")
-    flush_table()
-    if in_list:
-        out.append("</ul>")
+    parser.add_render_rule("image", image)
+    # a figure is a block: not inside the paragraph markdown puts an image line in
+    body = parser.render(md).replace("<p><figure>", "<figure>").replace("</figure></p>", "</figure>")
+    body = body.replace("<p></p>\n", "")  # the paragraph of an image not in ``images``
     style = ("body{font-family:system-ui,sans-serif;max-width:1400px;margin:2em auto;padding:0 1em;color:#222}"
              "table{border-collapse:collapse;margin:1em 0;font-size:0.9em}th,td{border:1px solid #ccc;"
              "padding:3px 8px;text-align:right}th{background:#f3f3f3}td:nth-child(-n+3){text-align:left}"
              "pre{background:#f6f8fa;padding:0.8em;overflow-x:auto}img{max-width:100%}"
              "figure{margin:1em 0}figcaption{color:#666;font-size:0.85em}")
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
-            f"<style>{style}</style></head><body>\n" + "\n".join(out) + "\n</body></html>\n")
+            f"<style>{style}</style></head><body>\n" + body + "</body></html>\n")
 
 
 def write_report(results: dict, out_dir: Path) -> dict[str, Path]:

@@ -464,3 +464,18 @@ def test_a_hash_wider_than_the_row_context_is_refused_before_any_cell():
     assert len(expand_grid(["tiny"], [2], [0, 4], [13, 64])) == 2
     with pytest.raises(SweepError, match="--goldfish-h 65: .* h must be <= 64"):
         expand_grid(["tiny"], [2], [0, 4], [13, 65])
+
+
+def test_report_html_renders_the_markdown_escapes_text_and_inlines_only_known_figures():
+    from memorization.sweep_report import markdown_to_html
+
+    md = ("# Sweep\n\nSome **bold**, `code` and <script>x</script>.\n\n| arm | exact |\n|---|---:|\n"
+          "| standard | 0.97 |\n\n- one\n- two\n\n![fig](f.png)\n\n![missing](g.png)\n\n```\nx < y\n```\n")
+    page = markdown_to_html(md, {"f.png": b"PNG"}, "T <1>")
+    assert "<title>T &lt;1&gt;</title>" in page and "<h1>Sweep</h1>" in page
+    assert "<strong>bold</strong>" in page and "<code>code</code>" in page
+    assert "<script>" not in page and "&lt;script&gt;" in page and "x &lt; y" in page
+    assert "<th>arm</th>" in page and '<td style="text-align:right">0.97</td>' in page
+    assert "<li>one</li>" in page and "<li>two</li>" in page
+    assert page.count("data:image/png;base64,UE5H") == 1 and "g.png" not in page and "missing" not in page
+    assert "<p><figure>" not in page and "<p></p>" not in page
