@@ -348,12 +348,6 @@ def test_figure_score_counts_the_least_protective_goldfish_setting_in_any_row_or
     assert figure_score([rows[0], rows[2], rows[1]], ("loss", "min_k")) == "min_k"
 
 
-sys.path.insert(0, str(REPO / "recipes"))
-import sweep as sweep_cli  # noqa: E402
-
-from memorization import sweep as sw  # noqa: E402
-
-
 @pytest.mark.parametrize("extra", [["--siz", "mini"], ["--exposure", "7"], ["--arm", "goldfish"], ["--ste=3"]])
 def test_abbreviated_passthrough_is_refused(extra):
     # memorize's parser expands --siz to --size: the cell "tiny-e2-..." would train a mini model
