@@ -20,6 +20,7 @@ import argparse
 import fnmatch
 import json
 import shlex
+import signal
 import sys
 import time
 from pathlib import Path
@@ -169,8 +170,15 @@ def _print_table(name: str, report: dict, ks: list[int]) -> None:
         print(f"TASK ERROR {t['name']}: {t['error']}")
 
 
+def _exit_on_sigterm(signum: int, frame) -> None:
+    """SIGTERM (``kill``, Slurm at the time limit) ends the run as Ctrl-C does: every candidate's and
+    reference's temporary directory is removed on the way out (Python's default action skips that)."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     given = None
     if args.completions is not None:
         try:

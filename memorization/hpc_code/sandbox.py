@@ -192,6 +192,16 @@ def _collect(proc: subprocess.Popen, deadline: float, cap: int,
              done: Callable[[], bool] | None = None) -> tuple[str, str, bool, bool, int | None]:
     """Read the command's output until it exits, the deadline passes or ``cap`` bytes came -- or ``done()``
     holds (checked between reads): the command is then ended as on a timeout, but not counted as one."""
+    try:
+        return _collect_until_done(proc, deadline, cap, done)
+    except BaseException:  # the harness itself is ending (Ctrl-C, SIGTERM): leave no run behind
+        _kill_group(proc, KILL_GRACE_S)
+        proc.wait()
+        raise
+
+
+def _collect_until_done(proc: subprocess.Popen, deadline: float, cap: int,
+                        done: Callable[[], bool] | None) -> tuple[str, str, bool, bool, int | None]:
     bufs = {proc.stdout: bytearray(), proc.stderr: bytearray()}
     total, timed_out, exceeded, finished = 0, False, False, False
     with selectors.DefaultSelector() as sel:
