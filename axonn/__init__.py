@@ -3,6 +3,7 @@
 Public API (names follow upstream AxoNN)::
 
     grid = axonn.init(G_data, G_intra_r, G_intra_c, G_intra_d)   # process grid
+    grid = axonn.init(axonn.GridShape.parse("2,2,1,2"))          # the same from --grid D,R,C,Z; grid.shape
     axonn.get_grid(); axonn.batch_slice(global_batch)
     model = axonn.parallelize(LlamaForCausalLM(...))             # in place
     with accelerate.init_empty_weights(): m = LlamaForCausalLM(cfg)  # or: no full copy anywhere
@@ -17,12 +18,12 @@ from __future__ import annotations
 
 from . import intra_layer
 from .checkpointing import enable_activation_checkpointing
-from .grid import Grid, batch_slice, get_grid, init
+from .grid import Grid, GridShape, batch_slice, get_grid, init
 from .intra_layer import auto_parallelize, optimize_communication, vocab_parallel_cross_entropy
 from .parallelize import (clip_grad_norm_, full_grad_dict, full_state_dict, grad_norm, is_meta, load_shards,
                           materialize, param_specs, parallelize, spec_of, sync_gradients)
 
-__all__ = ["Grid", "init", "get_grid", "batch_slice", "parallelize", "full_state_dict", "full_grad_dict",
+__all__ = ["Grid", "GridShape", "init", "get_grid", "batch_slice", "parallelize", "full_state_dict", "full_grad_dict",
            "param_specs", "spec_of", "is_meta", "materialize", "load_shards", "sync_gradients", "clip_grad_norm_",
            "grad_norm", "optimize_communication", "auto_parallelize", "vocab_parallel_cross_entropy", "intra_layer",
            "checkpoint", "enable_activation_checkpointing"]

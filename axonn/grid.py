@@ -25,6 +25,9 @@ Groups for every combination of axes are built eagerly (``Grid.group``), e.g.
 ``("data", "depth")`` (over which replicated parameters' gradients are
 reduced).  A combination of size one has group ``None`` and every collective on
 it is a no-op.
+
+The sizes alone, with the strides of this rank order, are an
+:class:`axonn.grid_shape.GridShape` (``Grid.shape``; ``init`` takes one).
 """
 from __future__ import annotations
 
@@ -39,7 +42,8 @@ from typing import Iterable, Mapping
 import torch
 import torch.distributed as dist
 
-AXES: tuple[str, ...] = ("data", "depth", "row", "col")  # slowest ... fastest
+from .grid_shape import AXES, GridShape  # AXES: slowest ... fastest
+
 DEFAULT_TIMEOUT_S: float = float(os.environ.get("AXONN_TIMEOUT", "300"))
 
 _GRID: "Grid | None" = None
@@ -69,6 +73,11 @@ class Grid:
     _destroyed: bool = field(default=False, repr=False)
 
     # -- convenience -----------------------------------------------------
+    @property
+    def shape(self) -> GridShape:
+        """The axis sizes as a :class:`GridShape` (``D,R,C,Z``)."""
+        return GridShape(self.sizes["data"], self.sizes["row"], self.sizes["col"], self.sizes["depth"])
+
     @property
     def G_data(self) -> int:
         return self.sizes["data"]
@@ -163,15 +172,8 @@ LOCAL_SIZE_VARS = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALN
                    "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
 
 
-def parse_grid(text: str) -> tuple[int, int, int, int]:
-    """``"D,R,C,Z"`` (data, row, column, depth) as four ints; ``ValueError`` saying what is wrong."""
-    try:
-        sizes = tuple(int(x) for x in text.split(","))
-    except ValueError:
-        sizes = ()
-    if len(sizes) != 4 or min(sizes) < 1:
-        raise ValueError(f"grid {text!r}: give four positive integers data,row,column,depth (e.g. 1,2,2,2)")
-    return sizes  # type: ignore[return-value]
+#: the name ``memorization/eval_model.py`` reads ``--grid`` with; :meth:`GridShape.parse` everywhere else
+parse_grid = GridShape.parse
 
 
 def local_device_index(rank: int, device_count: int, env: Mapping[str, str] = os.environ) -> int:
@@ -264,9 +266,12 @@ def exit_with_launcher() -> bool:
     return True
 
 
-def init(G_data: int = 1, G_intra_r: int = 1, G_intra_c: int = 1, G_intra_d: int = 1,
+def init(G_data: int | GridShape = 1, G_intra_r: int = 1, G_intra_c: int = 1, G_intra_d: int = 1,
          backend: str | None = None, timeout_s: float | None = None) -> Grid:
     """Create the 4D grid (initialising ``torch.distributed`` if needed) and return it.
+
+    The sizes are ``G_data, G_intra_r, G_intra_c, G_intra_d`` (data, row, column, depth), or one
+    :class:`GridShape` in their place: ``init(GridShape.parse("2,2,1,2"))``.
 
     ``backend=None`` picks NCCL when CUDA is available, else gloo.  ``timeout_s``
     (default ``$AXONN_TIMEOUT`` or 300 s) bounds every collective, so a dead rank
@@ -275,7 +280,14 @@ def init(G_data: int = 1, G_intra_r: int = 1, G_intra_c: int = 1, G_intra_d: int
     grid replaces the handle returned by :func:`get_grid`).
     """
     global _GRID
-    sizes = {"data": int(G_data), "depth": int(G_intra_d), "row": int(G_intra_r), "col": int(G_intra_c)}
+    if isinstance(G_data, GridShape):
+        if (G_intra_r, G_intra_c, G_intra_d) != (1, 1, 1):
+            raise TypeError(f"axonn.init({G_data!r}, ...): give the grid as one GridShape or as the four sizes "
+                            "G_data, G_intra_r, G_intra_c, G_intra_d, not both")
+        shape = G_data
+    else:
+        shape = GridShape(int(G_data), int(G_intra_r), int(G_intra_c), int(G_intra_d))
+    sizes = shape.sizes()
     for a, v in sizes.items():
         if v < 1:
             raise ValueError(f"grid axis {a} must be >= 1, got {v}")

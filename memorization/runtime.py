@@ -17,6 +17,7 @@ import torch
 import axonn
 from axonn import checkpoint as ack
 from axonn.communication import any_rank
+from axonn.grid_shape import GridShape
 
 
 
@@ -77,9 +78,10 @@ class Runtime:
     grid: axonn.Grid
 
     @classmethod
-    def create(cls, data: int = 1, row: int = 1, column: int = 1, depth: int = 1) -> "Runtime":
-        """Initialise ``axonn`` (torchrun / mpiexec / single process) on a data x row x column x depth grid."""
-        return cls(axonn.init(G_data=data, G_intra_r=row, G_intra_c=column, G_intra_d=depth))
+    def create(cls, data: int | GridShape = 1, row: int = 1, col: int = 1, depth: int = 1) -> "Runtime":
+        """Initialise ``axonn`` (torchrun / mpiexec / single process) on a data x row x column x depth grid: the
+        four sizes, or one :class:`GridShape` (:func:`axonn.init`)."""
+        return cls(axonn.init(data, row, col, depth))
 
     # ---- topology ----------------------------------------------------------------------------
     @property

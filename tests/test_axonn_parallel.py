@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 import time
@@ -77,13 +78,59 @@ def test_dead_rank_fails_fast() -> None:
     assert time.time() - t0 < 45
 
 
-@pytest.mark.parametrize("text", ["1,2,2", "1,2,x,2", "0,1,1,1", "1,1,1,-2", ""])
-def test_bad_grid_text_refused(text: str) -> None:
-    from axonn.grid import parse_grid
+SHAPES = [(1, 1, 1, 1), (2, 4, 1, 8), (3, 1, 2, 1), (1, 2, 3, 2), (2, 3, 2, 5), (5, 1, 1, 3)]
 
-    assert parse_grid("2,4,1,8") == (2, 4, 1, 8)
-    with pytest.raises(ValueError, match="four positive integers data,row,column,depth"):
-        parse_grid(text)
+
+@pytest.mark.parametrize("sizes", SHAPES)
+def test_grid_shape_text_round_trips_in_the_order_of_dash_dash_grid(sizes) -> None:
+    from axonn.grid import GridShape
+
+    g = GridShape(*sizes)
+    assert str(g) == ",".join(map(str, sizes)) and (g.data, g.row, g.col, g.depth) == sizes
+    back = GridShape.parse(str(g))
+    assert back == g and type(back) is GridShape and back.size == sizes[0] * sizes[1] * sizes[2] * sizes[3]
+
+
+@pytest.mark.parametrize("sizes", SHAPES)
+def test_grid_shape_strides_are_the_live_grids_rank_order(sizes) -> None:
+    """For every rank: its coordinates (``axonn.grid.coords_of``) weighted by the strides give the rank back,
+    ``Grid.rank_of`` agrees, and one step along an axis moves the rank by that axis's stride."""
+    from axonn.grid import AXES, Grid, GridShape, coords_of
+
+    g = GridShape(*sizes)
+    live = Grid(sizes=g.sizes(), coords=coords_of(0, g.sizes()), rank=0, world_size=g.size, backend="gloo",
+                device=torch.device("cpu"))
+    assert live.shape == g and g.stride("col") == 1
+    for rank in range(g.size):
+        c = coords_of(rank, g.sizes())
+        assert sum(c[a] * g.stride(a) for a in AXES) == rank == live.rank_of(**c)
+        for a in AXES:
+            if c[a] + 1 < getattr(g, a):
+                assert live.rank_of(**{**c, a: c[a] + 1}) - rank == g.stride(a), (rank, a)
+
+
+@pytest.mark.parametrize("text", ["1,2,2", "1,2,x,2", "0,1,1,1", "1,1,1,-2", "", "1,2,2,2,1", "1.5,1,1,1", " "])
+def test_bad_grid_text_refused(text: str) -> None:
+    from axonn.grid import GridShape
+
+    want = f"grid {text!r}: give four positive integers data,row,column,depth (e.g. 1,2,2,2)"
+    with pytest.raises(ValueError, match=f"^{re.escape(want)}$"):
+        GridShape.parse(text)
+    with pytest.raises(ValueError, match="unknown grid axis 'column'"):
+        GridShape(1, 1, 1, 1).stride("column")
+
+
+def test_init_takes_a_grid_shape() -> None:
+    """``axonn.init(GridShape)`` builds the grid the four sizes build; giving both is refused."""
+    import axonn
+    from axonn.grid import GridShape
+
+    os.environ.pop("WORLD_SIZE", None)
+    assert axonn.init(GridShape(1, 1, 1, 1)).shape == axonn.init(1, 1, 1, 1).shape == GridShape(1, 1, 1, 1)
+    with pytest.raises(ValueError, match=r"G_intra_c=2 = 2 != world size 1"):
+        axonn.init(GridShape.parse("1,1,2,1"))
+    with pytest.raises(TypeError, match="as one GridShape or as the four sizes"):
+        axonn.init(GridShape(1, 1, 1, 1), 2)
 
 
 @pytest.mark.parametrize("cmd", [["recipes/memorize.py", "--grid", "2,2"],
