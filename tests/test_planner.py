@@ -12,8 +12,8 @@ import pytest
 import torch
 import yaml
 
-from axonn.planner import (Grid, PlanError, divisibility_problem, enumerate_grids, format_plan, known_profiles,
-                           load_profile, memory_per_gpu, plan, predict_step)
+from axonn.planner import (GridShape, PlanError, divisibility_problem, format_plan, known_profiles, load_profile,
+                           memory_per_gpu, plan, predict_step)
 from axonn.planner.__main__ import main as cli_main
 from axonn.planner.profiles import PROFILE_DIR
 from axonn.presets import get_preset
@@ -22,8 +22,8 @@ from memorization import jobs as gen
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_enumerate_grids_is_every_factorisation():
-    grids = list(enumerate_grids(16))
+def test_grid_shape_enumerate_is_every_factorisation():
+    grids = list(GridShape.enumerate(16))
     assert all(g.size == 16 for g in grids)
     assert len(set(grids)) == len(grids) == 35  # C(4+3, 3) ordered factorisations of 2^4
 
@@ -43,14 +43,14 @@ def test_planner_emits_valid_grids_only(size, gpus, machine):
         assert divisibility_problem(shape, e.grid) is None
         assert e.memory_per_gpu_bytes <= res.machine.usable_memory_bytes
     # everything is accounted for: ranked + rejected = all factorisations
-    assert len(res.ranked) + len(res.rejected) == len(list(enumerate_grids(gpus)))
+    assert len(res.ranked) + len(res.rejected) == len(list(GridShape.enumerate(gpus)))
     assert all(r.reason for r in res.rejected)
 
 
 def test_divisibility_reasons_name_axis_and_dimension():
     shape = get_preset("405b")
-    assert "row=16 does not divide kv_heads=8" == divisibility_problem(shape, Grid(1, 16, 1, 1))
-    msg = divisibility_problem(shape, Grid(1, 1, 3, 1))
+    assert "row=16 does not divide kv_heads=8" == divisibility_problem(shape, GridShape(1, 16, 1, 1))
+    msg = divisibility_problem(shape, GridShape(1, 1, 3, 1))
     assert msg.startswith("column=3 does not divide hidden=16384")
 
 
@@ -58,8 +58,8 @@ def test_divisibility_reasons_name_axis_and_dimension():
 @pytest.mark.parametrize("ckpt", [True, False])
 def test_memory_monotone_in_sharding(size, ckpt):
     shape = get_preset(size)
-    base = Grid(1, 1, 1, 1)
-    for axis in ("depth", "row", "column"):
+    base = GridShape(1, 1, 1, 1)
+    for axis in ("depth", "row", "col"):
         prev = memory_per_gpu(shape, base, 2048, 1, ckpt).total
         g = base
         for _ in range(3):
@@ -68,11 +68,11 @@ def test_memory_monotone_in_sharding(size, ckpt):
             assert cur <= prev, (axis, g)
             prev = cur
     # data parallelism replicates: memory does not depend on D
-    assert memory_per_gpu(shape, Grid(8, 2, 2, 2), 2048, 1, ckpt).total == \
-        memory_per_gpu(shape, Grid(1, 2, 2, 2), 2048, 1, ckpt).total
+    assert memory_per_gpu(shape, GridShape(8, 2, 2, 2), 2048, 1, ckpt).total == \
+        memory_per_gpu(shape, GridShape(1, 2, 2, 2), 2048, 1, ckpt).total
     # row×col doubled together
-    a = memory_per_gpu(shape, Grid(1, 2, 2, 4), 2048, 1, ckpt).total
-    b = memory_per_gpu(shape, Grid(1, 4, 4, 4), 2048, 1, ckpt).total
+    a = memory_per_gpu(shape, GridShape(1, 2, 2, 4), 2048, 1, ckpt).total
+    b = memory_per_gpu(shape, GridShape(1, 4, 4, 4), 2048, 1, ckpt).total
     assert b <= a
     # checkpointing never costs memory
     assert memory_per_gpu(shape, base, 2048, 1, True).total <= memory_per_gpu(shape, base, 2048, 1, False).total
@@ -84,7 +84,7 @@ def test_chosen_grid_is_cheapest_fitting():
     res = plan(shape, seq=2048, global_batch=512, gpus=256, machine=prof, micro_batch=1)
     best = res.best
     cap = prof.usable_memory_bytes
-    for g in enumerate_grids(256):
+    for g in GridShape.enumerate(256):
         if divisibility_problem(shape, g) or 512 % (g.data * g.depth):
             continue
         if memory_per_gpu(shape, g, 2048, 1, True).total > cap:
@@ -113,7 +113,7 @@ def test_bf16_gradient_reduction_costs_half_the_gradient_bytes():
     prof, shape = load_profile("frontier"), get_preset("70b")
     fp32_c, bf16_c = CostConfig(), CostConfig(bytes_grad_comm=2)
     fp32_m, bf16_m = MemoryConfig(), MemoryConfig(grad_reduce_bytes=2)
-    for g in (Grid(1, 8, 8, 1), Grid(1, 2, 1, 32), Grid(4, 2, 1, 8), Grid(8, 8, 1, 1)):
+    for g in (GridShape(1, 8, 8, 1), GridShape(1, 2, 1, 32), GridShape(4, 2, 1, 8), GridShape(8, 8, 1, 1)):
         t32 = predict_step(shape, g, 2048, 256, 1, prof, True, fp32_c)
         t16 = predict_step(shape, g, 2048, 256, 1, prof, True, bf16_c)
         m32 = memory_per_gpu(shape, g, 2048, 1, True, fp32_m, micro_steps=1).total
@@ -240,11 +240,11 @@ def test_embedding_vocabulary_must_divide_row_times_column():
     """axonn.parallelize refuses a vocabulary that row×column does not divide (the embedding splits it
     over the whole tensor group): 128256 = 2^8·501, so R·C = 512 is no grid for the Llama 3.1 shapes."""
     shape = get_preset("405b")
-    why = divisibility_problem(shape, Grid(1, 8, 64, 1))
+    why = divisibility_problem(shape, GridShape(1, 8, 64, 1))
     assert why == "row×column=8×64 does not divide vocab=128256 (embedding)"
-    assert divisibility_problem(shape, Grid(1, 8, 32, 1)) is None
+    assert divisibility_problem(shape, GridShape(1, 8, 32, 1)) is None
     res = plan("8b", seq=2048, global_batch=64, gpus=512, machine="frontier")
-    assert res.ranked and all(128256 % (e.grid.row * e.grid.column) == 0 for e in res.ranked)
+    assert res.ranked and all(128256 % (e.grid.row * e.grid.col) == 0 for e in res.ranked)
 
 
 def _wire_profile(gpus_per_node: int = 1 << 20):
@@ -269,7 +269,7 @@ def test_bytes_per_axis_are_every_collective_the_trainer_issues(ckpt):
     from axonn.presets import ModelShape
 
     shape = ModelShape("t", layers=2, hidden=64, heads=4, kv_heads=2, ffn=128, vocab=256)
-    D, R, C, Z = grid = Grid(1, 2, 2, 2)
+    D, R, C, Z = grid = GridShape(1, 2, 2, 2)
     m, h, V, L = 32, 64, 256, 2
     ag = lambda p, n: (p - 1) / p * n  # noqa: E731
     ar = lambda p, n: 2 * (p - 1) / p * n  # noqa: E731
@@ -308,7 +308,7 @@ def test_data_parallel_all_reduce_is_not_hidden():
     """The trainer all-reduces the gradients over data after the last backward (`sync_gradients`), with
     nothing to overlap: a slower data axis costs the step its whole extra all-reduce time."""
     shape = get_preset("tiny")
-    grid = Grid(2, 1, 1, 1)  # one GPU per node: data is the only axis that crosses nodes
+    grid = GridShape(2, 1, 1, 1)  # one GPU per node: data is the only axis that crosses nodes
     base = replace(_wire_profile(1), intra_node_gbps=100.0, peak_tflops=0.1, measured_tflops=0.1)
     fast, slow = (predict_step(shape, grid, 256, 4, 1, replace(base, inter_node_gbps=bw), True) for bw in (10.0, 1.0))
     assert 0 < slow.comm_s["data"] < slow.compute_s / 10  # a backward long enough to hide it, if anything did
@@ -323,20 +323,20 @@ def test_the_row_column_all_reduce_is_one_collective_over_the_group():
     n = 1e6
     for gpn in (4, 2):  # the 4-rank group inside one node, and across two
         prof = _wire_profile(gpn)
-        square, flat = _Comm(Grid(1, 2, 2, 1), prof), _Comm(Grid(1, 1, 4, 1), prof)
-        assert square.allreduce_row_column(n, 4) == pytest.approx(flat.allreduce("column", n, 4), rel=1e-12)
-        assert square.allreduce_row_column(n, 4) < square.allreduce("row", n, 4) + square.allreduce("column", n, 4)
-    assert _Comm(Grid(1, 1, 1, 4), _wire_profile()).allreduce_row_column(n, 4) == 0.0
+        square, flat = _Comm(GridShape(1, 2, 2, 1), prof), _Comm(GridShape(1, 1, 4, 1), prof)
+        assert square.allreduce_row_column(n, 4) == pytest.approx(flat.allreduce("col", n, 4), rel=1e-12)
+        assert square.allreduce_row_column(n, 4) < square.allreduce("row", n, 4) + square.allreduce("col", n, 4)
+    assert _Comm(GridShape(1, 1, 1, 4), _wire_profile()).allreduce_row_column(n, 4) == 0.0
 
 
 def test_an_axis_is_in_node_only_when_its_groups_tile_the_node():
     from axonn.planner.model import axis_bandwidth
 
     prof = _wire_profile(4)
-    assert axis_bandwidth(Grid(2, 1, 2, 1), "column", prof)[2]
-    assert axis_bandwidth(Grid(1, 1, 3, 1), "column", prof)[2]  # 3 GPUs: one node
+    assert axis_bandwidth(GridShape(2, 1, 2, 1), "col", prof)[2]
+    assert axis_bandwidth(GridShape(1, 1, 3, 1), "col", prof)[2]  # 3 GPUs: one node
     # 12 GPUs on 4-GPU nodes: column groups {0,1,2}, {3,4,5}, ...: {3,4,5} spans two nodes
-    assert not axis_bandwidth(Grid(4, 1, 3, 1), "column", prof)[2]
+    assert not axis_bandwidth(GridShape(4, 1, 3, 1), "col", prof)[2]
 
 
 def _fake_grid(data=1, depth=1, row=1, col=1):
@@ -347,14 +347,13 @@ def _fake_grid(data=1, depth=1, row=1, col=1):
                      backend="gloo", device=torch.device("cpu"))
 
 
-def _parallelize_accepts(shape, grid: Grid) -> bool:
+def _parallelize_accepts(shape, grid: GridShape) -> bool:
     import axonn
     from transformers import LlamaForCausalLM
 
     model = LlamaForCausalLM(shape.llama_config())
     try:
-        axonn.parallelize(model, grid=_fake_grid(data=grid.data, depth=grid.depth, row=grid.row, col=grid.column),
-                          device="meta")
+        axonn.parallelize(model, grid=_fake_grid(**grid.sizes()), device="meta")
     except ValueError:
         return False
     return True
@@ -369,14 +368,14 @@ def test_planner_validity_is_what_axonn_parallelize_accepts():
 
     # every dimension divisible by 3 but the vocabulary (2^7·3: R·C = 9 is refused), no local block by 5
     shape = ModelShape("t", layers=1, hidden=48, heads=6, kv_heads=3, ffn=96, vocab=384)
-    grids = [g for n in (5, 6, 9, 12) for g in enumerate_grids(n)]
+    grids = [g for n in (5, 6, 9, 12) for g in GridShape.enumerate(n)]
     valid = {g for g in grids if divisibility_problem(shape, g) is None}
     assert {g.depth for g in valid} >= {3, 5} and len(valid) < len(grids)
     for g in grids:
         assert (g in valid) == _parallelize_accepts(shape, g), g
-    assert divisibility_problem(get_preset("tiny"), Grid(1, 1, 1, 3)) is None
+    assert divisibility_problem(get_preset("tiny"), GridShape(1, 1, 1, 3)) is None
     res = plan("tiny", seq=256, global_batch=12, gpus=3, machine="h100-node")
-    assert Grid(1, 1, 1, 3) in {e.grid for e in res.ranked}
+    assert GridShape(1, 1, 1, 3) in {e.grid for e in res.ranked}
 
 
 def test_a_depth_three_hand_grid_gets_a_script(tmp_path):

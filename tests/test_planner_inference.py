@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from axonn.planner import (Grid, PlanError, format_inference_plan, inference_memory_per_gpu, load_profile,
+from axonn.planner import (GridShape, PlanError, format_inference_plan, inference_memory_per_gpu, load_profile,
                            plan_inference, smallest_inference_gpus)
 from axonn.presets import ModelShape, get_preset
 
@@ -57,7 +57,7 @@ def test_weights_and_kv_cache_are_what_ranks_hold_on_four_grids(grid_checkpoint,
     per_rank = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(4)]
     for item in grids:
         name, grid = item.split(":")
-        g = Grid(*map(int, grid.split(",")))
+        g = GridShape.parse(grid)
         shape = shapes[name]
         for r, got in enumerate(per_rank):
             m = got[name][grid]
@@ -76,7 +76,7 @@ def test_weights_and_kv_cache_are_what_ranks_hold_on_four_grids(grid_checkpoint,
 
 TRACE = """
 import json
-from axonn.planner import Grid, inference_memory_per_gpu
+from axonn.planner import GridShape, inference_memory_per_gpu
 from axonn.presets import get_preset
 from memorization.memory_trace import trace_inference
 rows = []
@@ -84,7 +84,7 @@ for size, grid, b, s, gen in (("tiny", (1, 1, 1, 1), 4, 256, True), ("tiny", (1,
                               ("small", (1, 2, 1, 2), 2, 512, True), ("small", (1, 1, 2, 1), 2, 512, False),
                               ("1b", (1, 4, 1, 1), 4, 4096, True), ("1b", (1, 2, 1, 1), 2, 2048, False)):
     tr = trace_inference(size, grid, b, s, gen)
-    mem = inference_memory_per_gpu(get_preset(size), Grid(*grid), b, s, gen, "bf16" if gen else "fp32")
+    mem = inference_memory_per_gpu(get_preset(size), GridShape(*grid), b, s, gen, "bf16" if gen else "fp32")
     rows.append([size, grid, gen, tr.params, tr.peak, mem.weights, mem.total])
 print(json.dumps(rows))
 """
@@ -109,7 +109,7 @@ def test_the_rest_is_the_traced_peak_of_the_real_forward():
 def test_a_model_that_fits_one_gpu_gets_every_gpu_as_a_replica():
     """The 8b at batch 4 fits one H100: 8 GPUs are 8 data replicas of one GPU each."""
     plan = plan_inference("8b", 8, "h100-node", batch=4, context=2048)
-    assert plan.grid == Grid(8, 1, 1, 1) and plan.replicas == 8 and plan.model_parallel == 1
+    assert plan.grid == GridShape(8, 1, 1, 1) and plan.replicas == 8 and plan.model_parallel == 1
     assert plan.smallest_gpus == 1 == smallest_inference_gpus("8b", "h100-node", 4, 2048)
 
 
@@ -125,7 +125,7 @@ def test_a_model_that_does_not_fit_gets_the_smallest_group_and_every_replica_the
     assert plan_inference("70b", n, "frontier", 32, 2048).replicas == 1
     plan = plan_inference("70b", 64, "frontier", 32, 2048)
     assert 64 % n == 0 and plan.replicas == 64 // n and plan.model_parallel == n
-    assert plan.grid.depth == 1 and plan.grid.row * plan.grid.column <= 8  # within a Frontier node
+    assert plan.grid.depth == 1 and plan.grid.row * plan.grid.col <= 8  # within a Frontier node
     cap = load_profile("frontier").usable_memory_bytes
     assert all(r.kind != "memory" or r.memory_per_gpu_bytes > cap for r in plan.rejected)
     assert not any(e.grid.data > plan.replicas for e in plan.ranked)
@@ -136,7 +136,7 @@ def test_depth_is_chosen_only_when_row_and_column_cannot_shard():
     depth; the same model with divisible dimensions is split over row and column, never depth."""
     prime = ModelShape("prime", layers=40, hidden=8191, heads=1, kv_heads=1, ffn=28673, vocab=32003)
     plan = plan_inference(prime, 8, "h100-node", batch=1, context=128)
-    assert plan.grid.row == plan.grid.column == 1 and plan.grid.depth > 1
+    assert plan.grid.row == plan.grid.col == 1 and plan.grid.depth > 1
     assert all(e.grid.depth > 1 or e.grid.data == 8 for e in plan.ranked) and plan.grid.data < 8
     even = replace(prime, name="even", hidden=8192, heads=64, kv_heads=8, ffn=28672, vocab=32000)
     plan = plan_inference(even, 8, "h100-node", batch=1, context=128)
@@ -158,7 +158,7 @@ def test_scoring_keeps_the_vocabulary_sharded_and_a_batch_too_large_fits_nowhere
     ranks hold an eighth of the logits of one; with a batch whose sharded logits still exceed a GPU at the
     largest row group the model allows, no group fits and the error says so (``smallest_gpus`` None)."""
     shape = get_preset("8b")
-    one, eight = (inference_memory_per_gpu(shape, Grid(1, r, 1, 1), 8, 4096, generate=False, dtype="fp32")
+    one, eight = (inference_memory_per_gpu(shape, GridShape(1, r, 1, 1), 8, 4096, generate=False, dtype="fp32")
                   for r in (1, 8))
     assert one.logits >= 4 * 8 * 4096 * shape.vocab
     assert 4 * 8 * 4096 * shape.vocab / 8 <= eight.logits < one.logits / 6
@@ -174,7 +174,7 @@ def test_a_reference_model_shares_the_grid():
     alone = plan_inference(target, 16, "h100-node", 8, 2048, generate=False, dtype="fp32")
     both = plan_inference(target, 16, "h100-node", 8, 2048, generate=False, dtype="fp32", reference=ref)
     assert any(e.grid.row == 8 for e in alone.ranked) and max(e.grid.row for e in both.ranked) == 4
-    g = Grid(2, 4, 1, 1)
+    g = GridShape(2, 4, 1, 1)
     w = [inference_memory_per_gpu(sh, g, 8, 2048, False, "fp32").weights for sh in (target, ref)]
     assert inference_memory_per_gpu(target, g, 8, 2048, False, "fp32", reference=ref).weights == sum(w)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from axonn.planner import CostConfig, Grid, load_profile, plan, predict_step
+from axonn.planner import CostConfig, GridShape, load_profile, plan, predict_step
 from axonn.planner.calibrate import fit_half_bytes
 from axonn.planner.model import _Comm, group_bandwidth, group_span_nodes, message_efficiency
 from axonn.planner.profiles import SCALE_TERMS_NEUTRAL, MachineProfile, known_profiles
@@ -34,7 +34,7 @@ def test_message_efficiency_rises_monotonically_to_one() -> None:
 
 
 def test_collective_bandwidth_monotone_in_message_size_and_half_size() -> None:
-    grid = Grid(1, 1, 1, 64)
+    grid = GridShape(1, 1, 1, 64)
     comm = _Comm(grid, _profile(inter_node_half_bw_mbytes=8.0))
     sizes = [2**k for k in range(12, 32)]
     # effective bandwidth (bytes per second of collective time) grows with the buffer
@@ -44,7 +44,7 @@ def test_collective_bandwidth_monotone_in_message_size_and_half_size() -> None:
     times = [_Comm(grid, _profile(inter_node_half_bw_mbytes=h)).allgather("depth", 2**24, 2) for h in (0, 1, 4, 16)]
     assert times == sorted(times) and times[0] < times[-1]
     # inside a node the intra S½ applies, not the inter one
-    node = Grid(1, 1, 1, 8)
+    node = GridShape(1, 1, 1, 8)
     assert _Comm(node, _profile(inter_node_half_bw_mbytes=64.0)).allgather("depth", 2**20, 2) == \
         _Comm(node, _profile()).allgather("depth", 2**20, 2)
     assert _Comm(node, _profile(intra_node_half_bw_mbytes=64.0)).allgather("depth", 2**20, 2) > \
@@ -52,12 +52,12 @@ def test_collective_bandwidth_monotone_in_message_size_and_half_size() -> None:
 
 
 def test_launch_cost_is_paid_once_per_collective() -> None:
-    grid = Grid(2, 2, 2, 2)
+    grid = GridShape(2, 2, 2, 2)
     base, launch = _Comm(grid, _profile()), _Comm(grid, _profile(collective_launch_us=25.0))
-    for ax in ("data", "row", "column", "depth"):
+    for ax in ("data", "row", "col", "depth"):
         assert launch.allreduce(ax, 4096, 2) - base.allreduce(ax, 4096, 2) == pytest.approx(25e-6)
         assert launch.allgather(ax, 4096, 2) - base.allgather(ax, 4096, 2) == pytest.approx(25e-6)
-    one = Grid(16, 1, 1, 1)  # an axis of one rank runs no collective and pays nothing
+    one = GridShape(16, 1, 1, 1)  # an axis of one rank runs no collective and pays nothing
     assert _Comm(one, _profile(collective_launch_us=25.0)).allgather("depth", 4096, 2) == 0.0
     steps = [predict_step(SHAPE, grid, 2048, 16, 1, _profile(collective_launch_us=us), True).step_time_s
              for us in (0, 5, 20, 80)]
@@ -67,12 +67,12 @@ def test_launch_cost_is_paid_once_per_collective() -> None:
 def test_global_taper_only_for_groups_leaving_a_domain_and_monotone() -> None:
     assert group_span_nodes(8, 1, 8) == 1 and group_span_nodes(16, 8, 8) == 16 and group_span_nodes(4, 16, 8) == 7
     prof = _profile(nodes_per_group=4, global_taper=0.25)
-    grid = Grid(1, 1, 1, 64)
+    grid = GridShape(1, 1, 1, 64)
     inside = group_bandwidth(grid, 32, 1, prof)[0]  # 32 consecutive ranks: 4 nodes, one domain
     leaving = group_bandwidth(grid, 64, 1, prof)[0]  # 8 nodes: two domains
     assert inside == group_bandwidth(grid, 32, 1, _profile())[0]
     assert leaving == pytest.approx(0.25 * 400e9) and leaving < inside
-    steps = [predict_step(SHAPE, Grid(2, 1, 1, 64), 2048, 128, 1, _profile(nodes_per_group=4, global_taper=t),
+    steps = [predict_step(SHAPE, GridShape(2, 1, 1, 64), 2048, 128, 1, _profile(nodes_per_group=4, global_taper=t),
                           True).step_time_s for t in (1.0, 0.5, 0.25, 0.1)]
     assert steps == sorted(steps) and steps[0] < steps[-1]
     with pytest.raises(ValueError, match="global_taper"):
@@ -82,7 +82,7 @@ def test_global_taper_only_for_groups_leaving_a_domain_and_monotone() -> None:
 
 
 def test_software_terms_monotone() -> None:
-    grid, prof = Grid(1, 2, 1, 8), load_profile("h100-node")
+    grid, prof = GridShape(1, 2, 1, 8), load_profile("h100-node")
     steps = [predict_step(SHAPE, grid, 2048, 16, 1, prof, True, CostConfig(recompute_fraction=f)).step_time_s
              for f in (0.0, 0.25, 0.5, 1.0)]
     assert steps == sorted(steps) and steps[0] < steps[-1]
@@ -95,7 +95,7 @@ def test_software_terms_monotone() -> None:
 
 
 def test_neutral_terms_change_no_prediction_of_any_bundled_profile() -> None:
-    grids = [Grid(1, 1, 1, 16), Grid(2, 2, 2, 2), Grid(1, 4, 1, 4), Grid(4, 1, 4, 1)]
+    grids = [GridShape(1, 1, 1, 16), GridShape(2, 2, 2, 2), GridShape(1, 4, 1, 4), GridShape(4, 1, 4, 1)]
     # only the profile whose documentation gives a taper carries an at-scale term; the others are neutral
     assert {n for n in known_profiles()
             if load_profile(n) != dataclasses.replace(load_profile(n), **SCALE_TERMS_NEUTRAL)} == {"meta-h100-roce"}
@@ -125,7 +125,7 @@ def test_cpu_validation_predicts_exactly_the_committed_times() -> None:
     big = ModelShape("b", 32, 4096, 32, 8, 14336, 128256, max_seq=2048)
     for name, g, t in (("frontier", (2, 2, 2, 8), 3.99743541587722), ("alps", (1, 4, 1, 16), 3.353678565919559),
                        ("perlmutter", (4, 2, 2, 2), 4.495025112951382)):
-        assert predict_step(big, Grid(*g), 2048, 64, 1, load_profile(name), True).step_time_s == t
+        assert predict_step(big, GridShape(*g), 2048, 64, 1, load_profile(name), True).step_time_s == t
 
 
 def test_fit_half_bytes_recovers_the_curve() -> None:

@@ -87,15 +87,15 @@ def test_planner_validity_is_what_parallelize_accepts(family: str) -> None:
 
     import axonn
     from axonn.grid import Grid as AxisGrid, coords_of
-    from axonn.planner import divisibility_problem, enumerate_grids
+    from axonn.planner import GridShape, divisibility_problem
 
     kv = 6 if family == "gpt_neox" else 3
     shape = ModelShape("t", layers=1, hidden=48, heads=6, kv_heads=kv, ffn=96, vocab=384, family=family)
-    grids = [g for n in (4, 6) for g in enumerate_grids(n)]
+    grids = [g for n in (4, 6) for g in GridShape.enumerate(n)]
     valid = {g for g in grids if divisibility_problem(shape, g) is None}
     assert 0 < len(valid) < len(grids)
     for g in grids:
-        sizes = {"data": g.data, "depth": g.depth, "row": g.row, "col": g.column}
+        sizes = g.sizes()
         grid = AxisGrid(sizes=sizes, coords=coords_of(0, sizes), rank=0, world_size=g.size, backend="gloo",
                         device=torch.device("cpu"))
         with accelerate.init_empty_weights():

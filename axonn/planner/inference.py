@@ -102,10 +102,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from axonn.grid_shape import GridShape
 from axonn.presets import ModelShape
 
 from .memory import GIB
-from .model import Grid, divisibility_problem, enumerate_grids, layer_linears, replicated_params
+from .model import divisibility_problem, layer_linears, replicated_params
 from .profiles import MachineProfile
 from .search import MAX_SEARCH_GPUS, PlanError, Rejection, load_machine, resolve_shape
 
@@ -168,18 +169,18 @@ def inference_dtype(dtype: str | InferenceDtype) -> InferenceDtype:
     return INFERENCE_DTYPES[dtype]
 
 
-def _held(n: int, grid: Grid) -> int:
+def _held(n: int, grid: GridShape) -> int:
     """Elements of an ``n``-element matrix one rank holds: its ``1/(R·C)`` block, padded and split over depth."""
-    return -(-(n // (grid.row * grid.column)) // grid.depth)
+    return -(-(n // (grid.row * grid.col)) // grid.depth)
 
 
-def held_weight_elements(shape: ModelShape, grid: Grid) -> int:
+def held_weight_elements(shape: ModelShape, grid: GridShape) -> int:
     """Parameters one rank of ``grid`` holds (``W / w`` of the module docstring)."""
     layer = sum(_held(lin.params, grid) for lin in layer_linears(shape))
     return shape.layers * layer + 2 * _held(shape.vocab * shape.hidden, grid) + replicated_params(shape)
 
 
-def kv_cache_bytes(shape: ModelShape, grid: Grid, batch: int, context: int,
+def kv_cache_bytes(shape: ModelShape, grid: GridShape, batch: int, context: int,
                    dtype: str | InferenceDtype = "bf16") -> int:
     """``KV = L·b·s·(kv/R)·(k_B + v_B)``: the keys and values one rank caches for ``batch`` sequences of
     ``context`` positions."""
@@ -188,7 +189,7 @@ def kv_cache_bytes(shape: ModelShape, grid: Grid, batch: int, context: int,
     return shape.layers * batch * context * kv_local * (dt.key_bytes + dt.value_bytes)
 
 
-def _moments(shape: ModelShape, grid: Grid, b: int, s: int, generate: bool,
+def _moments(shape: ModelShape, grid: GridShape, b: int, s: int, generate: bool,
              dt: InferenceDtype) -> list[tuple[str, float, float, float]]:
     """``(moment, buffers, activations, logits)`` of one forward (module docstring)."""
     _, R, C, Z = grid
@@ -252,7 +253,7 @@ def _moments(shape: ModelShape, grid: Grid, b: int, s: int, generate: bool,
     return moments
 
 
-def inference_memory_per_gpu(shape: ModelShape, grid: Grid, batch: int, context: int, generate: bool = True,
+def inference_memory_per_gpu(shape: ModelShape, grid: GridShape, batch: int, context: int, generate: bool = True,
                              dtype: str | InferenceDtype = "bf16",
                              reference: ModelShape | None = None) -> InferenceMemory:
     """Bytes on one rank of ``grid`` while it evaluates ``batch`` sequences (per data × depth replica) of
@@ -260,7 +261,7 @@ def inference_memory_per_gpu(shape: ModelShape, grid: Grid, batch: int, context:
     (MIA, perplexity); formulas in the module docstring.  ``reference``: a second model held on the same
     grid (MIA's ``--reference-model``): its weights add up, the two forwards run one after the other (a KV
     cache is the first model's)."""
-    grid = Grid(*grid)
+    grid = GridShape(*grid)
     dt = inference_dtype(dtype)
     shapes = [shape] if reference is None else [shape, reference]
     weights = sum(dt.weight_bytes * held_weight_elements(sh, grid) for sh in shapes)
@@ -275,7 +276,7 @@ def inference_memory_per_gpu(shape: ModelShape, grid: Grid, batch: int, context:
 class InferenceEntry:
     """One grid that divides the model and fits, with its memory."""
 
-    grid: Grid
+    grid: GridShape
     memory: InferenceMemory
     tensor_in_node: bool  # R·C <= GPUs per node
 
@@ -287,7 +288,7 @@ class InferenceEntry:
     @property
     def model_parallel(self) -> int:
         """GPUs one copy is sharded over, ``R·C·Z``."""
-        return self.grid.row * self.grid.column * self.grid.depth
+        return self.grid.row * self.grid.col * self.grid.depth
 
     def to_dict(self) -> dict:
         return {"grid": list(self.grid), "replicas": self.replicas, "model_parallel": self.model_parallel,
@@ -309,7 +310,7 @@ class InferencePlan:
     dtype: InferenceDtype
     ranked: list[InferenceEntry]
     rejected: list[Rejection] = field(default_factory=list)
-    smallest_group: Grid | None = None
+    smallest_group: GridShape | None = None
     reference: ModelShape | None = None
 
     @property
@@ -317,7 +318,7 @@ class InferencePlan:
         return self.ranked[0]
 
     @property
-    def grid(self) -> Grid:
+    def grid(self) -> GridShape:
         return self.best.grid
 
     @property
@@ -336,15 +337,15 @@ class InferencePlan:
     def smallest_gpus(self) -> int | None:
         """``R·C·Z`` of :attr:`smallest_group`."""
         g = self.smallest_group
-        return None if g is None else g.row * g.column * g.depth
+        return None if g is None else g.row * g.col * g.depth
 
 
-def _rank_key(grid: Grid, total: float, prof: MachineProfile) -> tuple:
+def _rank_key(grid: GridShape, total: float, prof: MachineProfile) -> tuple:
     """Most replicas, tensor-parallel within a node, no depth, larger row, less memory."""
-    return (-grid.data, grid.row * grid.column > prof.gpus_per_node, grid.depth > 1, -grid.row, total)
+    return (-grid.data, grid.row * grid.col > prof.gpus_per_node, grid.depth > 1, -grid.row, total)
 
 
-def _divides(shapes: list[ModelShape], grid: Grid) -> str | None:
+def _divides(shapes: list[ModelShape], grid: GridShape) -> str | None:
     return next((why for sh in shapes if (why := divisibility_problem(sh, grid))), None)
 
 
@@ -353,33 +354,33 @@ def _divisors(n: int) -> list[int]:
 
 
 def _smallest_group(shape: ModelShape, prof: MachineProfile, batch: int, context: int, generate: bool,
-                    dt: InferenceDtype, reference: ModelShape | None) -> Grid | None:
+                    dt: InferenceDtype, reference: ModelShape | None) -> GridShape | None:
     """The grid ``1,R,C,Z`` with the smallest ``R·C·Z`` (up to ``MAX_SEARCH_GPUS``) on which one replica fits,
     ties broken as :func:`plan_inference` ranks; None when none does.  For each valid ``(R, C)`` the smallest
     ``Z``: 1, else a bisection over ``Z >= 2``, where the memory no longer grows with ``Z``."""
     shapes = [shape] if reference is None else [shape, reference]
     cap = prof.usable_memory_bytes
 
-    def fits(g: Grid) -> bool:
+    def fits(g: GridShape) -> bool:
         return inference_memory_per_gpu(shape, g, batch, context, generate, dt, reference).total <= cap
 
-    best: tuple[int, tuple, Grid] | None = None
+    best: tuple[int, tuple, GridShape] | None = None
     for R in _divisors(min(sh.kv_heads for sh in shapes)):
         for C in _divisors(min(sh.hidden for sh in shapes)):
             rc = R * C
-            if (best is not None and rc > best[0]) or rc > MAX_SEARCH_GPUS or _divides(shapes, Grid(1, R, C, 1)):
+            if (best is not None and rc > best[0]) or rc > MAX_SEARCH_GPUS or _divides(shapes, GridShape(1, R, C, 1)):
                 continue
-            if fits(Grid(1, R, C, 1)):
+            if fits(GridShape(1, R, C, 1)):
                 z = 1
             else:
                 lo, hi = 2, MAX_SEARCH_GPUS // rc
-                if hi < lo or not fits(Grid(1, R, C, hi)):
+                if hi < lo or not fits(GridShape(1, R, C, hi)):
                     continue
                 while lo < hi:
                     mid = (lo + hi) // 2
-                    lo, hi = (lo, mid) if fits(Grid(1, R, C, mid)) else (mid + 1, hi)
+                    lo, hi = (lo, mid) if fits(GridShape(1, R, C, mid)) else (mid + 1, hi)
                 z = lo
-            g = Grid(1, R, C, z)
+            g = GridShape(1, R, C, z)
             cand = (rc * z, _rank_key(g, 0.0, prof), g)
             if best is None or cand[:2] < best[:2]:
                 best = cand
@@ -407,7 +408,7 @@ def smallest_inference_gpus(shape: str | ModelShape, machine: str | Path | Machi
     g = _smallest_group(shape, prof, batch, context, generate, dt, reference)
     if g is None:
         raise PlanError(_no_group_message(shape, prof, batch, context, generate, dt), kind="memory")
-    return g.row * g.column * g.depth
+    return g.row * g.col * g.depth
 
 
 def _what(shape: ModelShape, batch: int, context: int, generate: bool, dt: InferenceDtype) -> str:
@@ -439,7 +440,7 @@ def plan_inference(shape: str | ModelShape, gpus: int, machine: str | Path | Mac
     cap = prof.usable_memory_bytes
     ranked: list[InferenceEntry] = []
     rejected: list[Rejection] = []
-    for grid in enumerate_grids(gpus):
+    for grid in GridShape.enumerate(gpus):
         why = _divides(shapes, grid)
         if why:
             rejected.append(Rejection(grid, "divide", why))
@@ -449,7 +450,7 @@ def plan_inference(shape: str | ModelShape, gpus: int, machine: str | Path | Mac
             rejected.append(Rejection(grid, "memory", f"does not fit: needs {mem.total / GIB:.1f} GiB per GPU, "
                                                       f"{cap / GIB:.1f} GiB usable", mem.total))
             continue
-        ranked.append(InferenceEntry(grid, mem, grid.row * grid.column <= prof.gpus_per_node))
+        ranked.append(InferenceEntry(grid, mem, grid.row * grid.col <= prof.gpus_per_node))
     ranked.sort(key=lambda e: _rank_key(e.grid, e.memory.total, prof))
     smallest = _smallest_group(shape, prof, batch, context, generate, dt, reference)
     if not ranked:
@@ -460,7 +461,7 @@ def plan_inference(shape: str | ModelShape, gpus: int, machine: str | Path | Mac
         if smallest is None:
             raise PlanError(_no_group_message(shape, prof, batch, context, generate, dt), kind="memory")
         need = min(r.memory_per_gpu_bytes for r in rejected if r.kind == "memory")
-        n = smallest.row * smallest.column * smallest.depth
+        n = smallest.row * smallest.col * smallest.depth
         hint = (f"use {n} GPUs or a multiple of it (each {n} more is one more replica)" if n > gpus else
                 f"use a multiple of {n} GPUs ({gpus} has no grid that fits)")
         raise PlanError(f"{what}: no grid of {gpus} {prof.name} GPUs fits (the least memory needs "

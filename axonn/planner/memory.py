@@ -80,11 +80,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from axonn.grid_shape import GridShape
 from axonn.presets import ModelShape
 
 from axonn.parallelize import GRAD_BUCKET_ELEMENTS
 
-from .model import Grid, layer_linears, lm_head, block_replicated_params, replicated_params
+from .model import layer_linears, lm_head, block_replicated_params, replicated_params
 
 GIB = 1024**3
 
@@ -136,15 +137,15 @@ def param_counts(shape: ModelShape) -> tuple[int, int, int]:
     return p_lin, p_norm, p_layer
 
 
-def hf_layout(grid: Grid) -> bool:
+def hf_layout(grid: GridShape) -> bool:
     """True when nothing is sharded (R = C = Z = 1): ``axonn.parallelize`` keeps HF's own modules."""
-    return grid.row == grid.column == grid.depth == 1
+    return grid.row == grid.col == grid.depth == 1
 
 
-def activation_bytes_per_layer(shape: ModelShape, grid: Grid, seq: int, micro_batch: int,
+def activation_bytes_per_layer(shape: ModelShape, grid: GridShape, seq: int, micro_batch: int,
                                cfg: MemoryConfig | None = None) -> float:
     """``A`` of the module docstring: what one decoder layer saves for backward in one micro-step."""
-    R, C = grid.row, grid.column
+    R, C = grid.row, grid.col
     m = micro_batch * seq
     h, f, nh = shape.hidden, shape.ffn, shape.heads
     kv = shape.kv_heads * shape.head_dim
@@ -153,7 +154,7 @@ def activation_bytes_per_layer(shape: ModelShape, grid: Grid, seq: int, micro_ba
     return m * (16 * h + 8 * h / C + (4 * h + 4 * kv + 8 * f + 4 * nh) / R)
 
 
-def memory_per_gpu(shape: ModelShape, grid: Grid, seq: int, micro_batch: int,
+def memory_per_gpu(shape: ModelShape, grid: GridShape, seq: int, micro_batch: int,
                    activation_checkpointing: bool = True,
                    cfg: MemoryConfig | None = None, micro_steps: int = 2) -> MemoryBreakdown:
     """Bytes per GPU at the step's peak (equations in the module docstring).

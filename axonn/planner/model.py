@@ -2,9 +2,10 @@ r"""Cost model of one training step of a Llama-family model on a 4D AxoNN grid.
 
 Notation
 --------
-Grid ``(D, R, C, Z)`` = (data, row, column, depth); ``G = D·R·C·Z`` GPUs. Ranks are numbered
-column fastest, then row, then depth, then data, so the *stride* of an axis (distance between
-two ranks that differ only along it) is ``s_C = 1, s_R = C, s_Z = R·C, s_D = R·C·Z``.
+Grid ``(D, R, C, Z)`` = (data, row, column, depth), an :class:`axonn.grid_shape.GridShape`;
+``G = D·R·C·Z`` GPUs. Ranks are numbered column fastest, then row, then depth, then data, so the
+*stride* of an axis (distance between two ranks that differ only along it) is
+``s_C = 1, s_R = C, s_Z = R·C, s_D = R·C·Z``.
 
 ``b`` = micro-batch *per GPU* (sequences one rank processes in one forward/backward), ``s`` =
 sequence length, ``B`` = global batch (sequences per optimizer step). A data×depth shard takes
@@ -111,50 +112,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Iterator, NamedTuple
 
+from axonn.grid_shape import GridShape
 from axonn.plans import TRANSPOSED, block_linears, dims_of_shape, final_norm_parameters, get_plan, layer_parameters
 from axonn.presets import ModelShape
 
 from .profiles import MachineProfile
 
-AXES = ("data", "row", "column", "depth")
-
-
-class Grid(NamedTuple):
-    """A 4D process grid ``[data, row, column, depth]`` (the order of ``--grid D,R,C,Z``)."""
-
-    data: int
-    row: int
-    column: int
-    depth: int
-
-    @property
-    def size(self) -> int:
-        return self.data * self.row * self.column * self.depth
-
-    def stride(self, axis: str) -> int:
-        """Rank distance along ``axis`` (rank order: column fastest, then row, depth, data)."""
-        return {"column": 1, "row": self.column, "depth": self.column * self.row,
-                "data": self.column * self.row * self.depth}[axis]
-
-    def __str__(self) -> str:
-        return f"{self.data},{self.row},{self.column},{self.depth}"
-
-
-def enumerate_grids(gpus: int) -> Iterator[Grid]:
-    """Every ordered factorisation ``gpus = D·R·C·Z`` (all of them, valid or not)."""
-    divs = [d for d in range(1, gpus + 1) if gpus % d == 0]
-    for d in divs:
-        r1 = gpus // d
-        for r in divs:
-            if r1 % r:
-                continue
-            r2 = r1 // r
-            for c in divs:
-                if r2 % c:
-                    continue
-                yield Grid(d, r, c, r2 // c)
+#: the grid's axes in the order of ``--grid D,R,C,Z`` and of the planner's tables
+AXES: tuple[str, ...] = GridShape._fields
+#: what the planner's tables, JSON (``comm_s``, ``intra_node_axes``) and messages call each axis
+AXIS_LABEL = {"data": "data", "row": "row", "col": "column", "depth": "depth"}
 
 
 @dataclass(frozen=True)
@@ -172,13 +140,13 @@ class LinearSpec:
     def params(self) -> int:
         return self.out * self.in_
 
-    def split(self, grid: Grid) -> tuple[int, int]:
+    def split(self, grid: GridShape) -> tuple[int, int]:
         """``(Gr, Gc)``: sizes of the groups splitting out and in (swapped when transposed)."""
-        return (grid.column, grid.row) if self.transposed else (grid.row, grid.column)
+        return (grid.col, grid.row) if self.transposed else (grid.row, grid.col)
 
     def axes(self) -> tuple[str, str]:
         """Names of the axes splitting out and in."""
-        return ("column", "row") if self.transposed else ("row", "column")
+        return ("col", "row") if self.transposed else ("row", "col")
 
 
 def layer_linears(shape: ModelShape) -> list[LinearSpec]:
@@ -213,7 +181,7 @@ def lm_head(shape: ModelShape) -> LinearSpec:
     return LinearSpec("lm_head", shape.vocab, shape.hidden, False, "vocab", "hidden")
 
 
-def divisibility_problem(shape: ModelShape, grid: Grid) -> str | None:
+def divisibility_problem(shape: ModelShape, grid: GridShape) -> str | None:
     """Why ``grid`` cannot shard ``shape``, or ``None`` when every dimension divides.
 
     Rules: those of the family's plan (:mod:`axonn.plans`, the ones ``axonn.parallelize`` checks):
@@ -231,28 +199,25 @@ def divisibility_problem(shape: ModelShape, grid: Grid) -> str | None:
     # dimensions over its groups (hidden and FFN, with the Linear named), then the plan's remaining rules
     first = [r for r in plan.requires if r.dim not in linear_dims or len(r.axes) > 1]
     for rule in first:
-        g = math.prod(getattr(grid, _PLANNER_AXIS[a]) for a in rule.axes)
+        g = math.prod(getattr(grid, a) for a in rule.axes)
         if dims[rule.dim] % g:
             if len(rule.axes) > 1:
-                names = "×".join(_PLANNER_AXIS[a] for a in rule.axes)
-                sizes = "×".join(str(getattr(grid, _PLANNER_AXIS[a])) for a in rule.axes)
+                names = "×".join(AXIS_LABEL[a] for a in rule.axes)
+                sizes = "×".join(str(getattr(grid, a)) for a in rule.axes)
                 return f"{names}={sizes} does not divide {rule.dim}={dims[rule.dim]} (embedding)"
-            return f"{_PLANNER_AXIS[rule.axes[0]]}={g} does not divide {rule.dim}={dims[rule.dim]}"
+            return f"{AXIS_LABEL[rule.axes[0]]}={g} does not divide {rule.dim}={dims[rule.dim]}"
     for lin in linears:
         gr, gc = lin.split(grid)
         ax_out, ax_in = lin.axes()
         if lin.out % gr:
-            return f"{ax_out}={gr} does not divide {lin.out_dim}={lin.out} ({lin.name})"
+            return f"{AXIS_LABEL[ax_out]}={gr} does not divide {lin.out_dim}={lin.out} ({lin.name})"
         if lin.in_ % gc:
-            return f"{ax_in}={gc} does not divide {lin.in_dim}={lin.in_} ({lin.name})"
+            return f"{AXIS_LABEL[ax_in]}={gc} does not divide {lin.in_dim}={lin.in_} ({lin.name})"
     for rule in plan.requires:
-        g = math.prod(getattr(grid, _PLANNER_AXIS[a]) for a in rule.axes)
+        g = math.prod(getattr(grid, a) for a in rule.axes)
         if rule not in first and dims[rule.dim] % g:
-            return f"{'×'.join(_PLANNER_AXIS[a] for a in rule.axes)}={g} does not divide {rule.dim}={dims[rule.dim]}"
+            return f"{'×'.join(AXIS_LABEL[a] for a in rule.axes)}={g} does not divide {rule.dim}={dims[rule.dim]}"
     return None
-
-
-_PLANNER_AXIS = {"row": "row", "col": "column", "depth": "depth", "data": "data"}  # axonn.grid's names -> Grid's
 
 
 @dataclass(frozen=True)
@@ -284,7 +249,8 @@ def model_flops_per_token(shape: ModelShape, seq: int) -> float:
 
 @dataclass
 class StepBreakdown:
-    """Predicted step time of one grid and where it goes (seconds per optimizer step)."""
+    """Predicted step time of one grid and where it goes (seconds per optimizer step); the per-axis dicts are
+    keyed by :data:`AXIS_LABEL` (``data``, ``row``, ``column``, ``depth``)."""
 
     step_time_s: float
     micro_steps: int
@@ -316,7 +282,7 @@ def gemm_time(m: float, n: float, k: float, prof: MachineProfile) -> float:
     return max(t_flop, t_mem)
 
 
-def axis_bandwidth(grid: Grid, axis: str, prof: MachineProfile) -> tuple[float, float, bool]:
+def axis_bandwidth(grid: GridShape, axis: str, prof: MachineProfile) -> tuple[float, float, bool]:
     """``(bytes/s per rank, latency s, intra_node)`` of collectives along ``axis``."""
     return group_bandwidth(grid, getattr(grid, axis), grid.stride(axis), prof)
 
@@ -338,7 +304,7 @@ def message_efficiency(buffer_bytes: float, half_bytes: float) -> float:
     return buffer_bytes / (buffer_bytes + half_bytes) if buffer_bytes > 0 else 0.0
 
 
-def group_bandwidth(grid: Grid, p: int, s: int, prof: MachineProfile) -> tuple[float, float, bool]:
+def group_bandwidth(grid: GridShape, p: int, s: int, prof: MachineProfile) -> tuple[float, float, bool]:
     """``(bytes/s per rank, latency s, intra_node)`` of a group of ``p`` ranks ``s`` apart.
 
     One axis is such a group; so is row × column (``p = R·C``, ``s = 1``: column is the fastest
@@ -363,11 +329,11 @@ def group_bandwidth(grid: Grid, p: int, s: int, prof: MachineProfile) -> tuple[f
 class _Comm:
     """Collective timing on a fixed grid/profile (cached per-axis bandwidths)."""
 
-    def __init__(self, grid: Grid, prof: MachineProfile):
+    def __init__(self, grid: GridShape, prof: MachineProfile):
         self.grid = grid
         self.prof = prof
         self.bw = {ax: axis_bandwidth(grid, ax, prof) for ax in AXES}
-        self.bw_row_column = group_bandwidth(grid, grid.row * grid.column, 1, prof)
+        self.bw_row_column = group_bandwidth(grid, grid.row * grid.col, 1, prof)
 
     def time(self, axis: str, volume_bytes: float, allreduce: bool, buffer_bytes: float | None = None) -> float:
         return self._time(getattr(self.grid, axis), self.bw[axis], volume_bytes, allreduce, buffer_bytes)
@@ -398,7 +364,7 @@ class _Comm:
 
     def allreduce_row_column(self, n_elems: float, nbytes: int) -> float:
         """One ring all-reduce over the row × column group (``R·C`` consecutive ranks)."""
-        return self._allreduce(self.grid.row * self.grid.column, self.bw_row_column, n_elems, nbytes)
+        return self._allreduce(self.grid.row * self.grid.col, self.bw_row_column, n_elems, nbytes)
 
     def _allreduce(self, p: int, bw_lat: tuple[float, float, bool], n_elems: float, nbytes: int) -> float:
         return self._time(p, bw_lat, 2 * (p - 1) / p * n_elems * nbytes, allreduce=True,
@@ -410,7 +376,7 @@ def _ov(c: float, x: float, f: float) -> float:
     return f * min(c, x)
 
 
-def predict_step(shape: ModelShape, grid: Grid, seq: int, global_batch: int, micro_batch: int,
+def predict_step(shape: ModelShape, grid: GridShape, seq: int, global_batch: int, micro_batch: int,
                  prof: MachineProfile, activation_checkpointing: bool = True,
                  cfg: CostConfig | None = None) -> StepBreakdown:
     """Predict the time of one optimizer step (equations in the module docstring).
@@ -481,10 +447,10 @@ def predict_step(shape: ModelShape, grid: Grid, seq: int, global_batch: int, mic
     # re-layouts over the column group: o_proj's and down_proj's outputs all-gathered to full width in
     # the forward (bf16), the two RMSNorm outputs' column slices' gradients in the backward (fp32)
     n_f, n_b = column_relayouts(shape)
-    relayout_f = n_f * comm.allgather("column", m * shape.hidden, ba)
-    relayout_b = n_b * comm.allgather("column", m * shape.hidden, 4)
+    relayout_f = n_f * comm.allgather("col", m * shape.hidden, ba)
+    relayout_b = n_b * comm.allgather("col", m * shape.hidden, 4)
     rf_layer = cfg.recompute_fraction if ckpt else 0.0
-    axes_comm["column"] += shape.layers * (relayout_f * (1 + rf_layer) + relayout_b)
+    axes_comm["col"] += shape.layers * (relayout_f * (1 + rf_layer) + relayout_b)
     # elementwise kernels' HBM traffic (norms, RoPE, SwiGLU, residuals) per micro-step: full-width hidden
     # (the residual stream is not sharded over row × column), the MLP width split over the row group;
     # a third in the forward, two thirds in the backward
@@ -493,10 +459,10 @@ def predict_step(shape: ModelShape, grid: Grid, seq: int, global_batch: int, mic
     lf, lb, lc = block(layer, attn_f, attn_b, relayout_f=relayout_f, relayout_b=relayout_b,
                        elem_f=elem / 3, elem_b=2 * elem / 3)
     if ckpt and R * C > 1:  # axonn.checkpointing: backward all-gathers each layer's fp32 input over row x col
-        ag_c = comm.allgather("column", m * shape.hidden / R, 4)  # hierarchical: column, then row
+        ag_c = comm.allgather("col", m * shape.hidden / R, 4)  # hierarchical: column, then row
         ag_r = comm.allgather("row", m * shape.hidden, 4)
         lb += rf_layer * (ag_c + ag_r)
-        axes_comm["column"] += shape.layers * rf_layer * ag_c
+        axes_comm["col"] += shape.layers * rf_layer * ag_c
         axes_comm["row"] += shape.layers * rf_layer * ag_r
     # --- lm_head (+ loss) and the embedding: fp32 output all-reduced over row x column (one
     # collective over the R·C group), its chunk all-gathered over depth and its gradient
@@ -504,11 +470,11 @@ def predict_step(shape: ModelShape, grid: Grid, seq: int, global_batch: int, mic
     # the lm_head is not checkpointed (nothing recomputed); the final norm's column slice's gradient is
     # all-gathered (fp32) in its backward
     head = [linear_costs(lm_head(shape), recompute=False)]
-    head_relayout_b = comm.allgather("column", m * shape.hidden, 4)
-    axes_comm["column"] += head_relayout_b
+    head_relayout_b = comm.allgather("col", m * shape.hidden, 4)
+    axes_comm["col"] += head_relayout_b
     hf, hb, hc = block(head, recompute=False, relayout_b=head_relayout_b)
     # attributed to row and column in proportion to what each axis alone would take
-    emb_split = {ax: comm.allreduce(ax, m * shape.hidden, 4) for ax in ("column", "row")}
+    emb_split = {ax: comm.allreduce(ax, m * shape.hidden, 4) for ax in ("col", "row")}
     emb_joint = comm.allreduce_row_column(m * shape.hidden, 4)
     emb_sum = sum(emb_split.values())
     emb_out = {ax: (emb_joint * t / emb_sum if emb_sum else 0.0) for ax, t in emb_split.items()}
@@ -543,5 +509,6 @@ def predict_step(shape: ModelShape, grid: Grid, seq: int, global_batch: int, mic
     exposed = {ax: (exposed_total * comm_s[ax] / raw if raw else 0.0) for ax in AXES}
     tokens = global_batch * seq
     return StepBreakdown(step_time_s=step, micro_steps=accum, compute_s=compute,
-                         exposed_comm_s=exposed, comm_s=comm_s, optimizer_s=t_opt,
+                         exposed_comm_s={AXIS_LABEL[ax]: t for ax, t in exposed.items()},
+                         comm_s={AXIS_LABEL[ax]: t for ax, t in comm_s.items()}, optimizer_s=t_opt,
                          model_flops=model_flops_per_token(shape, seq) * tokens)

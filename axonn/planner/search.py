@@ -5,11 +5,11 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from axonn.grid_shape import GridShape
 from axonn.presets import ModelShape, get_preset
 
 from .memory import GIB, MemoryBreakdown, MemoryConfig, memory_per_gpu
-from .model import (AXES, CostConfig, Grid, StepBreakdown, axis_bandwidth, divisibility_problem,
-                    enumerate_grids, predict_step)
+from .model import AXES, AXIS_LABEL, CostConfig, StepBreakdown, axis_bandwidth, divisibility_problem, predict_step
 from .profiles import MachineProfile, known_profiles, load_profile
 
 #: micro-batches the planner tries when none is given (per GPU, sequences)
@@ -37,7 +37,7 @@ class PlanError(ValueError):
 class PlanEntry:
     """One valid, fitting grid with its prediction."""
 
-    grid: Grid
+    grid: GridShape
     micro_batch: int
     grad_accum: int
     step_time_s: float
@@ -83,7 +83,7 @@ class PlanEntry:
 class Rejection:
     """A grid the planner refused: ``kind`` is ``divide``, ``batch`` or ``memory``."""
 
-    grid: Grid
+    grid: GridShape
     kind: str
     reason: str
     memory_per_gpu_bytes: float | None = None
@@ -152,7 +152,7 @@ def _fits_somewhere(shape: ModelShape, gpus: int, seq: int, global_batch: int | 
     """Smallest memory/GPU of a valid grid of ``gpus`` that fits, or ``None`` (batch ignored if None)."""
     cap = prof.usable_memory_bytes
     best = None
-    for g in enumerate_grids(gpus):
+    for g in GridShape.enumerate(gpus):
         if divisibility_problem(shape, g):
             continue
         if global_batch is None:  # any batch: one micro-batch, gradients accumulated (the larger need)
@@ -233,7 +233,7 @@ def plan(shape: str | ModelShape, seq: int, global_batch: int, gpus: int,
     cap = prof.usable_memory_bytes
     ranked: list[PlanEntry] = []
     rejected: list[Rejection] = []
-    for grid in enumerate_grids(gpus):
+    for grid in GridShape.enumerate(gpus):
         why = divisibility_problem(shape, grid)
         if why:
             rejected.append(Rejection(grid, "divide", why))
@@ -259,7 +259,7 @@ def plan(shape: str | ModelShape, seq: int, global_batch: int, gpus: int,
                 continue
             bd = predict_step(shape, grid, seq, global_batch, mb, prof, activation_checkpointing, cost_cfg)
             if best is None or bd.step_time_s < best.step_time_s:
-                intra = [ax for ax in AXES if getattr(grid, ax) > 1 and axis_bandwidth(grid, ax, prof)[2]]
+                intra = [AXIS_LABEL[ax] for ax in AXES if getattr(grid, ax) > 1 and axis_bandwidth(grid, ax, prof)[2]]
                 best = PlanEntry(grid=grid, micro_batch=mb, grad_accum=bd.micro_steps,
                                  step_time_s=bd.step_time_s, flops_per_s=bd.flops_per_s, memory=mem,
                                  breakdown=bd, gpus=gpus, peak_tflops=prof.peak_tflops,
@@ -285,7 +285,7 @@ def _explain_failure(res: PlanResult, mem_cfg: MemoryConfig) -> None:
     what = f"{shape.name} ({shape.num_params() / 1e9:.1f}B params) on {res.gpus} × {prof.name}"
     if kinds == {"divide"}:
         near = [n for n in _candidate_counts(prof)
-                if any(divisibility_problem(shape, g) is None for g in enumerate_grids(n))]
+                if any(divisibility_problem(shape, g) is None for g in GridShape.enumerate(n))]
         near.sort(key=lambda n: (abs(n - res.gpus), n))
         examples = "; ".join(sorted({r.reason for r in res.rejected})[:4])
         raise PlanError(f"no 4D grid of {res.gpus} GPUs divides {shape.name}: e.g. {examples}. "
@@ -294,7 +294,7 @@ def _explain_failure(res: PlanResult, mem_cfg: MemoryConfig) -> None:
     if "memory" not in kinds:
         # no grid was priced: the batch divides none. Offer only the data×depth of grids that fit in memory
         # (at one micro-step, their smallest need), else the batch is not the problem: memory is
-        valid = [g for g in enumerate_grids(res.gpus) if divisibility_problem(shape, g) is None]
+        valid = [g for g in GridShape.enumerate(res.gpus) if divisibility_problem(shape, g) is None]
         need_of = {g: memory_per_gpu(shape, g, res.seq, res.micro_batch or 1, ckpt, mem_cfg, micro_steps=1).total
                    for g in valid}
         dz = sorted({g.data * g.depth for g in valid if need_of[g] <= cap})
@@ -365,7 +365,7 @@ def format_plan(result: PlanResult, top: int = 5, show_rejected: int = 8) -> str
     ]
     for i, e in enumerate(r.ranked[:top], 1):
         ex = e.breakdown.exposed_comm_s
-        exs = "/".join(f"{ex[a]:.2f}" for a in AXES)
+        exs = "/".join(f"{ex[AXIS_LABEL[a]]:.2f}" for a in AXES)
         lines.append(f"{i:>3} {str(e.grid):>16} {e.micro_batch:>3} {e.grad_accum:>5} {e.step_time_s:>9.3f} "
                      f"{e.tflops_per_gpu:>11.1f} {e.mfu:>5.1%} {e.memory_per_gpu_bytes / GIB:>8.1f}  "
                      f"{exs:<34}  {','.join(e.intra_node_axes) or '-'}")
