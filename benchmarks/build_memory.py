@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from axonn.cli import HelpFormatter  # noqa: E402
-from axonn.grid import parse_grid  # noqa: E402
+from axonn.grid_shape import GridShape  # noqa: E402
 
 
 def _vm(key: str) -> int:
@@ -37,13 +37,13 @@ def _vm(key: str) -> int:
     raise RuntimeError(f"/proc/self/status has no {key}")
 
 
-def worker(variant: str, size: str, grid: tuple[int, int, int, int]) -> None:
+def worker(variant: str, size: str, grid: GridShape) -> None:
     import torch
 
     import axonn
     from memorization.runtime import Runtime
 
-    rt = Runtime.create(*grid)
+    rt = Runtime.create(grid)
     vocab = 32000
     from transformers import LlamaForCausalLM
 
@@ -93,13 +93,13 @@ def main() -> None:
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     try:
-        grid = parse_grid(args.grid)
+        grid = GridShape.parse(args.grid)
     except ValueError as e:
         ap.error(f"--grid: {e}")
     if args.worker:
         worker(args.worker, args.size, grid)
         return
-    nproc = grid[0] * grid[1] * grid[2] * grid[3]
+    nproc = grid.size
     g = 2**20
     rows = {}
     for variant in ("full", "sharded"):

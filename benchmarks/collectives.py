@@ -91,15 +91,15 @@ def main() -> int:
     args = ap.parse_args()
     import axonn
     from axonn.communication import count_bytes
-    from axonn.grid import parse_grid
+    from axonn.grid_shape import GridShape
     from axonn.intra_layer import Embedding, Linear
     from transformers import LlamaConfig, LlamaForCausalLM
 
     try:
-        d, r, c, z = parse_grid(args.grid)
+        shape = GridShape.parse(args.grid)
     except ValueError as e:
         ap.error(f"--grid: {e}")
-    grid = axonn.init(G_data=d, G_intra_r=r, G_intra_c=c, G_intra_d=z)
+    grid = axonn.init(shape)
     torch.manual_seed(0)
     cfg = LlamaConfig(hidden_size=args.hidden, intermediate_size=2 * args.hidden, num_hidden_layers=args.layers,
                       num_attention_heads=4, num_key_value_heads=2, vocab_size=256, max_position_embeddings=512,

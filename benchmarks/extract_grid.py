@@ -29,6 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from axonn.grid_shape import GridShape  # noqa: E402
 
 GRIDS = ("1,1,1,1", "2,1,1,1", "1,2,1,1", "4,1,1,1", "1,4,1,1", "1,2,2,1", "1,1,2,2")
 
@@ -40,7 +41,7 @@ def worker(a: argparse.Namespace) -> None:
     from memorization.models import build_model
     from memorization.runtime import Runtime
 
-    rt = Runtime.create(*map(int, a.grid.split(",")))
+    rt = Runtime.create(GridShape.parse(a.grid))
     torch.set_num_threads(1)  # one core per rank: the grids differ in ranks only
     model = build_model(a.size, a.vocab, seed=0, runtime=rt).eval()
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -86,9 +87,10 @@ def main() -> None:
         return worker(a)
     rows = []
     for grid in a.grids.split(";"):
-        n = 1
-        for x in grid.split(","):
-            n *= int(x)
+        try:
+            n = GridShape.parse(grid).size
+        except ValueError as e:
+            p.error(f"--grids: {e}")
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}", __file__,
                "--worker", "--grid", grid, "--size", a.size, "--vocab", str(a.vocab), "--docs", str(a.docs),
                "--prefix", str(a.prefix), "--suffix", str(a.suffix), "--batch", str(a.batch)]

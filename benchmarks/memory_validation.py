@@ -26,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from axonn.cli import HelpFormatter  # noqa: E402
-from axonn.grid import parse_grid  # noqa: E402
-from axonn.planner import GRAD_REDUCE_BYTES, Grid, MemoryConfig, memory_per_gpu  # noqa: E402
+from axonn.grid_shape import GridShape  # noqa: E402
+from axonn.planner import GRAD_REDUCE_BYTES, MemoryConfig, memory_per_gpu  # noqa: E402
 from axonn.presets import get_preset  # noqa: E402
 from memorization.memory_trace import measure_cuda_step, trace_train_step  # noqa: E402
 
@@ -69,7 +69,7 @@ def run(configs, show: int, cuda: bool = False) -> list[dict]:
         t0 = time.perf_counter()
         traced = trace_train_step(size, grid, seq=seq, micro_batch=mb, micro_steps=steps, activation_checkpointing=ac,
                                   grad_reduce_dtype=wire)
-        pred = memory_per_gpu(get_preset(size), Grid(*grid), seq, mb, ac,
+        pred = memory_per_gpu(get_preset(size), GridShape(*grid), seq, mb, ac,
                               MemoryConfig(grad_reduce_bytes=GRAD_REDUCE_BYTES[wire]), micro_steps=steps)
         err = pred.total / traced.peak - 1
         secs = time.perf_counter() - t0
@@ -117,7 +117,7 @@ def main() -> None:
             p.error("--cuda needs a CUDA GPU (the trace alone runs anywhere: leave --cuda out)")
     if a.size:
         try:
-            grid = parse_grid(a.grid)
+            grid = GridShape.parse(a.grid)
         except ValueError as e:
             p.error(f"--grid: {e}")
         configs = [(a.size, grid, a.seq, a.micro_batch, a.activation_checkpointing, a.micro_steps,

@@ -51,6 +51,7 @@ from axonn.cli import HelpFormatter  # noqa: E402
 import axonn  # noqa: E402
 from axonn.planner import plan  # noqa: E402
 from axonn.grid import launcher_world_size  # noqa: E402
+from axonn.grid_shape import GridShape  # noqa: E402
 from axonn.planner.calibrate import calibrate  # noqa: E402
 from axonn.planner.profiles import load_profile, save_profile  # noqa: E402
 from axonn.planner.model import CostConfig  # noqa: E402
@@ -66,13 +67,12 @@ def spearman(a: list[float], b: list[float]) -> float:
     return float(spearmanr(a, b).statistic)
 
 
-def measure_grid(shape: ModelShape, grid: tuple[int, int, int, int], seq: int, global_batch: int,
+def measure_grid(shape: ModelShape, grid: GridShape, seq: int, global_batch: int,
                  micro_batch: int, steps: int, warmup: int, seed: int) -> list[float]:
     """Step times (s, slowest rank per step) of the trainer on ``grid``."""
     from transformers import LlamaForCausalLM
 
-    D, R, C, Z = grid
-    g = axonn.init(G_data=D, G_intra_r=R, G_intra_c=C, G_intra_d=Z)
+    g = axonn.init(grid)
     torch.manual_seed(seed)
     model = LlamaForCausalLM(shape.llama_config(attn_implementation="sdpa"))
     gen = torch.Generator().manual_seed(seed)
@@ -264,7 +264,7 @@ def main() -> int:
         for i in order:
             e = entries[i]
             bar.set_postfix_str(f"round {rnd + 1} grid {tuple(e.grid)} mb {e.micro_batch}")
-            ts = measure_grid(shape, tuple(e.grid), a.seq, a.global_batch, e.micro_batch, a.steps, a.warmup, a.seed)
+            ts = measure_grid(shape, e.grid, a.seq, a.global_batch, e.micro_batch, a.steps, a.warmup, a.seed)
             measured[i].append(statistics.median(ts))
             bar.update()
     bar.close()

@@ -37,7 +37,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from axonn.cli import HelpFormatter  # noqa: E402
-from axonn.planner import Grid, PlanError, load_profile, plan, predict_step  # noqa: E402
+from axonn.grid_shape import GridShape  # noqa: E402
+from axonn.planner import PlanError, load_profile, plan, predict_step  # noqa: E402
 from axonn.planner.model import CostConfig, model_flops_per_token  # noqa: E402
 from axonn.planner.profiles import MachineProfile  # noqa: E402
 from axonn.presets import ModelShape  # noqa: E402
@@ -88,7 +89,7 @@ def predict(entry: dict, shape: ModelShape, prof: MachineProfile, cfg: CostConfi
     """Predicted model TFLOP/s per GPU and the grid it was predicted on (``D,R,C,Z mb ckpt``)."""
     seq, batch, gpus = entry["seq"], entry["global_batch"], entry["gpus"]
     if entry.get("grid"):
-        grid = Grid(*entry["grid"])
+        grid = GridShape(*entry["grid"])
         ckpt = bool(entry.get("activation_checkpointing", True))
         if ckpt and (entry.get("software") or {}).get("recompute_fraction", 1.0) < 1 and cfg.recompute_fraction == 1:
             ckpt = False  # without the fractional term, a selective policy's nearest setting is no checkpointing

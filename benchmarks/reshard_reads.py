@@ -36,7 +36,7 @@ import torch  # noqa: E402
 
 from axonn.cli import HelpFormatter  # noqa: E402
 from axonn.checkpoint import TENSOR_AXES, build_index, pieces_by_name, pieces_to_read, tensor_owned  # noqa: E402
-from axonn.grid import Grid, coords_of, parse_grid  # noqa: E402
+from axonn.grid import Grid, GridShape, coords_of  # noqa: E402
 from axonn.sharding import ShardSpec  # noqa: E402
 
 STATE_BYTES = 12  # per element written: fp32 weight, AdamW exp_avg and exp_avg_sq
@@ -93,11 +93,6 @@ def reads(config, index, sizes: dict[str, int], sample: int) -> list[tuple[int, 
     return out
 
 
-def _grid(text: str) -> dict[str, int]:
-    d, r, c, z = parse_grid(text)
-    return {"data": d, "depth": z, "row": r, "col": c}
-
-
 def _gb(n: float) -> str:
     return f"{n / 1e9:.1f} GB"
 
@@ -115,7 +110,7 @@ def main() -> None:
 
     config = model_config(args.size, 128256)
     try:
-        src, dst = _grid(args.src), _grid(args.dst)
+        src, dst = GridShape.parse(args.src).sizes(), GridShape.parse(args.dst).sizes()
     except ValueError as e:
         ap.error(str(e))
     world = math.prod(src.values())

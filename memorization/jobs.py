@@ -28,8 +28,9 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
-from axonn.planner import (GRAD_REDUCE_BYTES, Grid, MachineProfile, MemoryConfig, PlanError,
-                           divisibility_problem, load_profile, memory_per_gpu, plan, resolve_shape)
+from axonn.grid_shape import GridShape
+from axonn.planner import (GRAD_REDUCE_BYTES, MachineProfile, MemoryConfig, PlanError, divisibility_problem,
+                           load_profile, memory_per_gpu, plan, resolve_shape)
 from axonn.presets import ModelShape
 from memorization.experiment.config import (Data, ExperimentConfig, Model, Output, Training, dump_config, flat,
                                             load_config, resolve)
@@ -134,7 +135,7 @@ class JobSpec:
     seq: int = 2048
     global_batch: int = 128
     micro_batch: int | None = None
-    grid: tuple[int, int, int, int] | None = None  # override the planner's choice
+    grid: GridShape | None = None  # override the planner's choice (any four sizes D, R, C, Z)
     activation_checkpointing: bool = True
     grad_reduce_dtype: str = "fp32"  # "bf16": gradients summed in bf16 (planned and trained so)
     async_checkpoint: bool = True    # checkpoints written while training goes on (host memory is ample there)
@@ -149,7 +150,7 @@ class JobSpec:
     def name(self) -> str:
         return f"mem-{self.size}-{self.machine}-gf{self.goldfish_k}-{self.total_gpus()}g"
 
-    def run_config(self, grid: tuple[int, int, int, int] | None = None, micro_batch: int | None = None,
+    def run_config(self, grid: GridShape | None = None, micro_batch: int | None = None,
                    checkpoint_every: int | None = None, out: str | None = None) -> ExperimentConfig:
         """The resolved experiment this job runs: ``experiment`` (default :func:`job_defaults`), this spec's
         fields, then ``extra_args``; ``{size}`` in ``--init`` becomes the size; with the job's execution
@@ -172,7 +173,7 @@ class JobSpec:
         if cfg.model.init:
             cfg = replace(cfg, model=replace(cfg.model, init=cfg.model.init.replace(SIZE_PLACEHOLDER, self.size)))
         if grid is not None:
-            cfg = replace(cfg, execution=replace(cfg.execution, grid=",".join(map(str, grid))),
+            cfg = replace(cfg, execution=replace(cfg.execution, grid=str(GridShape(*grid))),
                           training=replace(cfg.training, micro_batch=micro_batch))
         if out is not None:
             cfg = replace(cfg, output=replace(cfg.output, out=out, resume=True, overwrite=False))
@@ -223,7 +224,7 @@ class Job:
     nodes: int
     tasks_per_node: int
     tasks: int
-    grid: tuple[int, int, int, int]
+    grid: GridShape
     micro_batch: int
     predicted_step_s: float | None
     path: Path
@@ -336,25 +337,25 @@ def make_job(spec: JobSpec) -> Job:
                     activation_checkpointing=spec.activation_checkpointing, grad_reduce_dtype=spec.grad_reduce_dtype)
 
     if spec.grid is not None:
-        grid = tuple(spec.grid)
-        if len(grid) != 4 or grid[0] * grid[1] * grid[2] * grid[3] != gpus:
-            raise ValueError(f"grid {grid} does not multiply to {gpus} GPUs")
+        if len(spec.grid) != 4 or math.prod(spec.grid) != gpus:
+            raise ValueError(f"grid {tuple(spec.grid)} does not multiply to {gpus} GPUs")
+        grid = GridShape(*spec.grid)
         mb = spec.micro_batch or 1
-        why = divisibility_problem(shape, Grid(*grid))
-        if why is None and spec.global_batch % (grid[0] * grid[3] * mb):
+        why = divisibility_problem(shape, grid)
+        if why is None and spec.global_batch % (grid.data * grid.depth * mb):
             why = (f"global batch {spec.global_batch} is not divisible by data×depth×micro-batch="
-                   f"{grid[0]}×{grid[3]}×{mb}")
+                   f"{grid.data}×{grid.depth}×{mb}")
         if why:  # the trainer refuses it at start: say so now, not after the queue
-            raise ValueError(f"grid {','.join(map(str, grid))}: {why}")
-        memory = check_hand_grid_memory(spec, Grid(*grid), mb, load_profile(cfg.profile), shape)
+            raise ValueError(f"grid {grid}: {why}")
+        memory = check_hand_grid_memory(spec, grid, mb, load_profile(cfg.profile), shape)
         note = "grid given by hand"
         try:  # the planner's price of this grid, if it considers it at all
-            predicted = next((e.step_time_s for e in ranking(mb).ranked if tuple(e.grid) == grid), None)
+            predicted = next((e.step_time_s for e in ranking(mb).ranked if e.grid == grid), None)
         except PlanError:
             predicted = None
     else:
         best = ranking(spec.micro_batch).best
-        grid, mb, predicted = tuple(best.grid), best.micro_batch, best.step_time_s
+        grid, mb, predicted = best.grid, best.micro_batch, best.step_time_s
         memory = best.memory_per_gpu_bytes
         note = (f"planner: {predicted:.2f} s/step, {best.tflops_per_gpu:.0f} TFLOP/s/GPU, "
                 f"{best.memory_per_gpu_bytes / 1024**3:.1f} GiB/GPU")
@@ -371,7 +372,7 @@ def make_job(spec: JobSpec) -> Job:
     run = spec.run_config(grid, mb, stop.checkpoint_every, run_dir)
     config_path = (Path(spec.out_dir) / f"{spec.name}.yaml").resolve()
     # the job decides only how it executes; the experiment is the config file
-    args = ["--config", str(config_path), "--grid", ",".join(map(str, grid)), "--micro-batch", str(mb),
+    args = ["--config", str(config_path), "--grid", str(grid), "--micro-batch", str(mb),
             "--out", run_dir, "--resume"]
     odd = next((a for a in args if shlex.quote(a) != a), None)
     if odd is not None:  # shlex.quote would wrap it in single quotes, which cannot go inside bash -c '...'
@@ -382,12 +383,12 @@ def make_job(spec: JobSpec) -> Job:
         raise ValueError("the machine's task prelude must not contain single quotes (it goes inside bash -c '...')")
     values = {
         "HEADER": f"generated by recipes/jobs/generate.py: {spec.size} on {gpus} {spec.machine} GPUs, "
-                  f"goldfish k={spec.goldfish_k}, grid D,R,C,Z={','.join(map(str, grid))}",
+                  f"goldfish k={spec.goldfish_k}, grid D,R,C,Z={grid}",
         "JOB_NAME": spec.name, "ACCOUNT": spec.account, "NODES": str(nodes), "TASKS": str(gpus),
         "TASKS_PER_NODE": str(tpn), "TIME": spec.time, "SIGNAL_LEAD": str(stop.signal_lead_s),
         "CHECKPOINT_GRACE": str(stop.grace_s),
         "LOG_DIR": str(log_dir), "REPO": str(REPO), "RUN_DIR": run_dir,
-        "GRID": ",".join(map(str, grid)), "PLAN_NOTE": note, "SRUN_FLAGS": cfg.srun_flags,
+        "GRID": str(grid), "PLAN_NOTE": note, "SRUN_FLAGS": cfg.srun_flags,
         "TRAIN_ARGS": train_args, "CONSTRAINT": cfg.constraint, "CONFIG": str(config_path),
         "SETTINGS": " ".join(shlex.quote(a) for a in settings_argv(run)),
     }
@@ -419,7 +420,7 @@ def settings_argv(cfg: ExperimentConfig) -> list[str]:
                     if k not in skip and v is not None and (k in HEADER_SETTINGS or v != default.get(k))})
 
 
-def check_hand_grid_memory(spec: JobSpec, grid: Grid, micro_batch: int, prof: MachineProfile,
+def check_hand_grid_memory(spec: JobSpec, grid: GridShape, micro_batch: int, prof: MachineProfile,
                            shape: ModelShape | None = None) -> float:
     """The predicted peak per GPU of a hand grid (bytes); refused when the trainer's start-up check refuses
     it even on an empty device (it would fail after the queue wait); a warning when it is over the planner's
@@ -431,7 +432,7 @@ def check_hand_grid_memory(spec: JobSpec, grid: Grid, micro_batch: int, prof: Ma
     mem = memory_per_gpu(shape, grid, spec.seq, micro_batch, spec.activation_checkpointing,
                          MemoryConfig(grad_reduce_bytes=GRAD_REDUCE_BYTES[spec.grad_reduce_dtype]),
                          micro_steps=steps).total
-    gib, text = 1024**3, ",".join(map(str, grid))
+    gib, text = 1024**3, str(grid)
     if mem > PREFLIGHT_FRACTION * prof.memory_bytes:
         try:
             best = plan(shape, seq=spec.seq, global_batch=spec.global_batch, gpus=grid.size, machine=prof,
@@ -496,7 +497,7 @@ def check_job(job: Job) -> list[Check]:
         checks.append(Check("memory", NOT_CHECKED, "no price for this grid"))
     else:
         checks.append(Check("memory", OK, f"~{job.memory_bytes / 1024**3:.1f} GiB per GPU at grid "
-                            f"{','.join(map(str, job.grid))}, micro-batch {job.micro_batch}, of "
+                            f"{job.grid}, micro-batch {job.micro_batch}, of "
                             f"{prof.memory_gib:g} GiB on {prof.name}"))
     return checks
 

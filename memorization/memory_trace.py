@@ -35,6 +35,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakIdKeyDictionary
 
+from axonn.grid_shape import GridShape
+
 
 class PeakMemory(TorchDispatchMode):
     """Live bytes of tensor storages (``existing`` ones plus every op output while active) and their peak.
@@ -184,7 +186,7 @@ def measure_cuda_step(size: str, seq: int = 2048, micro_batch: int = 1, micro_st
             dist.destroy_process_group()
 
 
-def trace_train_step(size: str, grid: tuple[int, int, int, int] = (1, 1, 1, 1), seq: int = 2048,
+def trace_train_step(size: str, grid: GridShape = GridShape(1, 1, 1, 1), seq: int = 2048,
                      micro_batch: int = 1, micro_steps: int = 2, activation_checkpointing: bool = True,
                      chunk_tokens: int = 4096, grad_reduce_dtype: str = "fp32") -> TracedMemory:
     """Peak memory of rank 0 of ``grid`` (data, row, column, depth) in one step of the trainer.
@@ -250,7 +252,7 @@ def _padded_batch():
         mu.find_packed_sequence_indices, mu._ignore_causal_mask_sdpa = saved
 
 
-def trace_inference(shape, grid: tuple[int, int, int, int] = (1, 1, 1, 1), batch: int = 1, context: int = 2048,
+def trace_inference(shape, grid: GridShape = GridShape(1, 1, 1, 1), batch: int = 1, context: int = 2048,
                     generate: bool = True) -> TracedMemory:
     """Peak live tensor bytes of rank 0 of ``grid`` while it evaluates ``batch`` padded sequences of ``context``
     tokens as the eval CLIs do on a grid, which :func:`axonn.planner.inference_memory_per_gpu` predicts.

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from axonn.planner import Grid, divisibility_problem, plan_inference
+from axonn.planner import GridShape, divisibility_problem, plan_inference
 from memorization import eval_jobs
 from memorization import jobs as gen
 
@@ -46,7 +46,7 @@ def test_an_evaluation_job_runs_every_evaluation_of_every_arm_on_a_planned_grid(
     arms = ("standard", "goldfish")
     assert {(s.what, s.arm) for s in ev.steps} == {(w, a) for w in eval_jobs.DEFAULT_EVALUATIONS for a in arms}
     for s in ev.steps:
-        g = Grid(*s.grid)
+        g = GridShape(*s.grid)
         assert g.size == ev.tasks and divisibility_problem(train.shape, g) is None
         assert f"--grid {','.join(map(str, s.grid))}" in text
         assert f'"$RUN_DIR/{s.arm}/checkpoint"' in text

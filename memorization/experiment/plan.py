@@ -64,7 +64,7 @@ def run_command(cfg: ExperimentConfig, best) -> str:
     cmd = ["python recipes/memorize.py", f"--size {cfg.model.size}"]
     if cfg.model.init:
         cmd.append(f"--init {shlex.quote(cfg.model.init)}")
-    cmd += [f"--grid {','.join(map(str, best.grid))}", f"--micro-batch {best.micro_batch}",
+    cmd += [f"--grid {best.grid}", f"--micro-batch {best.micro_batch}",
             f"--seq-len {cfg.data.seq_len}", f"--batch-size {t.batch_size}",
             "--activation-checkpointing" if t.activation_checkpointing else "--no-activation-checkpointing",
             f"--grad-reduce-dtype {cfg.execution.grad_reduce_dtype}"]

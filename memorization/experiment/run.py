@@ -14,7 +14,7 @@ from memorization.experiment.config import (ARMS, ExperimentConfig, dump_config,
 from memorization.experiment.data import (cached_run_store, check_same_data, load_run_tokenizer, open_run_store,
                                           read_targets, targets_text_field, warmup_steps)
 from memorization.experiment.plan import print_plan, run_shape
-from memorization.experiment.validate import check_grid_divides, parse_grid, validate
+from memorization.experiment.validate import check_grid_divides, config_grid, validate
 
 #: the resolved config of a run, in its --out (``--config`` reads it back)
 CONFIG_FILE = "config.yaml"
@@ -54,7 +54,7 @@ def make_runtime(cfg: ExperimentConfig):
     from memorization.runtime import Runtime
 
     try:
-        return Runtime.create(*parse_grid(cfg.execution.grid))
+        return Runtime.create(config_grid(cfg))
     except ValueError as e:
         raise SystemExit(f"error: --grid {cfg.execution.grid}: {e}") from None
 
@@ -182,7 +182,7 @@ def run_experiment(cfg: ExperimentConfig) -> dict | None:
     rt = make_runtime(cfg)
     local_rows = rt.local_batch_rows(t.batch_size)
     micro = t.micro_batch or local_rows
-    check_size_runs_here(run_shape(cfg, tokenizer), rt.device, parse_grid(cfg.execution.grid), seq=cfg.data.seq_len,
+    check_size_runs_here(run_shape(cfg, tokenizer), rt.device, config_grid(cfg), seq=cfg.data.seq_len,
                          micro_batch=micro, activation_checkpointing=t.activation_checkpointing,
                          micro_steps=max(1, local_rows // micro), grad_reduce_dtype=cfg.execution.grad_reduce_dtype)
     targets = read_targets(cfg.data.targets, targets_text_field(cfg)) if cfg.data.targets else None

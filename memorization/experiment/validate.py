@@ -9,6 +9,7 @@ import json
 import sys
 from pathlib import Path
 
+from axonn.grid_shape import GridShape
 from memorization.experiment.config import (MAX_FINE_TUNE_LR, ConfigError, ExperimentConfig, flat, parse_arms,
                                             parse_lengths, settings)
 from memorization.experiment.data import mixture_config, parse_exposures
@@ -25,12 +26,10 @@ def as_flags(names) -> str:
     return ", ".join("--" + k.replace("_", "-") for k in names)
 
 
-def parse_grid(s: str) -> tuple[int, int, int, int]:
-    """``--grid`` as (data, row, column, depth); a ConfigError naming the flag otherwise."""
-    from axonn.grid import parse_grid as parse
-
+def config_grid(cfg: ExperimentConfig) -> GridShape:
+    """``cfg``'s ``--grid`` (:meth:`GridShape.parse`); a ConfigError naming the flag when it is not a grid."""
     try:
-        return parse(s)
+        return GridShape.parse(cfg.execution.grid)
     except ValueError as e:
         raise ConfigError(f"error: --grid: {e}") from None
 
@@ -38,13 +37,12 @@ def parse_grid(s: str) -> tuple[int, int, int, int]:
 def check_grid_divides(cfg: ExperimentConfig, shape) -> None:
     """Refuse (:class:`ConfigError`) a ``--grid`` that cannot shard the model ``shape``: its row and column sizes
     must divide the heads, KV heads, hidden, ffn and vocabulary sizes (:func:`axonn.planner.divisibility_problem`)."""
-    from axonn.planner import Grid, divisibility_problem
+    from axonn.planner import divisibility_problem
 
-    grid = cfg.execution.grid
-    why = divisibility_problem(shape, Grid(*parse_grid(grid)))
+    why = divisibility_problem(shape, config_grid(cfg))
     if why:
-        raise ConfigError(f"error: --grid {grid}: {why}: choose a grid whose row and column sizes divide the "
-                          "model's heads, hidden and ffn sizes (or let the planner choose: --plan --gpus N)")
+        raise ConfigError(f"error: --grid {cfg.execution.grid}: {why}: choose a grid whose row and column sizes "
+                          "divide the model's heads, hidden and ffn sizes (or let the planner choose: --plan --gpus N)")
 
 
 def note(message: str) -> None:
@@ -81,7 +79,7 @@ def validate(cfg: ExperimentConfig) -> None:
         except ValueError as e:
             raise ConfigError(f"error: {e}") from None
     parse_exposures(d.exposures)
-    parse_grid(cfg.execution.grid)
+    config_grid(cfg)
     if m.init:
         from axonn.checkpoint import SafetensorsCheckpoint
         from memorization.models import model_config
@@ -152,7 +150,8 @@ def _check_training_numbers(cfg: ExperimentConfig) -> None:
     from memorization.runtime import rows_per_rank
 
     mixture_config(cfg)
-    d, _, _, z = parse_grid(cfg.execution.grid)
+    grid = config_grid(cfg)
+    d, z = grid.data, grid.depth
     try:
         local = rows_per_rank(t.batch_size, d * z)
     except ValueError as e:

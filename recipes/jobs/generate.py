@@ -36,7 +36,7 @@ if str(REPO) not in sys.path:  # runnable as a plain script from anywhere
     sys.path.insert(0, str(REPO))
 
 from axonn.cli import HelpFormatter  # noqa: E402
-from axonn.grid import parse_grid  # noqa: E402
+from axonn.grid_shape import GridShape  # noqa: E402
 from axonn.planner import GRAD_REDUCE_BYTES, PlanError  # noqa: E402
 from memorization.experiment.config import ConfigError  # noqa: E402
 from memorization.experiment.preflight import NOT_CHECKED  # noqa: E402
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--print", action="store_true", help="print the script instead of writing it (single job)")
     a = p.parse_args(argv)
     try:
-        grid = parse_grid(a.grid) if a.grid else None
+        grid = GridShape.parse(a.grid) if a.grid else None
     except ValueError as e:
         p.error(f"--grid: {e}")
     evaluations = () if a.eval.strip() == "none" else tuple(e.strip() for e in a.eval.split(",") if e.strip())
