@@ -8,8 +8,12 @@ know the layout reads it from here:
   the activations where the plan says, and refuses a grid whose axes do not divide the plan's fields;
 * the planner's cost and memory models (``axonn.planner``) take a block's matmuls, their shapes and
   kinds, and its replicated parameters from :func:`block_linears` and :func:`block_norms`;
-* checkpoints and HF export need no table: every parameter carries its shard spec (set by the layer
-  that the plan chose), and names stay Hugging Face's.
+* sharded checkpoints need no table (every parameter carries its shard spec, set by the layer that the
+  plan chose, and names stay Hugging Face's), but HF export (``axonn.checkpoint.export_hf``, ``to_hf``)
+  checks every full tensor against the shapes the plan and the config give (:func:`state_shapes`) before
+  it writes, and refuses a model without a plan;
+* the experiment layer (``memorization.models``) builds, initialises and loads any family with a plan,
+  and ``axonn.presets.ModelShape.hf_config`` gives a shape's config in its family.
 
 Kinds of a block module (``Gr`` = row, ``Gc`` = column axis)::
 
@@ -100,6 +104,10 @@ class ModelPlan:
     row_sharded_norms: tuple[str, ...] = ()
     per_head_norms: tuple[str, ...] = ()
     final_norm_bias: bool = False
+    # (parameter, the name the family's checkpoints store it under where that is another): GPT-NeoX's head,
+    # ``lm_head`` in transformers 5, is ``embed_out`` in its releases, in transformers 4 and in what
+    # transformers 5's save_pretrained writes; HF export writes it so, and --init reads either
+    checkpoint_aliases: tuple[tuple[str, str], ...] = ()
 
     def linears(self) -> list[ModuleRule]:
         return [r for r in self.block if r.kind in (LINEAR, TRANSPOSED)]
@@ -179,7 +187,8 @@ PLANS: dict[str, ModelPlan] = {
                ModuleRule("mlp.dense_h_to_4h", LINEAR, "ffn", "hidden", True),
                ModuleRule("mlp.dense_4h_to_h", TRANSPOSED, "hidden", "ffn", True)),
         requires=(_HIDDEN, _HEADS, _FFN, _VOCAB),
-        drop_after=("input_layernorm", "post_attention_layernorm"), final_norm_bias=True),
+        drop_after=("input_layernorm", "post_attention_layernorm"), final_norm_bias=True,
+        checkpoint_aliases=(("lm_head.weight", "embed_out.weight"),)),
 }
 
 FAMILIES = tuple(PLANS)
@@ -189,7 +198,7 @@ def get_plan(model_type: str) -> ModelPlan:
     """The plan of a HF ``model_type``; an unknown one raises ``ValueError`` naming the supported ones."""
     if model_type not in PLANS:
         raise ValueError(f"no parallel plan for model_type {model_type!r}: supported are "
-                         f"{', '.join(p.hf_class for p in PLANS.values())}")
+                         f"{', '.join(f'{t} ({p.hf_class})' for t, p in PLANS.items())}")
     return PLANS[model_type]
 
 
@@ -258,3 +267,53 @@ def layer_parameters(plan: ModelPlan, dims: Mapping[str, int]) -> dict[str, int]
 
 def final_norm_parameters(plan: ModelPlan, dims: Mapping[str, int]) -> int:
     return dims["hidden"] * (2 if plan.final_norm_bias else 1)
+
+
+def embedding_name(plan: ModelPlan) -> str:
+    """The state-dict name of the input embedding's weight (``model.embed_tokens.weight``)."""
+    return f"{plan.backbone}.{plan.embedding}.weight"
+
+
+def head_name(plan: ModelPlan) -> str:
+    """The state-dict name of the LM head's weight (``lm_head.weight``)."""
+    return f"{plan.head}.weight"
+
+
+def state_shapes(plan: ModelPlan, config: Any) -> dict[str, tuple[tuple[int, ...], bool]]:
+    """Every tensor the HF state dict of ``plan``'s model with ``config`` may hold: ``name -> (full shape,
+    required)``.
+
+    Required: the embedding and the head (``vocab × hidden``), the final norm's weight (and bias where the
+    plan has one), and in each of the ``num_hidden_layers`` blocks every Linear's weight (``out × in`` of
+    its rule's dimensions, :func:`dims_of_config`) and every norm's weight (``out``), with its bias where the
+    plan's rule has one (LayerNorms).  Optional: a Linear's bias (``out``): a config may switch them on or off
+    (Llama's ``attention_bias``, GPT-NeoX's).
+    """
+    dims = dims_of_config(config)
+    h, v = dims["hidden"], dims["vocab"]
+    out: dict[str, tuple[tuple[int, ...], bool]] = {
+        embedding_name(plan): ((v, h), True), head_name(plan): ((v, h), True),
+        f"{plan.backbone}.{plan.final_norm}.weight": ((h,), True),
+        f"{plan.backbone}.{plan.final_norm}.bias": ((h,), plan.final_norm_bias)}
+    for i in range(config.num_hidden_layers):
+        prefix = f"{plan.backbone}.{plan.layers}.{i}."
+        for r in plan.block:
+            shape = (dims[r.out], dims[r.in_]) if r.kind in (LINEAR, TRANSPOSED) else (dims[r.out],)
+            out[prefix + r.path + ".weight"] = (shape, True)
+            out[prefix + r.path + ".bias"] = ((dims[r.out],), r.bias and r.kind == REPLICATED)
+    return out
+
+
+def state_problems(plan: ModelPlan, config: Any, shapes: Mapping[str, tuple[int, ...]]) -> list[str]:
+    """What is wrong with a state dict of full tensors ``shapes`` (name -> shape) for ``plan`` and ``config``
+    (:func:`state_shapes`): a tensor the plan does not know, a shape other than the plan's, a required
+    tensor missing.  Empty when it is the family's model."""
+    want = state_shapes(plan, config)
+    problems = []
+    for name, shape in shapes.items():
+        if name not in want:
+            problems.append(f"{name}: not a tensor of {plan.hf_class} in its plan")
+        elif tuple(shape) != want[name][0]:
+            problems.append(f"{name}: shape {list(shape)}, the plan and config say {list(want[name][0])}")
+    problems += [f"{n}: missing" for n, (_, required) in want.items() if required and n not in shapes]
+    return problems

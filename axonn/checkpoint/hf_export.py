@@ -34,6 +34,34 @@ def _by_bytes(entries: list[tuple[str, int]], max_bytes: int) -> list[list[str]]
     return files
 
 
+def _checked_against_plan(config, shapes: dict[str, tuple[int, ...]], what: str
+                           ) -> tuple[Callable[[str, torch.Tensor], torch.Tensor], dict[str, str]]:
+    """Refuse (``ValueError``) a state dict of full tensors ``shapes`` (name -> shape) that is not the model its
+    family's plan and ``config`` describe (:func:`axonn.plans.state_problems`), or a ``config`` whose model_type
+    has no plan; before anything is written.  Returns the check of each gathered tensor against its shape, and
+    the name each tensor is written under: its own, or the one the family's released checkpoints (and
+    ``save_pretrained``) use where the plan names one (GPT-NeoX's head: ``embed_out.weight``)."""
+    from ..plans import get_plan, state_problems
+
+    try:
+        plan = get_plan(getattr(config, "model_type", None))
+    except ValueError as e:
+        raise ValueError(f"{what}: HF export writes the models of the families with a parallel plan: {e}") from None
+    problems = state_problems(plan, config, shapes)
+    if problems:
+        raise ValueError(f"{what} is not the {plan.hf_class} its config describes (axonn.plans):\n  "
+                         + "\n  ".join(problems[:10]))
+
+    def check(name: str, full: torch.Tensor) -> torch.Tensor:
+        if tuple(full.shape) != tuple(shapes[name]):
+            raise RuntimeError(f"{name}: gathered a tensor of shape {list(full.shape)}, the plan says "
+                               f"{list(shapes[name])}")
+        return full
+
+    aliases = dict(plan.checkpoint_aliases)
+    return check, {n: aliases.get(n, n) for n in shapes}
+
+
 def _check_export_target(d: Path) -> Path:
     if d.exists() and any(d.iterdir()) and not (d / "config.json").exists():
         raise FileExistsError(f"{d} exists and is not a model directory (no config.json): an export replaces its "
@@ -59,12 +87,13 @@ def _config_with_dtype(config, written: set[torch.dtype]):
 
 
 def _write_hf_dir(d: Path, rank: int, entries: list[tuple[str, int]], full_of: Callable[[str], torch.Tensor],
-                  config, savers: list, dtype: torch.dtype | None, max_shard_bytes: int) -> None:
+                  config, savers: list, dtype: torch.dtype | None, max_shard_bytes: int,
+                  file_names: dict[str, str]) -> None:
     """Write a HF model directory from ``full_of(name)`` (the full tensor; every rank calls it for every
     name, in order, so it may be a collective), rank 0 holding one file's tensors at a time.
 
-    ``entries`` are (state-dict name, bytes as written); ``savers`` more objects with
-    ``save_pretrained`` (generation config, tokenizer).  One file is ``model.safetensors``; more
+    ``entries`` are (state-dict name, bytes as written), each written under ``file_names[name]``; ``savers``
+    more objects with ``save_pretrained`` (generation config, tokenizer).  One file is ``model.safetensors``; more
     are ``model-0000i-of-0000n.safetensors`` with HF's ``model.safetensors.index.json``.  The
     directory appears atomically (the callers refuse a target that is not a model directory first).
     ``config.json``'s ``dtype`` is that of the tensors written (:func:`_config_with_dtype`).
@@ -83,8 +112,8 @@ def _write_hf_dir(d: Path, rank: int, entries: list[tuple[str, int]], full_of: C
             full = full_of(name)
             if rank == 0:
                 full = full.to("cpu", dtype=dtype if dtype is not None and full.is_floating_point() else None)
-                tensors[name] = full.contiguous()
-                weight_map[name] = fname
+                tensors[file_names[name]] = full.contiguous()
+                weight_map[file_names[name]] = fname
                 total += full.numel() * full.element_size()
                 if full.is_floating_point():
                     written.add(full.dtype)
@@ -115,21 +144,28 @@ def export_hf(model: nn.Module, directory: str | os.PathLike, tokenizer=None, gr
     file is ``model.safetensors``; more are ``model-0000i-of-0000n.safetensors`` with HF's
     ``model.safetensors.index.json``.  ``dtype`` (e.g. ``torch.bfloat16``) converts floating-point
     tensors on the way.  The directory appears atomically (written beside it, then renamed over a
-    previous export; a non-empty directory that is not a model directory is refused).
+    previous export; a non-empty directory that is not a model directory is refused).  The model must be of
+    a family with a parallel plan: every tensor's full shape is checked against the plan and the model's
+    config before anything is written (:func:`axonn.plans.state_problems`), and each gathered tensor
+    against its shape; the tensors are named as the family's ``save_pretrained`` names them (the plan's
+    checkpoint aliases: GPT-NeoX's head is ``embed_out.weight``, which transformers 4 and 5 both load), and
+    ``config.json`` is the model's own config (its family's class).
     """
     d = _check_export_target(Path(directory))
-    grid = grid_of(model, grid)
     params = dict(model.named_parameters())
     state = model.state_dict()
-    entries = [(n, math.prod(spec_of(params[n]).full_shape if n in params else t.shape) * (dtype or t.dtype).itemsize)
-               for n, t in state.items()]
+    shapes = {n: tuple(spec_of(params[n]).full_shape if n in params else t.shape) for n, t in state.items()}
+    check, file_names = _checked_against_plan(getattr(model, "config", None), shapes,
+                                              f"export of {type(model).__name__}")
+    grid = grid_of(model, grid)
+    entries = [(n, math.prod(shapes[n]) * (dtype or t.dtype).itemsize) for n, t in state.items()]
 
     def full_of(name: str) -> torch.Tensor:
         t = state[name]
-        return gather_full(t, spec_of(params[name]), grid) if name in params else t.detach()
+        return check(name, gather_full(t, spec_of(params[name]), grid) if name in params else t.detach())
 
     _write_hf_dir(d, grid.rank, entries, full_of, model.config,
-                  [getattr(model, "generation_config", None), tokenizer], dtype, max_shard_bytes)
+                  [getattr(model, "generation_config", None), tokenizer], dtype, max_shard_bytes, file_names)
     barrier()
 
 
@@ -142,7 +178,8 @@ def to_hf(checkpoint: str | os.PathLike, directory: str | os.PathLike, tokenizer
     :func:`read_index` names, :func:`~axonn.sharding.rows_from_pieces` over all rows) and written
     before the next is read, so the process holds one tensor plus one output file's worth (at most
     ``max_shard_bytes``).  ``config`` (a ``PretrainedConfig``) is needed only for a checkpoint
-    written before ``meta.json`` carried the model's config.
+    written before ``meta.json`` carried the model's config.  As in :func:`export_hf` the parameters' shapes
+    are checked against the family's plan and the config before anything is written.
     """
     from transformers import AutoConfig, GenerationConfig
 
@@ -157,6 +194,7 @@ def to_hf(checkpoint: str | os.PathLike, directory: str | os.PathLike, tokenizer
     verify(path)  # every file, in this process, before a byte of it is converted
     index = read_index(path)
     shapes = {n: tuple(s) for n, s in meta["params"].items()}
+    check, file_names = _checked_against_plan(config, shapes, str(path))
     missing = sorted(set(shapes).difference(*index.values()))
     if missing:
         raise ValueError(f"{path}: the checkpoint stores no shard of {missing[:3]}")
@@ -165,10 +203,10 @@ def to_hf(checkpoint: str | os.PathLike, directory: str | os.PathLike, tokenizer
 
     def full_of(name: str) -> torch.Tensor:
         shape = shapes[name]
-        return rows_from_pieces(pieces[name], 0, shape[0]).view(shape)
+        return check(name, rows_from_pieces(pieces[name], 0, shape[0]).view(shape))
 
     _write_hf_dir(d, 0, entries, full_of, config,
-                  [GenerationConfig.from_model_config(config), tokenizer], dtype, max_shard_bytes)
+                  [GenerationConfig.from_model_config(config), tokenizer], dtype, max_shard_bytes, file_names)
 
 
 class SafetensorsCheckpoint:
