@@ -49,60 +49,95 @@ class ModelShape:
         head = 0 if tied_embeddings else self.vocab * self.hidden
         return self.layers * per_layer + emb + head + final_norm_parameters(plan, dims)
 
-    def llama_config(self, vocab_size: int | None = None, **overrides):
-        """A ``transformers.LlamaConfig`` with this shape (vocab_size overrides the preset's); a shape of
-        another family is refused (its presets are planner shapes)."""
-        from transformers import LlamaConfig
+    def as_family(self, family: str) -> "ModelShape":
+        """This shape as a model of ``family`` (a HF ``model_type`` with a plan in :mod:`axonn.plans`): the same
+        layers, widths, vocabulary and RoPE.  GPT-NeoX has no grouped-query attention: its KV heads are its heads
+        (and its head_dim is hidden / heads).  The name says the family when it is not the preset's own."""
+        from dataclasses import replace
 
+        from axonn.plans import get_plan
+
+        get_plan(family)  # an unknown family is refused, naming the supported ones
+        if family == self.family:
+            return self
+        if family == "gpt_neox" and self.explicit_head_dim:
+            raise ValueError(f"{self.name} has head_dim {self.explicit_head_dim}, not hidden / heads = "
+                             f"{self.hidden // self.heads}: GPT-NeoX cannot hold it (its head_dim is hidden / heads)")
+        kv = self.heads if family == "gpt_neox" else self.kv_heads
+        return replace(self, name=f"{self.name} ({family})", family=family, kv_heads=kv)
+
+    def hf_config(self, vocab_size: int | None = None, **overrides):
+        """The family's own ``transformers`` config with this shape (``vocab_size`` overrides the preset's;
+        ``overrides`` any config field): ``LlamaConfig``, ``MistralConfig``, ``Qwen2Config``, ``Qwen3Config``,
+        ``Olmo2Config`` or ``GPTNeoXConfig``, untied.
+
+        Every family gets layers, hidden, heads, FFN width, vocabulary, context and RoPE theta/scaling from the
+        shape, and its norm epsilon from ``rms_norm_eps`` (GPT-NeoX: ``layer_norm_eps``); the rest are the
+        family's own defaults (Mistral's 4096-token sliding window, Qwen2's q/k/v biases, GPT-NeoX's rotary
+        fraction 0.25, parallel residual and biases).  Llama keeps ``LlamaConfig``'s token ids; the other
+        families get none (``pad_token_id`` None: no embedding row is frozen as padding; the tokenizer knows its
+        own ids).  KV heads other than the heads are refused for GPT-NeoX.
+        """
+        import transformers
+
+        from axonn.plans import get_plan
+
+        plan = get_plan(self.family)
+        if self.family == "gpt_neox" and (self.kv_heads != self.heads or self.explicit_head_dim):
+            raise ValueError(f"{self.name}: GPT-NeoX has no grouped-query attention and head_dim hidden / heads; "
+                             f"kv_heads {self.kv_heads} != heads {self.heads} (use ModelShape.as_family('gpt_neox'))")
+        kw = dict(vocab_size=vocab_size or self.vocab, hidden_size=self.hidden, intermediate_size=self.ffn,
+                  num_hidden_layers=self.layers, num_attention_heads=self.heads,
+                  max_position_embeddings=self.max_seq, tie_word_embeddings=False)
+        if self.family == "gpt_neox":
+            kw.update(rotary_emb_base=self.rope_theta, layer_norm_eps=self.rms_norm_eps)
+        else:
+            kw.update(num_key_value_heads=self.kv_heads, rope_theta=self.rope_theta, rms_norm_eps=self.rms_norm_eps)
         if self.family != "llama":
-            raise ValueError(f"{self.name} is a {self.family} shape, not a Llama one: build it from its own "
-                             "HF config (the presets of other families are planner shapes)")
-
-        kw = dict(
-            vocab_size=vocab_size or self.vocab,
-            hidden_size=self.hidden,
-            intermediate_size=self.ffn,
-            num_hidden_layers=self.layers,
-            num_attention_heads=self.heads,
-            num_key_value_heads=self.kv_heads,
-            max_position_embeddings=self.max_seq,
-            rope_theta=self.rope_theta,
-            rms_norm_eps=self.rms_norm_eps,
-            tie_word_embeddings=False,
-        )
+            kw.update(pad_token_id=None, bos_token_id=None, eos_token_id=None)
         if self.rope_scaling:
             kw["rope_scaling"] = dict(self.rope_scaling)
-        if self.explicit_head_dim:
-            kw["head_dim"] = self.explicit_head_dim
+        if self.explicit_head_dim or self.family == "qwen3":  # Qwen3Config's default head_dim is 128, not h / heads
+            kw["head_dim"] = self.head_dim
         kw.update(overrides)
-        return LlamaConfig(**kw)
+        return getattr(transformers, plan.hf_class.replace("ForCausalLM", "Config"))(**kw)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @staticmethod
-    def from_llama_config(config, name: str = "checkpoint") -> "ModelShape":
-        """The shape of a ``LlamaConfig`` (e.g. a ``--init`` checkpoint's); CPU-trainable when it is no
-        larger than the largest preset marked ``cpu_ok``."""
+    def from_hf_config(config, name: str = "checkpoint") -> "ModelShape":
+        """The shape of a HF config of a family with a plan (e.g. a ``--init`` checkpoint's): its ``model_type`` is
+        the family; GPT-NeoX's fields are its own (no KV heads: the heads; ``layer_norm_eps``; RoPE base
+        ``rotary_emb_base``).  CPU-trainable when it is no larger than the largest preset marked ``cpu_ok``."""
+        from axonn.plans import get_plan
+
+        family = config.model_type
+        get_plan(family)  # a model_type without a plan is refused, naming the supported ones
         head_dim = getattr(config, "head_dim", None)
         if head_dim == config.hidden_size // config.num_attention_heads:
             head_dim = None
+        neox = family == "gpt_neox"
+        eps = getattr(config, "layer_norm_eps" if neox else "rms_norm_eps", 1e-5 if neox else 1e-6)
+        kv_heads = config.num_attention_heads if neox else config.num_key_value_heads
         shape = ModelShape(name=name, layers=config.num_hidden_layers, hidden=config.hidden_size,
-                           heads=config.num_attention_heads, kv_heads=config.num_key_value_heads,
+                           heads=config.num_attention_heads, kv_heads=kv_heads or config.num_attention_heads,
                            ffn=config.intermediate_size, vocab=config.vocab_size,
                            max_seq=config.max_position_embeddings, explicit_head_dim=head_dim,
-                           rms_norm_eps=float(getattr(config, "rms_norm_eps", 1e-6)), **_rope_of(config))
+                           rms_norm_eps=float(eps), family=family, **_rope_of(config))
         cpu_max = max(get_preset(n).num_params() for n in preset_names() if get_preset(n).cpu_ok)
         return ModelShape(**{**asdict(shape), "cpu_ok": shape.num_params() <= cpu_max})
 
 
 def _rope_of(config) -> dict:
-    """``rope_theta`` and ``rope_scaling`` (None for plain RoPE) of a LlamaConfig: transformers 5 keeps
-    both in ``rope_parameters``, 4.x in ``rope_theta`` and ``rope_scaling``."""
+    """``rope_theta`` and ``rope_scaling`` (None for plain RoPE) of a HF config: transformers 5 keeps both in
+    ``rope_parameters``, 4.x in ``rope_theta`` (GPT-NeoX: ``rotary_emb_base``) and ``rope_scaling``.  Keys that
+    are not scaling (GPT-NeoX's ``partial_rotary_factor``) are left out."""
     params = getattr(config, "rope_parameters", None)
     if not params:
-        params = {**(getattr(config, "rope_scaling", None) or {}), "rope_theta": getattr(config, "rope_theta", 10000.0)}
-    scaling = {k: v for k, v in params.items() if k != "rope_theta"}
+        theta = getattr(config, "rope_theta", None) or getattr(config, "rotary_emb_base", None) or 10000.0
+        params = {**(getattr(config, "rope_scaling", None) or {}), "rope_theta": theta}
+    scaling = {k: v for k, v in params.items() if k not in ("rope_theta", "partial_rotary_factor")}
     plain = scaling.get("rope_type", scaling.get("type", "default")) == "default"
     return {"rope_theta": float(params.get("rope_theta", 10000.0)), "rope_scaling": None if plain else scaling}
 
@@ -117,9 +152,11 @@ def preset_names() -> list[str]:
     return list(_load().keys())
 
 
-def get_preset(name: str) -> ModelShape:
-    """Return the named preset; unknown names raise ``ValueError`` listing the valid ones."""
+def get_preset(name: str, family: str | None = None) -> ModelShape:
+    """The named preset, as a model of ``family`` when given (:meth:`ModelShape.as_family`; None: the preset's
+    own); an unknown name or family raises ``ValueError`` listing the valid ones."""
     presets = _load()
     if name not in presets:
         raise ValueError(f"unknown size {name!r}: choose one of {', '.join(presets)}")
-    return ModelShape(name=name, **presets[name])
+    shape = ModelShape(name=name, **presets[name])
+    return shape if family is None else shape.as_family(family)

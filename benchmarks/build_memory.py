@@ -45,14 +45,13 @@ def worker(variant: str, size: str, grid: GridShape) -> None:
 
     rt = Runtime.create(grid)
     vocab = 32000
-    from transformers import LlamaForCausalLM
-
-    from memorization.models import build_model, model_config
+    from memorization.models import build_model, causal_lm_class, model_config
 
     def build(size: str):
         if variant == "full":
             torch.manual_seed(0)
-            return rt.parallelize(LlamaForCausalLM(model_config(size, vocab)))
+            config = model_config(size, vocab)
+            return rt.parallelize(causal_lm_class(config)(config))
         return build_model(size, vocab, seed=0, runtime=rt)
 
     build("tiny")  # warm-up: lazy imports and first-use allocations are not part of the comparison

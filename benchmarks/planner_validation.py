@@ -70,11 +70,12 @@ def spearman(a: list[float], b: list[float]) -> float:
 def measure_grid(shape: ModelShape, grid: GridShape, seq: int, global_batch: int,
                  micro_batch: int, steps: int, warmup: int, seed: int) -> list[float]:
     """Step times (s, slowest rank per step) of the trainer on ``grid``."""
-    from transformers import LlamaForCausalLM
+    from memorization.models import causal_lm_class
 
     g = axonn.init(grid)
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(shape.llama_config(attn_implementation="sdpa"))
+    config = shape.hf_config(attn_implementation="sdpa")
+    model = causal_lm_class(config)(config)
     gen = torch.Generator().manual_seed(seed)
     n = warmup + steps
     rows = torch.randint(0, shape.vocab, (n * global_batch, seq), generator=gen)

@@ -45,16 +45,16 @@ STATE_BYTES = 12  # per element written: fp32 weight, AdamW exp_avg and exp_avg_
 def specs_on(config, sizes: dict[str, int], rank: int) -> dict[str, ShardSpec]:
     """The shard spec of every parameter on ``rank`` of the grid ``sizes``; nothing is allocated."""
     from accelerate import init_empty_weights
-    from transformers import LlamaForCausalLM
 
     import axonn
+    from memorization.models import causal_lm_class
 
     layers = config.num_hidden_layers
     small = type(config).from_dict({**config.to_dict(), "num_hidden_layers": min(layers, 2)})
     grid = Grid(sizes=dict(sizes), coords=coords_of(rank, sizes), rank=rank, world_size=math.prod(sizes.values()),
                 backend="gloo", device=torch.device("meta"))
     with init_empty_weights():
-        model = LlamaForCausalLM(small)
+        model = causal_lm_class(small)(small)
     axonn.parallelize(model, grid, device="meta")
     specs = axonn.param_specs(model)
     for name, spec in list(specs.items()):  # layers 2.. are sharded exactly as layer 1

@@ -179,8 +179,9 @@ def axonn_checkpoint(path: str | os.PathLike) -> Path | None:
 
 
 def model_config_of(path: str | os.PathLike):
-    """The ``LlamaConfig`` of a HF model directory or of an axonn training checkpoint (its ``meta.json``)."""
-    from transformers import AutoConfig, LlamaConfig
+    """The HF config of a HF model directory or of an axonn training checkpoint (its ``meta.json``'s ``hf_config``,
+    built as its ``model_type``'s config class: ``AutoConfig.for_model``)."""
+    from transformers import AutoConfig
 
     step = axonn_checkpoint(path)
     if step is None:
@@ -191,7 +192,8 @@ def model_config_of(path: str | os.PathLike):
     if "hf_config" not in meta:
         raise ValueError(f"{step}: this checkpoint predates meta.json's hf_config; convert it with "
                          "`python -m axonn.convert ... --config <model dir>` and evaluate the result")
-    return LlamaConfig.from_dict(meta["hf_config"])
+    cfg = dict(meta["hf_config"])
+    return AutoConfig.for_model(cfg.pop("model_type"), **cfg)
 
 
 def checkpoint_tokenizer_dir(step: Path) -> Path | None:
@@ -311,7 +313,7 @@ def print_inference_plan(script: str, argv: Sequence[str], model: str | os.PathL
             return fail(f"{flag} {path} does not exist")
         try:
             config = model_config_of(path)
-            shapes.append(ModelShape.from_llama_config(config, name=str(path)))
+            shapes.append(ModelShape.from_hf_config(config, name=str(path)))
         except (OSError, ValueError, AttributeError) as e:
             return fail(f"{flag} {path}: no model config to plan for ({' '.join(str(e).split())})")
         configs.append(config)

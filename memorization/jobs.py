@@ -123,6 +123,7 @@ class JobSpec:
 
     machine: str
     size: str
+    family: str | None = None    # memorize.py --family: the size's shape as this model family (None: the preset's)
     gpus: int | None = None
     nodes: int | None = None
     goldfish_k: int = 4
@@ -148,7 +149,8 @@ class JobSpec:
 
     @property
     def name(self) -> str:
-        return f"mem-{self.size}-{self.machine}-gf{self.goldfish_k}-{self.total_gpus()}g"
+        size = f"{self.family}-{self.size}" if self.family else self.size
+        return f"mem-{size}-{self.machine}-gf{self.goldfish_k}-{self.total_gpus()}g"
 
     def run_config(self, grid: GridShape | None = None, micro_batch: int | None = None,
                    checkpoint_every: int | None = None, out: str | None = None) -> ExperimentConfig:
@@ -159,7 +161,9 @@ class JobSpec:
 
         base = self.experiment or job_defaults()
         cfg = replace(
-            base, model=replace(base.model, size=self.size, init=self.init if self.init is not None else base.model.init),
+            base, model=replace(base.model, size=self.size,
+                                init=self.init if self.init is not None else base.model.init,
+                                family=self.family if self.family is not None else base.model.family),
             data=replace(base.data, exposures=str(self.exposures), seq_len=self.seq),
             goldfish=replace(base.goldfish, k=self.goldfish_k, arms=self.arms),
             training=replace(base.training, batch_size=self.global_batch, micro_batch=self.micro_batch,
@@ -182,18 +186,20 @@ class JobSpec:
     def shape(self) -> ModelShape:
         """The model the job trains, which the planner prices: with ``--init`` the checkpoint's shape and
         vocabulary where this machine sees it (Llama 3.1's 128,256 rows), else the preset's; without it the
-        preset's layers with the vocabulary of the run's tokenizer (memorize.py's built-in one: 4,096 rows),
-        padded as memorize.py pads it, so step time, memory and checkpoint interval describe that model (an 8b
-        of 7.0 B parameters)."""
+        preset's layers as the run's ``--family`` with the vocabulary of the run's tokenizer (memorize.py's
+        built-in one: 4,096 rows), padded as memorize.py pads it, so step time, memory and checkpoint interval
+        describe that model (an 8b of 7.0 B parameters)."""
+        from axonn.presets import get_preset
         from memorization.models import model_config
 
-        preset = resolve_shape(self.size)
         cfg = self.run_config()
+        resolve_shape(self.size)  # an unknown size is a PlanError naming the presets
+        preset = get_preset(self.size, cfg.model.family)
         if cfg.model.init is not None:
-            init = check_init(cfg.model.init, self.size)
+            init = check_init(cfg.model.init, self.size, cfg.model.family)
             if not Path(init).exists():
                 return preset
-            got = ModelShape.from_llama_config(model_config(None, 0, init=init), name=preset.name)
+            got = ModelShape.from_hf_config(model_config(None, 0, init=init), name=preset.name)
             return replace(preset, vocab=got.vocab) if got.vocab != preset.vocab else preset
         vocab = _tokenizer_rows(cfg.data.tokenizer)
         if vocab is None or vocab == preset.vocab:
@@ -405,8 +411,8 @@ def make_job(spec: JobSpec) -> Job:
 
 
 #: settings a script's header always names (with every other one that is not memorize.py's default)
-HEADER_SETTINGS = ("size", "init", "goldfish_k", "exposures", "seq_len", "batch_size", "steps", "lr", "checkpoint_every",
-                   "warmup_steps", "weight_decay", "corpus", "tokenizer", "grad_reduce_dtype")
+HEADER_SETTINGS = ("size", "family", "init", "goldfish_k", "exposures", "seq_len", "batch_size", "steps", "lr",
+                   "checkpoint_every", "warmup_steps", "weight_decay", "corpus", "tokenizer", "grad_reduce_dtype")
 
 
 def settings_argv(cfg: ExperimentConfig) -> list[str]:
@@ -451,8 +457,9 @@ def check_hand_grid_memory(spec: JobSpec, grid: GridShape, micro_batch: int, pro
     return mem
 
 
-def check_init(path: str, size: str) -> str:
-    """``path`` if it is a checkpoint of ``size``'s shape; refused when it is another model.
+def check_init(path: str, size: str, family: str | None = None) -> str:
+    """``path`` if it is a checkpoint of ``size``'s shape (as ``family`` when given: its model_type must be that
+    family); refused when it is another model or a model without a parallel plan.
 
     Checked only where this machine sees the path (scripts are often written on a login node
     that mounts the same filesystem); one it cannot see is left for the job to check.
@@ -463,7 +470,8 @@ def check_init(path: str, size: str) -> str:
     if not Path(path).exists():
         print(f"note: --init {path} is not visible here; the job checks it when it starts", file=sys.stderr)
         return path
-    got, want = ModelShape.from_llama_config(model_config(None, 0, init=path)), get_preset(size)
+    config = model_config(None, 0, init=path, family=family)
+    got, want = ModelShape.from_hf_config(config), get_preset(size, family or config.model_type)
     diff = {f: (getattr(got, f), getattr(want, f)) for f in ("layers", "hidden", "heads", "kv_heads", "ffn")
             if getattr(got, f) != getattr(want, f)}
     if diff:
@@ -530,12 +538,12 @@ def generate_job(machine: str, size: str, gpus: int | None = None, nodes: int | 
 
 def spec_from_experiment(experiment: ExperimentConfig, machine: str, **job) -> JobSpec:
     """The :class:`JobSpec` that runs ``experiment`` (e.g. :func:`load_job_config`'s) on ``machine``: its
-    size, init, Goldfish k and arms, exposures, row length, batch, micro-batch, activation checkpointing,
+    size, family, init, Goldfish k and arms, exposures, row length, batch, micro-batch, activation checkpointing,
     gradient dtype and checkpoint mode come from the experiment unless ``job`` gives them (``None``: not
     given); ``job``'s other keys are the job's own fields (gpus, time, account, ...)."""
     e, d = experiment, job_defaults()
-    mirrored = dict(size=e.model.size, init=e.model.init, goldfish_k=e.goldfish.k, arms=e.goldfish.arms,
-                    exposures=e.data.exposures, seq=e.data.seq_len or d.data.seq_len,
+    mirrored = dict(size=e.model.size, family=e.model.family, init=e.model.init, goldfish_k=e.goldfish.k,
+                    arms=e.goldfish.arms, exposures=e.data.exposures, seq=e.data.seq_len or d.data.seq_len,
                     global_batch=e.training.batch_size or d.training.batch_size, micro_batch=e.training.micro_batch,
                     activation_checkpointing=(d.training.activation_checkpointing
                                               if e.training.activation_checkpointing is None

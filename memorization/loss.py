@@ -136,8 +136,9 @@ def causal_lm_loss_sum(
     attention_mask: torch.Tensor | None = None,
     chunk_tokens: int = 4096,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(sum of token losses, number of kept labels)`` for a HF ``*ForCausalLM`` model."""
-    out = model.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+    """``(sum of token losses, number of kept labels)`` for a HF ``*ForCausalLM`` model (its decoder is
+    ``model.base_model``: ``model.model``, GPT-NeoX's ``model.gpt_neox``)."""
+    out = model.base_model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
     loss_sum = chunked_lm_loss_sum(out.last_hidden_state, model.lm_head, labels, cross_entropy_for(model),
                                    chunk_tokens)
     n = (labels[:, 1:] != IGNORE_INDEX).sum()

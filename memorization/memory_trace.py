@@ -140,7 +140,7 @@ def _trainer(size: str, seq: int, micro_batch: int, activation_checkpointing: bo
     from .train import TrainConfig, Trainer
 
     shape = get_preset(size)
-    config = shape.llama_config(attn_implementation="sdpa", max_position_embeddings=max(seq, shape.max_seq))
+    config = shape.hf_config(attn_implementation="sdpa", max_position_embeddings=max(seq, shape.max_seq))
     rows = torch.randint(3, shape.vocab, (2 * batch, seq))
     cfg = TrainConfig(batch_size=batch, micro_batch=micro_batch, checkpoint_every=0, progress=False,
                       activation_checkpointing=activation_checkpointing, chunk_tokens=chunk_tokens,
@@ -157,8 +157,7 @@ def measure_cuda_step(size: str, seq: int = 2048, micro_batch: int = 1, micro_st
     The same step :func:`trace_train_step` traces, on the current GPU, so the two can be compared.
     """
     import torch.distributed as dist
-    from transformers import LlamaForCausalLM
-
+    from .models import causal_lm_class
     from .runtime import Runtime
 
     if not torch.cuda.is_available():
@@ -171,7 +170,7 @@ def measure_cuda_step(size: str, seq: int = 2048, micro_batch: int = 1, micro_st
         os.environ.setdefault("WANDB_MODE", "disabled")
         with tempfile.TemporaryDirectory() as tmp:
             t = _trainer(size, seq, micro_batch, activation_checkpointing, chunk_tokens, micro_batch * micro_steps,
-                         tmp, rt, LlamaForCausalLM)
+                         tmp, rt, lambda config: causal_lm_class(config)(config))
             t.train_step()
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
@@ -199,10 +198,9 @@ def trace_train_step(size: str, grid: GridShape = GridShape(1, 1, 1, 1), seq: in
     import torch.distributed as dist
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.testing._internal.distributed.fake_pg import FakeStore
-    from transformers import LlamaForCausalLM
-
     import axonn
 
+    from .models import causal_lm_class
     from .runtime import Runtime
 
     if dist.is_initialized():
@@ -213,7 +211,7 @@ def trace_train_step(size: str, grid: GridShape = GridShape(1, 1, 1, 1), seq: in
     os.environ.setdefault("WANDB_MODE", "disabled")
 
     def cpu_model(config):
-        model = LlamaForCausalLM(config)
+        model = causal_lm_class(config)(config)
         model.to = lambda *a, **k: model  # already on the CPU; fake parameters cannot be swapped in place
         return model
 
@@ -268,12 +266,11 @@ def trace_inference(shape, grid: GridShape = GridShape(1, 1, 1, 1), batch: int =
     import torch.distributed as dist
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.testing._internal.distributed.fake_pg import FakeStore
-    from transformers import LlamaForCausalLM
-
     import axonn
     from axonn.presets import get_preset
 
     from .extraction import cache_keyword
+    from .models import causal_lm_class
     from .mia.scoring import token_stats
 
     if dist.is_initialized():
@@ -281,10 +278,10 @@ def trace_inference(shape, grid: GridShape = GridShape(1, 1, 1, 1), batch: int =
     shape = get_preset(shape) if isinstance(shape, str) else shape
     D, R, C, Z = grid
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=D * R * C * Z)
-    config = shape.llama_config(attn_implementation="sdpa", max_position_embeddings=max(context + 1, shape.max_seq))
+    config = shape.hf_config(attn_implementation="sdpa", max_position_embeddings=max(context + 1, shape.max_seq))
     try:
         with FakeTensorMode(allow_non_fake_inputs=True), _padded_batch(), torch.no_grad():
-            model = LlamaForCausalLM(config)
+            model = causal_lm_class(config)(config)
             model.to = lambda *a, **k: model  # already on the CPU; fake parameters cannot be swapped in place
             model = axonn.parallelize(model, axonn.init(D, R, C, Z)).eval()
             params = list(model.parameters())

@@ -1,4 +1,5 @@
-"""Build the Llama model of an experiment: from a size preset (config only) or a local HF checkpoint."""
+"""Build the model of an experiment, of any family with a parallel plan (:mod:`axonn.plans`): from a size preset
+(config only, as its own family or another: ``--family``) or a local HF checkpoint (``--init``)."""
 from __future__ import annotations
 
 import hashlib
@@ -94,17 +95,19 @@ def normal_rows(seed: int, name: str, full_shape: tuple[int, ...], r0: int, r1: 
 
 
 def init_rules(model: torch.nn.Module) -> dict[str, tuple[str, int | None]]:
-    """How HF initialises each parameter of a Llama: ``normal`` (Linear and Embedding weights, with
-    the embedding's padding row zeroed), ``ones`` (RMSNorm weights) or ``zeros`` (biases)."""
+    """How HF's ``_init_weights`` initialises each parameter of a causal LM (any family with a plan):
+    ``normal`` (Linear and Embedding weights, with the embedding's padding row zeroed), ``ones`` (the weights
+    of RMSNorms and LayerNorms) or ``zeros`` (biases, of Linears and of LayerNorms)."""
     import axonn.intra_layer as ail
 
     rules: dict[str, tuple[str, int | None]] = {}
     for mname, mod in model.named_modules():
         for pname, _ in mod.named_parameters(recurse=False):
             name = f"{mname}.{pname}" if mname else pname
+            norm = any(k in type(mod).__name__ for k in ("RMSNorm", "LayerNorm"))
             if pname == "bias":
                 rules[name] = ("zeros", None)
-            elif "RMSNorm" in type(mod).__name__ and pname == "weight":
+            elif norm and pname == "weight":
                 rules[name] = ("ones", None)
             elif isinstance(mod, (torch.nn.Embedding, ail.Embedding)) and pname == "weight":
                 rules[name] = ("normal", mod.padding_idx)
@@ -129,7 +132,8 @@ class _RowSource:
 
 
 class RandomInit(_RowSource):
-    """This rank's shard of HF's Llama init."""
+    """This rank's shard of HF's init of the model (:func:`init_rules`): N(0, ``std``²) weights drawn by
+    :func:`normal_rows` (the same values on every grid), unit norm weights, zero biases."""
 
     def __init__(self, model: torch.nn.Module, seed: int, std: float, device: torch.device):
         self.rules, self.seed, self.std, self.device = init_rules(model), seed, std, device
@@ -147,27 +151,34 @@ class RandomInit(_RowSource):
 
 
 class CheckpointInit(_RowSource):
-    """Each shard cut from the rows of a HF safetensors checkpoint it needs.
+    """Each shard cut from the rows of a HF safetensors checkpoint it needs, for any family with a plan.
 
-    A tied checkpoint's missing ``lm_head.weight`` is read from ``model.embed_tokens.weight``;
-    vocabulary rows beyond the checkpoint's (a larger tokenizer, padding to a multiple of 64) get
-    the random init.  Every name and shape is checked here, before anything is read.
+    Names are the model's (Hugging Face's), or the one the plan lists as the name the family's checkpoints store
+    the parameter under (GPT-NeoX's ``embed_out``); a tied checkpoint's missing head is read from the embedding
+    (``model.embed_tokens.weight``, ``gpt_neox.embed_in.weight``); vocabulary rows beyond the checkpoint's (a
+    larger tokenizer, padding to a multiple of 64) get the random init.  Every name and shape is checked here,
+    before anything is read.
     """
 
     def __init__(self, model: torch.nn.Module, ckpt, seed: int, std: float, device: torch.device):
         from axonn import spec_of
+        from axonn.plans import embedding_name, get_plan, head_name
 
+        plan = get_plan(model.config.model_type)
+        emb, head = embedding_name(plan), head_name(plan)
+        aliases = dict(plan.checkpoint_aliases)
         self.ckpt, self.device, self.random = ckpt, device, RandomInit(model, seed, std, device)
         self.source: dict[str, str] = {}
         problems = []
         for name, p in model.named_parameters():
             full = spec_of(p).full_shape
-            src = name if name in ckpt else ("model.embed_tokens.weight" if name == "lm_head.weight" else None)
+            src = next((n for n in (name, aliases.get(name)) if n is not None and n in ckpt),
+                       emb if name == head else None)
             if src is None or src not in ckpt:
                 problems.append(f"{name}: not in the checkpoint")
                 continue
             shape = ckpt.shape(src)
-            vocab = name in ("model.embed_tokens.weight", "lm_head.weight")
+            vocab = name in (emb, head)
             if shape[1:] != full[1:] or (shape[0] > full[0] if vocab else shape[0] != full[0]):
                 problems.append(f"{name}: checkpoint shape {list(shape)}, model {list(full)}")
             self.source[name] = src
@@ -204,27 +215,38 @@ def model_context(model_or_config) -> int | None:
     return int(n) if n else None
 
 
-def model_config(size: str | None, vocab_size: int, init: str | None = None, max_seq: int | None = None):
-    """The ``LlamaConfig`` of a run: the preset's, or the checkpoint's (untied, vocabulary large enough).
+def model_config(size: str | None, vocab_size: int, init: str | None = None, max_seq: int | None = None,
+                 family: str | None = None):
+    """The HF config of a run (its family's config class): the ``size`` preset's as ``family`` (None: the
+    preset's own, Llama for the CPU sizes; :func:`axonn.presets.get_preset`), or the ``init`` checkpoint's
+    (untied, vocabulary large enough).
 
-    ``max_seq`` is the run's training sequence length: a preset model (trained from scratch) records it
-    as :data:`TRAINED_CONTEXT`, and a checkpoint that carries one gets the longer of the two.
+    A checkpoint's ``model_type`` must have a parallel plan (:mod:`axonn.plans`) and agree with ``family`` when
+    that is given: otherwise a ``ValueError`` names the families supported, before any weight is read.
+    ``max_seq`` is the run's training sequence length: a preset model (trained from scratch) records it as
+    :data:`TRAINED_CONTEXT`, and a checkpoint that carries one gets the longer of the two.
     """
     if init is None:
-        shape = get_preset(size)
+        shape = get_preset(size, family)
         overrides = {"attn_implementation": "sdpa"}
         if max_seq is not None:
             overrides["max_position_embeddings"] = max(max_seq, shape.max_seq)
             overrides[TRAINED_CONTEXT] = max_seq
-        return shape.llama_config(vocab_size=padded_vocab(vocab_size), **overrides)
+        return shape.hf_config(vocab_size=padded_vocab(vocab_size), **overrides)
     from transformers import AutoConfig
+
+    from axonn.plans import PLANS
 
     path = Path(init)
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"--init {init}: no Hugging Face checkpoint (config.json) there")
     config = AutoConfig.from_pretrained(str(path), attn_implementation="sdpa")
-    if config.model_type != "llama":
-        raise ValueError(f"--init {init} is a {config.model_type!r} model; only Llama is supported")
+    if config.model_type not in PLANS:
+        raise ValueError(f"--init {init} is a {config.model_type!r} model, which has no parallel plan: supported "
+                         f"are {', '.join(f'{t} ({p.hf_class})' for t, p in PLANS.items())}")
+    if family is not None and family != config.model_type:
+        raise ValueError(f"--family {family} but --init {init} is a {config.model_type} model: leave --family "
+                         "unset with --init (the checkpoint's config says its family)")
     config.tie_word_embeddings = False  # axonn shards lm_head and the embedding differently: untie
     if config.vocab_size < vocab_size:
         config.vocab_size = padded_vocab(vocab_size)
@@ -262,6 +284,17 @@ def check_same_vocab(tokenizer, reference, init: str) -> None:
             "the checkpoint was trained with. Leave --tokenizer unset to use the checkpoint's own")
 
 
+def causal_lm_class(config) -> type:
+    """The ``transformers`` CausalLM class of ``config``'s family, as its plan names it (the class
+    ``AutoModelForCausalLM`` picks for the ``model_type``); a ``ValueError`` naming the supported families for a
+    model_type without a plan."""
+    import transformers
+
+    from axonn.plans import get_plan
+
+    return getattr(transformers, get_plan(config.model_type).hf_class)
+
+
 def build_model(
     size: str | None,
     vocab_size: int,
@@ -270,8 +303,11 @@ def build_model(
     max_seq: int | None = None,
     runtime=None,
     config=None,
+    family: str | None = None,
 ) -> torch.nn.Module:
-    """A ``LlamaForCausalLM``: randomly initialised from preset ``size`` (seeded), or loaded from ``init``.
+    """The run's HF causal LM (the class its family's plan names: ``LlamaForCausalLM``, ``Qwen3ForCausalLM``,
+    ``GPTNeoXForCausalLM`` ...): randomly initialised from preset ``size`` as ``family`` (seeded), or loaded
+    from ``init`` (:func:`model_config`).
 
     No process ever holds more of the model than it keeps: the model is built with its parameters
     on the ``meta`` device, then
@@ -280,21 +316,22 @@ def build_model(
       rank allocating only its own shards on the runtime's device, and returned that way;
     * without one, given full CPU storage (a plain HF model, e.g. for evaluation);
 
-    and every shard is filled from the rows it needs: of HF's Llama init (N(0, initializer_range²)
-    weights, unit norms; :func:`normal_rows`, identical on every grid) or of the ``init``
-    checkpoint's safetensors files (read memory-mapped, row range by row range).  ``config`` (a
-    ``LlamaConfig``, e.g. an axonn checkpoint's, whose weights are loaded afterwards) replaces the preset's.
+    and every shard is filled from the rows it needs: of HF's init (:class:`RandomInit`: N(0,
+    initializer_range²) weights, unit norm weights, zero biases; identical on every grid) or of the ``init``
+    checkpoint's safetensors files (:class:`CheckpointInit`, read memory-mapped, row range by row range).
+    Parameters are fp32 whatever dtype the config names.  ``config`` (a HF config of a family with a plan,
+    e.g. an axonn checkpoint's, whose weights are loaded afterwards) replaces the preset's.
     """
-    import axonn
     from accelerate import init_empty_weights
-    from transformers import LlamaForCausalLM
 
+    import axonn
     from axonn.checkpoint import SafetensorsCheckpoint
 
-    config = config if config is not None else model_config(size, vocab_size, init, max_seq)
+    config = config if config is not None else model_config(size, vocab_size, init, max_seq, family)
+    model_class = causal_lm_class(config)  # not from_config: that would build in the config's dtype (bf16 ...)
     ckpt = SafetensorsCheckpoint(init) if init is not None else None  # refuses a missing/.bin checkpoint now
     with init_empty_weights(include_buffers=False):
-        model = LlamaForCausalLM(config)
+        model = model_class(config)
     if runtime is not None:
         model = runtime.parallelize(model)
         device = runtime.device

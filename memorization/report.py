@@ -12,7 +12,8 @@ from .extraction import fmt_metric, metric_cells
 def results_markdown(results: dict) -> str:
     s = results["settings"]
     arms = results["arms"]
-    model = f"model `{s['init']}` (fine-tuned)" if s.get("init") else f"size `{s['size']}`"
+    family = f" as `{s['family']}`" if s.get("family") else ""
+    model = f"model `{s['init']}` (fine-tuned)" if s.get("init") else f"size `{s['size']}`{family}"
     lines = [
         "# Memorization: standard vs Goldfish loss",
         "",

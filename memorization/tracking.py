@@ -71,7 +71,7 @@ def target_losses(model: torch.nn.Module, targets: list[dict], gf: GoldfishConfi
         ids, attention = pad_batch([t["token_ids"] for t in targets[i : i + batch_size]], device)
         kept, dropped = goldfish_label_masks(ids, attention.sum(1), gf)
         with autocast():
-            hidden = model.model(input_ids=ids, use_cache=False).last_hidden_state
+            hidden = model.base_model(input_ids=ids, use_cache=False).last_hidden_state
             for j, mask in enumerate((kept | dropped, kept, dropped)):
                 loss = chunked_lm_loss_sum(hidden, model.lm_head, ids.masked_fill(~mask, IGNORE_INDEX), ce)
                 sums[j] += torch.tensor([float(loss), float(mask[:, 1:].sum())], dtype=torch.float64)

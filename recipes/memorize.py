@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Does a Llama model memorize documents it saw n times, and does Goldfish loss stop it?
+"""Does a language model memorize documents it saw n times, and does Goldfish loss stop it?
 
 Builds one mixture (targets seen exactly ``--exposures`` times inside a background stream),
 trains the same initial model on it twice -- standard loss and Goldfish loss -- then runs
@@ -7,6 +7,8 @@ extraction (prefix -> greedy suffix) on both, and writes ``results.json``, ``res
 and ``results.png`` to ``--out``, with the run's resolved ``config.yaml`` (``--config`` runs it again).
 
     python recipes/memorize.py                       # tiny model, offline corpus, CPU, minutes
+    python recipes/memorize.py --family qwen3 --size tiny   # the tiny shape as a Qwen3 model (any family with a plan)
+    python recipes/memorize.py --init /path/to/hf-pythia --steps 100  # fine-tune a Pythia, OLMo 2, Qwen, Mistral, Llama
     python recipes/memorize.py --size 8b --grid 8,2,2,2 --init /path/to/hf-llama   # on GPUs
     python recipes/memorize.py --config runs/memorize/config.yaml --out runs/again --seed 1
     torchrun --nproc_per_node 8 recipes/memorize.py --size tiny --grid 1,2,2,2

@@ -37,7 +37,7 @@ def save_tiny_llama(path: Path, vocab_size: int | None = None, tokenizer: bool =
     from memorization.corpus import load_tokenizer
 
     torch.manual_seed(0)
-    LlamaForCausalLM(get_preset("tiny").llama_config(vocab_size)).save_pretrained(path, safe_serialization=True)
+    LlamaForCausalLM(get_preset("tiny").hf_config(vocab_size)).save_pretrained(path, safe_serialization=True)
     if tokenizer:
         load_tokenizer().save_pretrained(path)
     return path

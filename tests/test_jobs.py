@@ -154,7 +154,7 @@ def test_init_checkpoint_per_size_checked_where_visible(tmp_path, capsys):
     from axonn.presets import get_preset
 
     ckpt = tmp_path / "Llama-3.1-8b"
-    get_preset("8b").llama_config().save_pretrained(ckpt)
+    get_preset("8b").hf_config().save_pretrained(ckpt)
     spec = gen.JobSpec(machine="alps", size="8b", gpus=16, init=str(tmp_path / "Llama-3.1-{size}"),
                        out_dir=str(tmp_path), run_root=str(tmp_path))
     job = gen.make_job(spec)
@@ -164,7 +164,7 @@ def test_init_checkpoint_per_size_checked_where_visible(tmp_path, capsys):
     with pytest.raises(ValueError, match=r"is not a 8b model .*layers.*\(16, 32\)"):
         gen.make_job(spec)
     (ckpt / "config.json").write_text('{"model_type": "gpt2"}')
-    with pytest.raises(ValueError, match="only Llama is supported"):
+    with pytest.raises(ValueError, match="has no parallel plan: supported are llama"):
         gen.make_job(spec)
     # a path this machine cannot see is passed on, with a note; the job checks it when it starts
     job = gen.make_job(gen.JobSpec(machine="alps", size="70b", gpus=64, init="/nowhere/Llama-3.1-{size}",

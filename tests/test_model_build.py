@@ -270,8 +270,8 @@ def test_presets_are_the_published_models(size, params) -> None:
 
     shape = get_preset(size)
     assert shape.num_params() == params
-    config = shape.llama_config()
-    back = ModelShape.from_llama_config(config, name=size)
+    config = shape.hf_config()
+    back = ModelShape.from_hf_config(config, name=size)
     assert replace(back, cpu_ok=shape.cpu_ok) == shape
     if size == "1b":
         assert shape.rope_theta == 10000.0 and shape.rope_scaling is None
@@ -296,5 +296,5 @@ def test_llama3_rope_scaling_reaches_the_model() -> None:
     logits = []
     for shape in (small, replace(small, rope_scaling=get_preset("8b").rope_scaling)):
         torch.manual_seed(0)
-        logits.append(LlamaForCausalLM(shape.llama_config(attn_implementation="eager")).eval()(x).logits)
+        logits.append(LlamaForCausalLM(shape.hf_config(attn_implementation="eager")).eval()(x).logits)
     assert not torch.allclose(logits[0], logits[1])

@@ -45,7 +45,7 @@ def test_a_llama3_style_checkpoint_gives_the_logits_of_from_pretrained(tmp_path)
 def test_the_shape_of_a_checkpoint_with_its_own_head_dim_counts_what_is_built() -> None:
     """hidden 64 over 4 heads of 32 (not 16): q and o are 64 x 128, k and v 64 x 64; the shape read from the
     config must count them so (it counted 64 x 64 and 64 x 32: 2 layers x 12,288 parameters too few), keep the
-    head width through ``llama_config`` and leave ordinary configs (and the presets) as they were."""
+    head width through ``hf_config`` and leave ordinary configs (and the presets) as they were."""
     from accelerate import init_empty_weights
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -54,13 +54,13 @@ def test_the_shape_of_a_checkpoint_with_its_own_head_dim_counts_what_is_built() 
     cfg = LlamaConfig(**TINY, head_dim=32)
     with init_empty_weights():
         built = sum(p.numel() for p in LlamaForCausalLM(cfg).parameters())
-    shape = ModelShape.from_llama_config(cfg)
+    shape = ModelShape.from_hf_config(cfg)
     assert shape.head_dim == 32 and shape.num_params() == built
-    again = shape.llama_config()
+    again = shape.hf_config()
     assert again.head_dim == 32
     with init_empty_weights():
         assert sum(p.numel() for p in LlamaForCausalLM(again).parameters()) == built
-    plain = ModelShape.from_llama_config(LlamaConfig(**TINY))
+    plain = ModelShape.from_hf_config(LlamaConfig(**TINY))
     assert plain.explicit_head_dim is None and plain.head_dim == 16
 
 
@@ -72,8 +72,8 @@ def test_real_model_presets_use_the_published_rms_norm_eps() -> None:
     from axonn.presets import ModelShape, get_preset
 
     for size in ("1b", "8b", "70b", "405b"):
-        assert get_preset(size).llama_config().rms_norm_eps == 1e-5, size
-    assert get_preset("tiny").llama_config().rms_norm_eps == 1e-6
+        assert get_preset(size).hf_config().rms_norm_eps == 1e-5, size
+    assert get_preset("tiny").hf_config().rms_norm_eps == 1e-6
     cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                       num_key_value_heads=2, vocab_size=256, rms_norm_eps=3e-5)
-    assert ModelShape.from_llama_config(cfg).llama_config().rms_norm_eps == 3e-5
+    assert ModelShape.from_hf_config(cfg).hf_config().rms_norm_eps == 3e-5

@@ -351,7 +351,7 @@ def _parallelize_accepts(shape, grid: GridShape) -> bool:
     import axonn
     from transformers import LlamaForCausalLM
 
-    model = LlamaForCausalLM(shape.llama_config())
+    model = LlamaForCausalLM(shape.hf_config())
     try:
         axonn.parallelize(model, grid=_fake_grid(**grid.sizes()), device="meta")
     except ValueError:

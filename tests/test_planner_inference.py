@@ -37,7 +37,7 @@ def odd_checkpoint(tmp_path_factory):
 def _shape(model_dir) -> ModelShape:
     from memorization.eval_model import model_config_of
 
-    return ModelShape.from_llama_config(model_config_of(model_dir), name=str(model_dir))
+    return ModelShape.from_hf_config(model_config_of(model_dir), name=str(model_dir))
 
 
 def test_weights_and_kv_cache_are_what_ranks_hold_on_four_grids(grid_checkpoint, odd_checkpoint, tmp_path):

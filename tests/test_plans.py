@@ -73,8 +73,8 @@ def test_llama_plan_is_the_documented_layout() -> None:
 def test_unknown_family_is_refused() -> None:
     with pytest.raises(ValueError, match="no parallel plan for model_type 'gpt2'.*Qwen3ForCausalLM"):
         get_plan("gpt2")
-    with pytest.raises(ValueError, match="pythia-6.9b is a gpt_neox shape, not a Llama one"):
-        get_preset("pythia-6.9b").llama_config()
+    with pytest.raises(ValueError, match="no parallel plan for model_type 'gpt2'"):
+        get_preset("tiny", family="gpt2")
 
 
 @pytest.mark.parametrize("family", [f for f in FAMILIES if f != "llama"])

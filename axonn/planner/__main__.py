@@ -5,20 +5,24 @@ import argparse
 import sys
 
 from axonn.cli import HelpFormatter
+from axonn.plans import FAMILIES
 from axonn.presets import ModelShape, preset_names
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m axonn.planner", formatter_class=HelpFormatter,
-        description="Rank the 4D (data, row, column, depth) AxoNN grids for a Llama-family model on a "
-                    "machine: predicted step time, TFLOP/s per GPU and memory per GPU; rejected grids "
-                    "with the reason. `python -m axonn.planner calibrate --out profile.yaml` measures a "
-                    "machine profile instead.",
+        description="Rank the 4D (data, row, column, depth) AxoNN grids for a model (Llama, Mistral, Qwen2, "
+                    "Qwen3, OLMo 2 or GPT-NeoX) on a machine: predicted step time, TFLOP/s per GPU and memory "
+                    "per GPU; rejected grids with the reason. `python -m axonn.planner calibrate --out "
+                    "profile.yaml` measures a machine profile instead.",
         epilog="example: python -m axonn.planner --size 405b --seq 2048 --global-batch 1024 "
                "--gpus 4096 --machine frontier --top 5")
     m = p.add_argument_group("model (a preset, or an explicit shape)")
     m.add_argument("--size", choices=preset_names(), help="model-shape preset")
+    m.add_argument("--family", choices=FAMILIES,
+                   help="model family (HF model_type) of the shape: its blocks' Linears, biases and norms "
+                        "(default: the preset's own, llama for an explicit shape); GPT-NeoX's KV heads are its heads")
     m.add_argument("--layers", type=int, help="decoder layers (with --hidden ... --vocab instead of --size)")
     m.add_argument("--hidden", type=int, help="hidden size")
     m.add_argument("--heads", type=int, help="attention heads")
@@ -54,16 +58,18 @@ def shape_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
         base = get_preset(args.size).to_dict()
         base.update(given)
         base["name"] = f"{args.size}-custom"
-        return ModelShape(**base)
+        shape = ModelShape(**base)
+        return shape.as_family(args.family) if args.family else shape
     if args.size:
         from axonn.presets import get_preset
-        return get_preset(args.size)
+        return get_preset(args.size, args.family)
     missing = [f"--{d.replace('_', '-')}" for d in dims if d not in given]
     if missing:
         parser.error(f"give --size or a full shape; missing {' '.join(missing)}")
     if given["hidden"] % given["heads"]:
         parser.error("--hidden must be divisible by --heads")
-    return ModelShape(name=f"custom-{given['layers']}L-{given['hidden']}h", max_seq=max(args.seq, 2048), **given)
+    shape = ModelShape(name=f"custom-{given['layers']}L-{given['hidden']}h", max_seq=max(args.seq, 2048), **given)
+    return shape.as_family(args.family) if args.family else shape
 
 
 def main(argv: list[str] | None = None) -> int:

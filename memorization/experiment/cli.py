@@ -11,6 +11,7 @@ import argparse
 from dataclasses import fields
 from typing import Any, Sequence
 
+from axonn.plans import FAMILIES
 from memorization.experiment.config import (FINE_TUNE_LR, FINE_TUNE_WEIGHT_DECAY, FLAT_KEYS, MAX_FINE_TUNE_LR,
                                             SCRATCH_LR, SCRATCH_WARMUP_STEPS, SCRATCH_WEIGHT_DECAY,
                                             ExperimentConfig, load_config, resolve, with_flat)
@@ -18,7 +19,7 @@ from memorization.experiment.validate import EXECUTION_SETTINGS, as_flags
 from memorization.goldfish import DOC_STARTS
 from memorization.mixture import PLACEMENTS
 
-DESCRIPTION = ("Does a Llama model memorize documents it saw n times, and does Goldfish loss stop it? Runs a "
+DESCRIPTION = ("Does a language model memorize documents it saw n times, and does Goldfish loss stop it? Runs a "
                "standard and a Goldfish arm on the same mixture and seed.")
 #: the learning-rate flags' shared explanation of the fine-tuning defaults
 FINE_TUNE_NOTE = (f"from scratch lr {SCRATCH_LR:g}, {SCRATCH_WARMUP_STEPS} warmup steps, weight decay "
@@ -50,10 +51,17 @@ def build_parser(description: str = DESCRIPTION) -> argparse.ArgumentParser:
                    "--lr training.lr, --extract-batch extraction.batch); flags given on the command line override "
                    "it; a run's <out>/config.yaml is its resolved config and runs it again")
     g = p.add_argument_group("model")
-    add(g, "--size", help="model-shape preset (axonn/presets.yaml): nano, tiny, mini, small, 160m, 1b, 8b, 70b, 405b")
-    add(g, "--init", help="local Hugging Face Llama checkpoint (safetensors) to fine-tune (overrides --size; the "
-        "paper's fine-tuning setting; changes the --lr, --warmup-steps and --weight-decay defaults); each rank "
-        "reads only the rows of it that its shards need, so no process holds the full model")
+    add(g, "--size", help="model-shape preset (axonn/presets.yaml): nano, tiny, mini, small, 160m, 1b, 8b, 70b, 405b "
+        "(Llama shapes), mistral-7b, qwen2-7b, qwen3-8b, olmo2-13b, pythia-6.9b (their families' shapes)")
+    add(g, "--init", help="local Hugging Face checkpoint (safetensors) to fine-tune: a Llama, Mistral, Qwen2, Qwen3, "
+        "OLMo 2 or GPT-NeoX (Pythia) model (overrides --size and --family; the paper's fine-tuning setting; changes "
+        "the --lr, --warmup-steps and --weight-decay defaults); each rank reads only the rows of it that its shards "
+        "need, so no process holds the full model")
+    add(g, "--family", choices=FAMILIES, help="train --size's shape from scratch as this model family's "
+        "transformers model (default: the preset's own family, llama for the CPU sizes): its layers, widths, heads "
+        "and vocabulary with the family's own blocks (Qwen2's q/k/v biases, Qwen3's and OLMo 2's q/k norms, "
+        "OLMo 2's post-norms, GPT-NeoX's fused qkv, LayerNorms, biases and parallel residual: it has no "
+        "grouped-query attention, so its KV heads are the heads); e.g. --family qwen3 --size tiny on a CPU")
     g = p.add_argument_group("data")
     add(g, "--corpus", help="background corpus: builtin:pydocs (offline), a local .txt/.json/.jsonl/.parquet file or "
         "directory (a dataset repository's snapshot too: its train split), or a Hugging Face dataset name (needs "

@@ -96,9 +96,9 @@ def preflight(cfg: ExperimentConfig, shape=None) -> list[Check]:
         from axonn.presets import ModelShape
         from memorization.models import model_config
 
-        got = ModelShape.from_llama_config(model_config(None, 0, init=init))
-        checks.append(Check("init", OK, f"--init {init}: a Llama of {got.layers} layers, hidden {got.hidden}, "
-                            f"{got.vocab:,}-row vocabulary"))
+        got = ModelShape.from_hf_config(model_config(None, 0, init=init))
+        checks.append(Check("init", OK, f"--init {init}: a {got.family} model of {got.layers} layers, hidden "
+                            f"{got.hidden}, {got.vocab:,}-row vocabulary"))
     tokenizer = None
     from memorization.corpus import DEFAULT_TOKENIZER
 

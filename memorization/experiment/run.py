@@ -77,7 +77,7 @@ def run_arm(arm: str, cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path) 
     t, x, progress = cfg.training, cfg.extraction, not cfg.output.no_progress
     gf = arm_goldfish(arm, cfg)
     model = build_model(cfg.model.size, len(tokenizer), init=cfg.model.init, seed=t.seed, max_seq=cfg.data.seq_len,
-                        runtime=rt)  # each rank builds and fills only its own shards
+                        runtime=rt, family=cfg.model.family)  # each rank builds and fills only its own shards
     tcfg = TrainConfig(batch_size=t.batch_size, micro_batch=t.micro_batch, steps=t.steps or None, lr=t.lr,
                        warmup_steps=warmup_steps(cfg, mixture.num_steps), weight_decay=t.weight_decay,
                        grad_clip=t.grad_clip, eval_every=t.eval_every, track_every=x.track_every,

@@ -62,7 +62,7 @@ def validate(cfg: ExperimentConfig) -> None:
 
     m, d, g, t, x, o = cfg.model, cfg.data, cfg.goldfish, cfg.training, cfg.extraction, cfg.output
     try:
-        get_preset(m.size)
+        get_preset(m.size, m.family)  # an unknown size or family, named with the valid ones
         validate_goldfish_args(g.k, g.h, g.strategy, allow_zero=True, doc_start=g.doc_start)
     except ValueError as e:
         raise ConfigError(f"error: {e}") from None
@@ -85,7 +85,7 @@ def validate(cfg: ExperimentConfig) -> None:
         from memorization.models import model_config
 
         try:
-            model_config(None, 0, init=m.init)  # a Llama config.json is there
+            model_config(None, 0, init=m.init, family=m.family)  # a config.json of a family with a plan is there
             SafetensorsCheckpoint(m.init).close()  # and safetensors weights beside it
         except (OSError, ValueError) as e:
             raise ConfigError(f"error: {e}") from None

@@ -37,6 +37,7 @@ if str(REPO) not in sys.path:  # runnable as a plain script from anywhere
 
 from axonn.cli import HelpFormatter  # noqa: E402
 from axonn.grid_shape import GridShape  # noqa: E402
+from axonn.plans import FAMILIES  # noqa: E402
 from axonn.planner import GRAD_REDUCE_BYTES, PlanError  # noqa: E402
 from memorization.experiment.config import ConfigError  # noqa: E402
 from memorization.experiment.preflight import NOT_CHECKED  # noqa: E402
@@ -61,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--machine", choices=list(MACHINES), default="frontier",
                    help="target system (its Slurm template and planner profile)")
     p.add_argument("--size", default=None, help="model preset (8b, 70b, 405b, ...; default: the config's, else 8b)")
+    p.add_argument("--family", default=None, choices=FAMILIES,
+                   help="memorize.py --family: train --size's shape as this model family (default: the config's, "
+                        "else the preset's own)")
     p.add_argument("--gpus", type=int, help="total GPUs (GCDs on Frontier); default: the paper's count")
     p.add_argument("--nodes", type=int, help="nodes instead of --gpus")
     p.add_argument("--goldfish-k", type=int, default=None,
@@ -133,9 +137,9 @@ def main(argv: list[str] | None = None) -> int:
         print(e.code, file=sys.stderr)
         return 2
     spec = spec_from_experiment(
-        experiment, a.machine, size=a.size, gpus=a.gpus, nodes=a.nodes, goldfish_k=a.goldfish_k, arms=a.arms,
-        exposures=a.exposures, time=a.time, account=a.account, out_dir=a.out_dir, run_root=a.run_root, seq=a.seq,
-        global_batch=a.global_batch, micro_batch=a.micro_batch, grid=grid,
+        experiment, a.machine, size=a.size, family=a.family, gpus=a.gpus, nodes=a.nodes, goldfish_k=a.goldfish_k,
+        arms=a.arms, exposures=a.exposures, time=a.time, account=a.account, out_dir=a.out_dir, run_root=a.run_root,
+        seq=a.seq, global_batch=a.global_batch, micro_batch=a.micro_batch, grid=grid,
         activation_checkpointing=a.activation_checkpointing, grad_reduce_dtype=a.grad_reduce_dtype,
         async_checkpoint=a.async_checkpoint, init=a.init, checkpoint_minutes=a.checkpoint_minutes,
         signal_lead_s=a.signal_lead, fs_gbps=a.fs_gbps)
