@@ -172,10 +172,6 @@ LOCAL_SIZE_VARS = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALN
                    "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
 
 
-#: the name ``memorization/eval_model.py`` reads ``--grid`` with; :meth:`GridShape.parse` everywhere else
-parse_grid = GridShape.parse
-
-
 def local_device_index(rank: int, device_count: int, env: Mapping[str, str] = os.environ) -> int:
     """The CUDA device this rank drives: its node-local rank modulo the devices it can see.
 

@@ -158,11 +158,11 @@ def vocab_size(model_or_config) -> int | None:
 def grid_runtime(grid: str):
     """The :class:`memorization.runtime.Runtime` of ``grid`` (``"D,R,C,Z"``: the launcher's processes as a data,
     row, column, depth grid); ``ValueError`` naming ``--grid`` for a bad one."""
-    from axonn.grid import parse_grid
+    from axonn.grid_shape import GridShape
     from memorization.runtime import Runtime
 
     try:
-        return Runtime.create(*parse_grid(grid))
+        return Runtime.create(*GridShape.parse(grid))
     except ValueError as e:
         raise ValueError(f"--grid {grid}: {e}") from None
 

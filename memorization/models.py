@@ -44,16 +44,18 @@ def check_size_runs_here(shape: ModelShape, device: torch.device, grid: tuple[in
                 f"{'/'.join(cpu_sizes)} here, or run on GPUs (`--plan --gpus N --machine NAME` shows a grid that fits)"
             )
         return
-    from axonn.planner import GRAD_REDUCE_BYTES, Grid, MemoryConfig, memory_per_gpu
+    from axonn.grid_shape import GridShape
+    from axonn.planner import GRAD_REDUCE_BYTES, MemoryConfig, memory_per_gpu
 
     mcfg = MemoryConfig(grad_reduce_bytes=GRAD_REDUCE_BYTES[grad_reduce_dtype])
-    mem = memory_per_gpu(shape, Grid(*grid), seq, micro_batch, activation_checkpointing, mcfg, micro_steps=micro_steps)
+    mem = memory_per_gpu(shape, GridShape(*grid), seq, micro_batch, activation_checkpointing, mcfg,
+                         micro_steps=micro_steps)
     free = torch.cuda.mem_get_info(device)[0] if free_bytes is None else free_bytes
     if mem.total <= PREFLIGHT_FRACTION * free:
         return
     g = 2**30
     fixes = []
-    if not activation_checkpointing and memory_per_gpu(shape, Grid(*grid), seq, micro_batch, True, mcfg,
+    if not activation_checkpointing and memory_per_gpu(shape, GridShape(*grid), seq, micro_batch, True, mcfg,
                                                          micro_steps=micro_steps).total <= PREFLIGHT_FRACTION * free:
         fixes.append("add --activation-checkpointing")
     if micro_batch > 1:

@@ -310,13 +310,8 @@ def _fine_tune_follows_serial(family: str, tmp_path: Path) -> None:
     _export_is_the_trained_model(tmp_path / "par", family)
 
 
-@pytest.mark.timeout(400)
-def test_gpt_neox_fine_tune_on_a_4_rank_grid_follows_serial_and_exports(tmp_path) -> None:
-    _fine_tune_follows_serial("gpt_neox", tmp_path)
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["mistral", "qwen2", "qwen3", "olmo2"])
+@pytest.mark.parametrize("family", OTHER_FAMILIES)
 def test_fine_tune_on_a_4_rank_grid_follows_serial_and_exports(family: str, tmp_path) -> None:
     _fine_tune_follows_serial(family, tmp_path)
 

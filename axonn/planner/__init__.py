@@ -33,6 +33,3 @@ __all__ = [
     "memory_per_gpu", "plan", "plan_inference", "predict_step", "resolve_shape", "save_profile",
     "smallest_fitting_gpus", "smallest_inference_gpus",
 ]
-
-#: the name ``memorization/models.py`` imports the grid shape by; :class:`GridShape` everywhere else
-Grid = GridShape
