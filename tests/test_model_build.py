@@ -222,7 +222,9 @@ def test_checkpoint_layout_at_scale_splits_writes_and_opens_few_files() -> None:
     from memorization.models import model_config
 
     config = model_config("tiny", 1024)
-    src, dst = bench._grid("4,2,2,4"), bench._grid("2,1,4,2")  # 64 ranks -> 16 ranks
+    from axonn.grid_shape import GridShape
+
+    src, dst = GridShape.parse("4,2,2,4").sizes(), GridShape.parse("2,1,4,2").sizes()  # 64 ranks -> 16 ranks
     parts = bench.owned_by_slice0(config, src)
     index, slice0_only = build_index(parts, src), build_index(parts, {**src, "data": 1})
     assert len(index) == 64 and sorted(slice0_only) == [f"rank{r:05d}.pt" for r in range(16)]
