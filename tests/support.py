@@ -1,11 +1,17 @@
-"""The ``eval/*.py`` command-line scripts imported as modules, so tests call their ``main(argv)`` in-process."""
+"""Helpers shared by the test files: where things are, and the ``eval/*.py`` scripts as importable modules.
+
+Test files import it as ``tests.support`` (``tests/`` and its subdirectories are packages).
+"""
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
 from types import ModuleType
 
-REPO = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+WORKERS = TESTS / "axonn_workers"  # scripts run as ranks under torchrun/mpiexec (and their shared helpers)
+SHIMS = TESTS / "slurm_shims"  # sbatch, srun, scontrol and module for rehearsing generated jobs
 
 
 def load_eval_cli(name: str) -> ModuleType:

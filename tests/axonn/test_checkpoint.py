@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-WORKERS = Path(__file__).resolve().parent / "axonn_workers"
+from tests.support import REPO, WORKERS
+
 _spec = importlib.util.spec_from_file_location("axonn_launcher", WORKERS / "launcher.py")
 launcher = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(launcher)
@@ -74,9 +75,8 @@ def test_convert_cli_turns_a_trainer_checkpoint_into_a_hf_model(tmp_path) -> Non
     rt = Runtime(axonn.init())
     model, opt, x = _stepped_tiny(rt)
     rt.save_checkpoint(model, opt, tmp_path / "ckpt", {"step": 1})
-    root = Path(__file__).resolve().parents[1]
     run = [sys.executable, "-m", "axonn.convert", str(tmp_path / "ckpt"), str(tmp_path / "hf")]
-    out = subprocess.run(run, cwd=root, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(run, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     hf = LlamaForCausalLM.from_pretrained(tmp_path / "hf")
     sd = hf.state_dict()
@@ -84,13 +84,13 @@ def test_convert_cli_turns_a_trainer_checkpoint_into_a_hf_model(tmp_path) -> Non
     with torch.no_grad():  # HF's modules vs axonn's: fp32 rounding, not necessarily the same bits on every CPU
         torch.testing.assert_close(hf(input_ids=x).logits, model(input_ids=x).logits, rtol=1e-5, atol=1e-5)
     bad = subprocess.run([sys.executable, "-m", "axonn.convert", str(tmp_path / "nothing"), str(tmp_path / "o")],
-                         cwd=root, capture_output=True, text=True, timeout=60)
+                         cwd=REPO, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "not a complete axonn checkpoint" in bad.stderr
     # a LATEST that names a checkpoint which is gone: the trainer's resume and the converter say so
     (tmp_path / "ckpt" / "LATEST").write_text("step_0000009")
     with pytest.raises(FileNotFoundError, match="names 'step_0000009', which is not a directory"):
         rt.load_checkpoint(model, opt, tmp_path / "ckpt")
-    gone = subprocess.run(run, cwd=root, capture_output=True, text=True, timeout=60)
+    gone = subprocess.run(run, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert gone.returncode == 2 and "which is not a directory" in gone.stderr
 
 
@@ -143,10 +143,9 @@ def test_checkpoint_stall_benchmark_prints_both_stalls(tmp_path) -> None:
     import re
     import subprocess
 
-    root = WORKERS.parents[1]
     res = subprocess.run([sys.executable, "benchmarks/checkpoint_stall.py", "--size", "tiny", "--seq", "32",
                           "--steps", "1", "--repeat", "1", "--dir", str(tmp_path / "ck")],
-                         cwd=root, capture_output=True, text=True, timeout=180)
+                         cwd=REPO, capture_output=True, text=True, timeout=180)
     assert res.returncode == 0, res.stdout + res.stderr
     assert re.search(r"blocking save: training waits\s+\d+\.\d+ s", res.stdout), res.stdout
     assert re.search(r"checkpoint stall, blocking / background:\s+\d+\.\d+x", res.stdout), res.stdout
@@ -161,10 +160,9 @@ def test_checkpoint_checksum_benchmark_prints_both_kinds(tmp_path) -> None:
     import re
     import subprocess
 
-    root = WORKERS.parents[1]
     res = subprocess.run([sys.executable, "benchmarks/checkpoint_checksum.py", "--size", "tiny", "--repeat", "1",
                           "--hash-mb", "64", "--dir", str(tmp_path / "ck")],
-                         cwd=root, capture_output=True, text=True, timeout=110)
+                         cwd=REPO, capture_output=True, text=True, timeout=110)
     assert res.returncode == 0, res.stdout + res.stderr
     for row in ("save", "load, cold page cache", "load, warm page cache"):
         assert re.search(rf"{row} \(s\)\s+\d+\.\d+\s+\d+\.\d+\s+\d+\.\d+x", res.stdout), res.stdout

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from eval_cli import load_eval_cli
+from tests.support import load_eval_cli
 
 
 @pytest.fixture

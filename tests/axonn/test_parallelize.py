@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
-WORKERS = Path(__file__).resolve().parent / "axonn_workers"
+from tests.support import REPO, WORKERS
+
 _spec = importlib.util.spec_from_file_location("axonn_launcher", WORKERS / "launcher.py")
 launcher = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(launcher)
@@ -136,8 +137,7 @@ def test_init_takes_a_grid_shape() -> None:
 @pytest.mark.parametrize("cmd", [["recipes/memorize.py", "--grid", "2,2"],
                                  ["benchmarks/collectives.py", "--grid", "1,x,1,1"]])
 def test_cli_grid_errors_say_what_to_give(cmd: list[str]) -> None:
-    root = Path(__file__).resolve().parents[1]
-    r = subprocess.run([sys.executable, *cmd], cwd=root, capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, *cmd], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "four positive integers data,row,column,depth" in r.stderr, r.stderr
 
 
@@ -285,7 +285,7 @@ def test_workers_end_when_their_launcher_is_killed(tmp_path) -> None:
     import time
 
     env = {**os.environ, "ORPHAN_DIR": str(tmp_path), "OMP_NUM_THREADS": "1"}
-    worker = Path(__file__).resolve().parent / "axonn_workers" / "orphan_check.py"
+    worker = WORKERS / "orphan_check.py"
     launcher = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
                                  "2", str(worker)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("axonn_launcher", ROOT / "tests/axonn_workers/launcher.py")
+from tests.support import REPO, WORKERS
+
+_spec = importlib.util.spec_from_file_location("axonn_launcher", WORKERS / "launcher.py")
 launcher = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(launcher)
 
@@ -28,7 +29,7 @@ def test_planner_validation_measures_every_grid(tmp_path: Path) -> None:
     args = ["--out", str(out), "--layers", "2", "--hidden", "128", "--heads", "4", "--kv-heads", "2",
             "--ffn", "256", "--vocab", "512", "--seq", "32", "--global-batch", "4", "--steps", "1",
             "--warmup", "1", "--rounds", "1", "--ref-dim", "128", "--comm-mbytes", "1"]
-    codes, log = launcher.launch(str(ROOT / "benchmarks/planner_validation.py"), 4, args, timeout=230)
+    codes, log = launcher.launch(str(REPO / "benchmarks/planner_validation.py"), 4, args, timeout=230)
     assert codes == [0] * 4, log
     rec = json.loads(out.with_suffix(".json").read_text())
     grids = [tuple(g["grid"]) for g in rec["grids"]]
@@ -53,13 +54,13 @@ def test_rescore_predicts_a_committed_measurement_again_without_training(tmp_pat
     import subprocess
     import sys
 
-    committed = json.loads((ROOT / "benchmarks/results/planner_validation.json").read_text())
+    committed = json.loads((REPO / "benchmarks/results/planner_validation.json").read_text())
     old = tmp_path / "old.json"
     changed = json.loads(json.dumps(committed))
     changed["grids"][-1]["micro_batch"] += 1  # as if measured at another micro-batch
     old.write_text(json.dumps(changed))
     out = tmp_path / "pv"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/planner_validation.py"), "--rescore", str(old),
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks/planner_validation.py"), "--rescore", str(old),
                            "--out", str(out)], capture_output=True, text=True, timeout=120)
     assert proc.returncode in (0, 1), proc.stderr
     rec = json.loads(out.with_suffix(".json").read_text())

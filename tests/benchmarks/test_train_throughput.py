@@ -2,12 +2,12 @@
 import re
 import runpy
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from benchmarks.common import flops_per_token
+from tests.support import REPO
 
 
 def test_1b_flops_per_token_is_the_documented_7_31_gflop():
@@ -109,7 +109,7 @@ def test_attention_backends_times_each_backend_on_the_presets_gqa_shape(monkeypa
     for extra, kv in (([], 2), (["--repeat-kv", "--layout", "bthd"], 4)):
         monkeypatch.setattr(sys, "argv", ["attention_backends.py", "--size", "tiny", "--batch", "1", "--seq", "32",
                                           "--backends", "math,flash", "--steps", "1", *extra])
-        runpy.run_path(str(Path(__file__).resolve().parents[1] / "benchmarks" / "attention_backends.py"),
+        runpy.run_path(str(REPO / "benchmarks" / "attention_backends.py"),
                        run_name="__main__")
         out = capsys.readouterr().out
         assert f"4 heads, {kv} kv heads" in out
@@ -134,7 +134,7 @@ def test_clip_step_runs_both_arms_and_prints_the_ratio(monkeypatch, capsys):
     """The benchmark the GPU runbook runs: both arms on the tiny preset's shapes, and its ratio line."""
     monkeypatch.setattr(sys, "argv", ["clip_step.py", "--size", "tiny", "--layers", "1", "--steps", "1",
                                       "--rounds", "1"])
-    runpy.run_path(str(Path(__file__).resolve().parents[1] / "benchmarks" / "clip_step.py"), run_name="__main__")
+    runpy.run_path(str(REPO / "benchmarks" / "clip_step.py"), run_name="__main__")
     out = capsys.readouterr().out
     assert "clip pass + fused AdamW" in out and "clip inside fused AdamW" in out
     assert re.search(r"speedup clip inside / clip pass = \d+\.\d\dx", out)

@@ -4,15 +4,13 @@ from __future__ import annotations
 import argparse
 import runpy
 import sys
-from pathlib import Path
 
 import pytest
 
 from axonn.cli import HelpFormatter
+from tests.support import REPO, load_eval_cli
 
-from eval_cli import load_eval_cli
 
-REPO = Path(__file__).resolve().parents[1]
 SCRIPT_DIRS = ("recipes", "recipes/jobs", "eval", "benchmarks", "data", "data/pydocs")
 SCRIPTS = sorted(str(p.relative_to(REPO)) for d in SCRIPT_DIRS
                  for p in (REPO / d).glob("*.py") if p.name not in ("__init__.py", "common.py"))

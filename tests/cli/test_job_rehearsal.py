@@ -21,9 +21,8 @@ import pytest
 
 from memorization import eval_jobs
 from memorization import jobs as gen
+from tests.support import REPO, SHIMS
 
-REPO = Path(__file__).resolve().parents[1]
-SHIMS = REPO / "tests" / "slurm_shims"
 STEPS = 16
 
 

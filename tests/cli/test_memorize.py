@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support import REPO
+
 sys.path.insert(0, str(REPO / "recipes"))
 import memorize  # noqa: E402
 
@@ -446,9 +447,8 @@ def test_ctrl_c_ends_memorize_with_one_line_and_status_130(tmp_path):
     import signal
     import time
 
-    repo = Path(__file__).resolve().parents[1]
     out = tmp_path / "run"
-    cmd = [sys.executable, str(repo / "recipes" / "memorize.py"), "--num-targets", "4", "--num-nonmembers", "2",
+    cmd = [sys.executable, str(REPO / "recipes" / "memorize.py"), "--num-targets", "4", "--num-nonmembers", "2",
            "--exposures", "2", "--steps", "12", "--prefix", "10", "--suffix", "10", "--seq-len", "64",
            "--no-progress", "--checkpoint-every", "5", "--out", str(out)]
     # as from a terminal: SIGINT at its default disposition (a suite started in the background by a

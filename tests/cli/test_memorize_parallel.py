@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support import REPO, WORKERS
+
 sys.path.insert(0, str(REPO / "recipes"))
 import memorize  # noqa: E402
 
@@ -67,7 +68,7 @@ def test_mpiexec_launch_follows_serial(serial, tmp_path):
 
 
 def test_stop_request_on_one_rank_stops_every_rank_after_the_same_step(tmp_path):
-    sys.path.insert(0, str(REPO / "tests" / "axonn_workers"))
+    sys.path.insert(0, str(WORKERS))
     import launcher
 
     codes, out = launcher.launch("stop_request.py", 2, [str(tmp_path)], timeout=240,

@@ -3,13 +3,13 @@ the user supplies, differ only in the model, and say what their README says they
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from memorization.experiment.config import load_config, resolve, to_dict
+from tests.support import REPO
 
-PAPER = Path(__file__).resolve().parents[1] / "recipes" / "configs" / "paper"
+PAPER = REPO / "recipes" / "configs" / "paper"
 SIZES = ("8b", "70b", "405b")
 
 

@@ -3,7 +3,6 @@ flash attention), and every output equals HF's ``sdpa``: training loss and gradi
 left-padded batched generation."""
 import copy
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -13,8 +12,9 @@ from memorization.goldfish import GoldfishConfig
 from memorization.loss import causal_lm_loss_sum
 from memorization.models import build_model
 from memorization.train import TrainConfig, Trainer
+from tests.support import WORKERS
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "axonn_workers"))
+sys.path.insert(0, str(WORKERS))
 from common import assert_same_greedy  # noqa: E402
 
 V = 512

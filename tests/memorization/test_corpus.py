@@ -4,6 +4,7 @@ import json
 import pytest
 
 from memorization.corpus import load_documents
+from tests.support import REPO
 
 
 @pytest.mark.parametrize("name", ["docs.csv", "docs.md", "docs.jsonl", "docs.parquet"])
@@ -189,9 +190,7 @@ def test_a_shipped_tokenizer_with_other_bytes_is_refused(tmp_path, monkeypatch):
 
 def _pinned(package: str) -> str | None:
     """The version of ``package`` that constraints.txt (the environment of the README's figures) pins."""
-    from pathlib import Path
-
-    text = (Path(__file__).resolve().parents[1] / "constraints.txt").read_text()
+    text = (REPO / "constraints.txt").read_text()
     return next((line.split("==")[1].strip() for line in text.splitlines()
                  if line.lower().startswith(f"{package.lower()}==")), None)
 

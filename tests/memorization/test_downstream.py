@@ -12,7 +12,6 @@ import math
 import os
 import random
 import socket
-from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -23,10 +22,9 @@ import torch
 
 from memorization import downstream as ds
 from memorization.mia import MissingTokenizerError
+from tests.support import REPO, WORKERS, load_eval_cli
 
-from eval_cli import load_eval_cli
 
-REPO = Path(__file__).resolve().parents[1]
 WORDS = ("amber basil cedar delta ember fjord grove harbor island jasper kelp lumen meadow "
          "nectar orchid pebble quartz river saffron tundra umber violet willow").split()
 
@@ -322,11 +320,10 @@ def test_perplexity_on_four_grids_equals_one_process(grid_checkpoint, tmp_path):
     1,1,2,2 / 2,2,1,1 / 1,2,1,2 on 4 gloo ranks, fp32) equals one process's to 1e-5, every token counted."""
     import json
     import sys as _sys
-    from pathlib import Path
 
     from memorization.downstream import run_downstream
 
-    _sys.path.insert(0, str(Path(__file__).resolve().parent / "axonn_workers"))
+    _sys.path.insert(0, str(WORKERS))
     import launcher
 
     root, _, docs, _ = grid_checkpoint

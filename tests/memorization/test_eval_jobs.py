@@ -15,8 +15,8 @@ import pytest
 from axonn.planner import GridShape, divisibility_problem, plan_inference
 from memorization import eval_jobs
 from memorization import jobs as gen
+from tests.support import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("jobs_generate", REPO / "recipes" / "jobs" / "generate.py")
 cli = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(cli)

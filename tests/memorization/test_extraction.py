@@ -4,7 +4,6 @@ logits for the last position only), all-but-suffix cuts documents at 2,048 token
 counts punctuation, case and non-Latin text."""
 import importlib.util
 import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -12,8 +11,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from memorization.extraction import ExtractionConfig, extract, greedy_continue, rouge_l, split_document
-
-from eval_cli import load_eval_cli
+from tests.support import REPO, WORKERS, load_eval_cli
 
 
 class OracleLM(torch.nn.Module):
@@ -174,7 +172,7 @@ def test_document_shorter_than_prefix_plus_suffix():
 
 
 def _cli():
-    spec = importlib.util.spec_from_file_location("extract_cli", Path(__file__).parents[1] / "eval" / "extract.py")
+    spec = importlib.util.spec_from_file_location("extract_cli", REPO / "eval" / "extract.py")
     cli = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(cli)
     return cli
@@ -282,7 +280,7 @@ def test_extraction_on_four_grids_generates_the_tokens_of_one_process(grid_check
     unsharded model decoding every document in one process, up to fp32 near-ties."""
     import sys as _sys
 
-    _sys.path.insert(0, str(Path(__file__).resolve().parent / "axonn_workers"))
+    _sys.path.insert(0, str(WORKERS))
     import launcher
 
     root, model, docs, vocab = grid_checkpoint
@@ -314,12 +312,11 @@ def test_extract_cli_on_a_grid_reports_what_one_process_reports(grid_checkpoint,
     (tmp_path / "docs.jsonl").write_text("\n".join(json.dumps({"text": t}) for t in _texts(root, docs)))
     common = ["--model", str(root / "model"), "--documents", str(tmp_path / "docs.jsonl"), "--prefix", "10",
               "--suffix", "12", "--no-progress", "--json"]
-    repo = Path(__file__).resolve().parents[1]
     env = {**__import__("os").environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
-    one = subprocess.run([_sys.executable, str(repo / "eval" / "extract.py"), *common, "--out", str(tmp_path / "a")],
+    one = subprocess.run([_sys.executable, str(REPO / "eval" / "extract.py"), *common, "--out", str(tmp_path / "a")],
                          capture_output=True, text=True, env=env, timeout=300)
     four = subprocess.run([_sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4",
-                           str(repo / "eval" / "extract.py"), *common, "--grid", "1,2,2,1", "--out",
+                           str(REPO / "eval" / "extract.py"), *common, "--grid", "1,2,2,1", "--out",
                            str(tmp_path / "b")], capture_output=True, text=True, env=env, timeout=300)
     assert one.returncode == 0 and four.returncode == 0, one.stderr[-2000:] + four.stderr[-2000:]
     a, b = (json.loads((tmp_path / d / "extraction.json").read_text()) for d in ("a", "b"))
@@ -342,7 +339,7 @@ def test_a_training_checkpoint_is_extracted_on_another_grid_without_conversion(g
     up to fp32 near-ties of the serial logits."""
     import sys as _sys
 
-    _sys.path.insert(0, str(Path(__file__).resolve().parent / "axonn_workers"))
+    _sys.path.insert(0, str(WORKERS))
     import launcher
 
     root, model, docs, vocab = grid_checkpoint

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from memorization import jobs as gen
+from tests.support import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("jobs_generate", REPO / "recipes" / "jobs" / "generate.py")
 cli = importlib.util.module_from_spec(_spec)  # the command line; the generator is memorization.jobs
 _spec.loader.exec_module(cli)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "axonn_workers"))
+from tests.support import WORKERS
+
+sys.path.insert(0, str(WORKERS))
 
 GRIDS = ("1,2,2,1", "1,1,2,2", "2,2,1,1", "1,2,1,2")
 

@@ -23,10 +23,8 @@ import torch
 
 from memorization import downstream as ds
 from memorization import mia
+from tests.support import REPO, WORKERS, load_eval_cli
 
-from eval_cli import load_eval_cli
-
-REPO = Path(__file__).resolve().parents[1]
 
 WORDS = (
     "amber basil cedar delta ember fjord grove harbor island jasper kelp lumen meadow nectar "
@@ -473,7 +471,7 @@ def test_mia_on_four_grids_scores_what_one_process_scores(grid_checkpoint, tmp_p
 
     from memorization.mia import run_mia
 
-    _sys.path.insert(0, str(Path(__file__).resolve().parent / "axonn_workers"))
+    _sys.path.insert(0, str(WORKERS))
     import launcher
 
     root, _, docs, _ = grid_checkpoint

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from memorization.model_files import ModelDirError, check_model_dir
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.support import REPO
 
 
 @pytest.fixture(scope="module")

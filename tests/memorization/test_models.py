@@ -9,12 +9,12 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import math
-from pathlib import Path
 
 import pytest
 import torch
 
-WORKERS = Path(__file__).resolve().parent / "axonn_workers"
+from tests.support import REPO, WORKERS
+
 _spec = importlib.util.spec_from_file_location("axonn_launcher", WORKERS / "launcher.py")
 launcher = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(launcher)
@@ -215,7 +215,7 @@ def test_checkpoint_layout_at_scale_splits_writes_and_opens_few_files() -> None:
     about 1/G_data of its tensor coordinate's shards, each distinct shard exactly once; a resume
     opens a few files per data replica and maps exactly its own bytes; a reshard opens far fewer
     files than the job has."""
-    spec = importlib.util.spec_from_file_location("reshard_reads", WORKERS.parents[1] / "benchmarks" / "reshard_reads.py")
+    spec = importlib.util.spec_from_file_location("reshard_reads", REPO / "benchmarks" / "reshard_reads.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     from axonn.checkpoint import build_index

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from memorization.run_lock import LOCK_FILE, Holder, RunLock, RunLocked
+from tests.support import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 SMALL = ["--steps", "4", "--exposures", "2", "--num-targets", "2", "--num-nonmembers", "2", "--prefix", "10",
          "--suffix", "10", "--seq-len", "64", "--no-progress", "--arms", "standard"]
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support import REPO
+
 sys.path.insert(0, str(REPO / "recipes"))
 import sweep as sweep_cli  # noqa: E402
 

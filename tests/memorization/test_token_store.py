@@ -15,6 +15,7 @@ from memorization.models import build_model
 from memorization.token_store import (STORE_FILE, StoreError, StoreMismatch, open_store, prepare_store,
                                       store_info)
 from memorization.train import TrainConfig, Trainer
+from tests.support import REPO
 
 CFG = MixtureConfig(seq_len=128, batch_size=4, exposures=(8,), num_targets=8, num_nonmembers=8, num_steps=200,
                     min_target_tokens=100, seed=3)
@@ -219,7 +220,7 @@ output: {no_progress: true}
 def _script(name: str):
     import importlib.util
 
-    path = Path(__file__).resolve().parents[1] / name
+    path = REPO / name
     spec = importlib.util.spec_from_file_location(path.stem + "_script", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -14,8 +14,8 @@ import pytest
 from axonn.planner import (GridShape, PlanError, format_inference_plan, inference_memory_per_gpu, load_profile,
                            plan_inference, smallest_inference_gpus)
 from axonn.presets import ModelShape, get_preset
+from tests.support import REPO, WORKERS
 
-REPO = Path(__file__).resolve().parents[1]
 GRIDS = ("1,2,2,1", "1,1,2,2", "2,2,1,1", "1,2,1,2", "4,1,1,1")
 
 
@@ -45,7 +45,7 @@ def test_weights_and_kv_cache_are_what_ranks_hold_on_four_grids(grid_checkpoint,
     1,1,2,2: every rank's parameter bytes after loading as the eval CLIs load (fp32) equal ``weights``, and the
     KV cache the extractor's decoder holds after a batch equals ``kv_cache``, in fp32 and under bf16 autocast
     (fp32 keys, bf16 values), exactly."""
-    sys.path.insert(0, str(REPO / "tests" / "axonn_workers"))
+    sys.path.insert(0, str(WORKERS))
     import launcher
 
     root = grid_checkpoint[0]

@@ -4,14 +4,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from memorization.memory_trace import PeakMemory
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import REPO
 
 
 def test_peak_memory_counts_live_storages_once():
@@ -46,7 +44,7 @@ def test_planner_memory_matches_traced_training_step(tmp_path):
         "            ('mini', (2, 1, 2, 2), 512, 2, True, 1)]\n"
         "sys.argv.append('--quick'); mv.main()\n"
     )
-    res = subprocess.run([sys.executable, "-c", code, str(out)], cwd=ROOT, capture_output=True, text=True,
+    res = subprocess.run([sys.executable, "-c", code, str(out)], cwd=REPO, capture_output=True, text=True,
                          timeout=280)
     assert res.returncode == 0, res.stdout + res.stderr
     rows = json.loads(out.read_text())
@@ -127,7 +125,7 @@ def test_weight_gradient_reduce_frees_its_input_before_the_reduce_scatter():
         "        reduce_weight_grad(torch.ones(n, dtype=torch.bfloat16), w, n, grid)\n"
         "    print(overlap, (t.peak - t.base) / n)\n"
     )
-    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
     peaks = dict(line.split() for line in res.stdout.splitlines())
     assert float(peaks["False"]) == 6.0 and float(peaks["True"]) == 6.0, res.stdout

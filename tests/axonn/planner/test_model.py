@@ -16,8 +16,8 @@ from axonn.planner.calibrate import fit_half_bytes
 from axonn.planner.model import _Comm, group_bandwidth, group_span_nodes, message_efficiency
 from axonn.planner.profiles import SCALE_TERMS_NEUTRAL, MachineProfile, known_profiles
 from axonn.presets import ModelShape
+from tests.support import REPO, WORKERS
 
-ROOT = Path(__file__).resolve().parents[1]
 SHAPE = ModelShape("s", 8, 1024, 16, 4, 2816, 32000, max_seq=2048)
 
 
@@ -112,7 +112,7 @@ def test_neutral_terms_change_no_prediction_of_any_bundled_profile() -> None:
 def test_cpu_validation_predicts_exactly_the_committed_times() -> None:
     """benchmarks/results/planner_validation.json holds the predictions of the model before these terms, on the
     calibrated 8-rank CPU profile: the current model gives every one of them bit for bit."""
-    old = json.loads((ROOT / "benchmarks/results/planner_validation.json").read_text())
+    old = json.loads((REPO / "benchmarks/results/planner_validation.json").read_text())
     prof = MachineProfile(**old["profile"])
     assert all(getattr(prof, k) == v for k, v in SCALE_TERMS_NEUTRAL.items())
     res = plan(ModelShape(**old["model"]), seq=old["seq"], global_batch=old["global_batch"], gpus=old["world"],
@@ -143,14 +143,14 @@ def test_calibrate_without_sweep_resets_the_base_network_terms(tmp_path: Path) -
 
 
 def _published_runs():
-    spec = importlib.util.spec_from_file_location("published_runs", ROOT / "benchmarks/published_runs.py")
+    spec = importlib.util.spec_from_file_location("published_runs", REPO / "benchmarks/published_runs.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
 def test_published_runs_table_is_complete_and_the_script_predicts_a_grid_entry(tmp_path: Path) -> None:
-    table = ROOT / "benchmarks/results/published_runs.yaml"
+    table = REPO / "benchmarks/results/published_runs.yaml"
     entries = yaml.safe_load(table.read_text())["entries"]
     assert len(entries) >= 8 and len({e["profile"] for e in entries}) >= 3
     chips = {load_profile(e["profile"]).gpu.split()[0].split("-")[0] for e in entries}
@@ -170,14 +170,14 @@ def test_published_runs_table_is_complete_and_the_script_predicts_a_grid_entry(t
     assert r["published"] == pytest.approx(331 * (6 * ModelShape("x", 80, 8192, 64, 8, 28672, 128256).num_params()
                                                   + 12 * 80 * 8192 * 8192) / 1e12)
     assert abs(r["ratio_full"] - 1) <= 0.25
-    committed = (ROOT / "benchmarks/results/published_runs.md").read_text()
+    committed = (REPO / "benchmarks/results/published_runs.md").read_text()
     assert f"| {r['id']} |" in committed and "with terms 10/12" in committed
 
 
 @pytest.mark.slow  # two gloo ranks measure the sweep (about 30 s on 2 cores)
 @pytest.mark.timeout(240)
 def test_calibrate_sweep_measures_the_terms_on_two_ranks(tmp_path: Path) -> None:
-    spec = importlib.util.spec_from_file_location("axonn_launcher", ROOT / "tests/axonn_workers/launcher.py")
+    spec = importlib.util.spec_from_file_location("axonn_launcher", WORKERS / "launcher.py")
     launcher = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(launcher)
     entry = tmp_path / "cal.py"

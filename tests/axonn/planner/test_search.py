@@ -6,7 +6,6 @@ import re
 import subprocess
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,8 +17,7 @@ from axonn.planner.__main__ import main as cli_main
 from axonn.planner.profiles import PROFILE_DIR
 from axonn.presets import get_preset
 from memorization import jobs as gen
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.support import REPO
 
 
 def test_grid_shape_enumerate_is_every_factorisation():

@@ -14,8 +14,8 @@ from memorization import sweep as sw
 from memorization.experiment import (ConfigError, ExperimentConfig, Training, load_config, resolve, run_experiment,
                                      validate)
 from memorization.experiment.cli import config_from_argv, explicit_values, to_argv
+from tests.support import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "recipes"))
 import memorize  # noqa: E402
 

@@ -8,8 +8,7 @@ import pytest
 
 from memorization.hpc_code import load_suite
 from memorization.hpc_code.completions import CompletionsError, load_completions
-
-from eval_cli import load_eval_cli
+from tests.support import load_eval_cli
 
 
 @pytest.mark.parametrize("text, match", [

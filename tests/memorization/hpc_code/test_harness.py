@@ -29,10 +29,9 @@ from memorization.hpc_code.problems import MODELS, default_suite_dir
 from memorization.hpc_code.translation import SHORT
 from memorization.hpc_code.reference import SetupError, prepare_reference
 from memorization.hpc_code.sandbox import isolation
+from tests.support import REPO, TESTS, WORKERS, load_eval_cli
 
-from eval_cli import load_eval_cli
 
-REPO = Path(__file__).resolve().parents[1]
 CLI = REPO / "eval" / "hpc_code.py"
 
 def _cli(*args: str, timeout: float = 300) -> dict:
@@ -254,7 +253,7 @@ def test_every_problem_rejects_a_broken_variant(models):
     assert not bad
 
 
-WRONG_CANDIDATES = Path(__file__).resolve().parent / "hpc_wrong_candidates.jsonl"
+WRONG_CANDIDATES = TESTS / "hpc_wrong_candidates.jsonl"
 
 
 @pytest.mark.parametrize("which", ["one per problem", pytest.param("all", marks=pytest.mark.slow)])
@@ -445,7 +444,7 @@ def test_samples_depend_on_seed_prompt_and_number_only_not_on_the_batch_or_the_g
     """``--model`` sampling (temperature 0.9, top-p 0.9, rows stopping at different steps) on 4 gloo ranks and grids
     1,2,2,1 / 1,1,2,2 / 2,2,1,1 / 1,2,1,2 (fp32) gives the completions one process gives with another batch size;
     another seed gives others."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent / "axonn_workers"))
+    sys.path.insert(0, str(WORKERS))
     import launcher
     from hpc_generate_grids import SAMPLING, done_after_three_spaces
     from transformers import AutoTokenizer

@@ -21,8 +21,8 @@ from memorization.hpc_code import load_suite, sandbox
 from memorization.hpc_code.harness import RunConfig, evaluate_c
 from memorization.hpc_code.reference import prepare_reference
 from memorization.hpc_code.sandbox import SandboxLimits
+from tests.support import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 DRIVERS = REPO / "data" / "hpc_code" / "drivers"
 
 pytestmark = pytest.mark.skipif(not sandbox.isolation().filesystem,

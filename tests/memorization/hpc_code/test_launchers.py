@@ -19,14 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from eval_cli import load_eval_cli
 from memorization.hpc_code import SandboxLimits, load_suite
 from memorization.hpc_code.harness import RunConfig, evaluate_c
 from memorization.hpc_code.reference import prepare_reference
 from memorization.hpc_code.toolchain import launcher_refusal, sandbox_report
+from tests.support import REPO, SHIMS, load_eval_cli
 
-REPO = Path(__file__).resolve().parents[1]
-SHIMS = REPO / "tests" / "slurm_shims"
 LIMITS = SandboxLimits(timeout_s=30.0, memory_mb=512, max_processes=64)
 
 

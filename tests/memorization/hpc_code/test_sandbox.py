@@ -24,8 +24,7 @@ import pytest
 from memorization.hpc_code import sandbox
 from memorization.hpc_code.sandbox import SandboxLimits, run_sandboxed
 from memorization.hpc_code.toolchain import candidate_env, mpiexec_flags, tool
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.support import REPO
 
 
 def _full_modes() -> list:

@@ -9,8 +9,7 @@ from memorization.hpc_code import load_suite
 from memorization.hpc_code.harness import RunConfig, evaluate_c
 from memorization.hpc_code.sandbox import SandboxLimits
 from memorization.hpc_code.translation import PAIRS, SHORT, translation_problems
-
-from eval_cli import load_eval_cli
+from tests.support import load_eval_cli
 
 
 def test_every_problem_gets_each_pair_and_the_prompt_carries_the_renamed_source():
