@@ -20,3 +20,15 @@ def load_eval_cli(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def fake_grid(data: int = 1, depth: int = 1, row: int = 1, col: int = 1):
+    """Rank 0's :class:`axonn.grid.Grid` of the given axis sizes on CPU/gloo, without a process group: for
+    the checks ``parallelize`` and the layers make before any communication."""
+    import torch
+
+    from axonn.grid import Grid, coords_of
+
+    sizes = {"data": data, "depth": depth, "row": row, "col": col}
+    return Grid(sizes=sizes, coords=coords_of(0, sizes), rank=0, world_size=data * depth * row * col,
+                backend="gloo", device=torch.device("cpu"))
