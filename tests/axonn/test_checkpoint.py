@@ -136,39 +136,6 @@ def test_background_save_is_a_snapshot_published_by_finish(tmp_path, monkeypatch
     assert ckpt.load(fresh, fresh_opt, tmp_path / "ck") == {"step": 1}
 
 
-@pytest.mark.timeout(200)
-def test_checkpoint_stall_benchmark_prints_both_stalls(tmp_path) -> None:
-    """benchmarks/checkpoint_stall.py end to end on the tiny preset: both kinds of save run, their
-    checkpoints are removed, and the ratio is printed (its value is machine-dependent: not asserted)."""
-    import re
-    import subprocess
-
-    res = subprocess.run([sys.executable, "benchmarks/checkpoint_stall.py", "--size", "tiny", "--seq", "32",
-                          "--steps", "1", "--repeat", "1", "--dir", str(tmp_path / "ck")],
-                         cwd=REPO, capture_output=True, text=True, timeout=180)
-    assert res.returncode == 0, res.stdout + res.stderr
-    assert re.search(r"blocking save: training waits\s+\d+\.\d+ s", res.stdout), res.stdout
-    assert re.search(r"checkpoint stall, blocking / background:\s+\d+\.\d+x", res.stdout), res.stdout
-    assert list((tmp_path / "ck").iterdir()) == []
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(120)
-def test_checkpoint_checksum_benchmark_prints_both_kinds(tmp_path) -> None:
-    """benchmarks/checkpoint_checksum.py end to end on the tiny preset: saves and loads with and without
-    checksums, removes its checkpoints and prints the three ratios (machine-dependent: not asserted)."""
-    import re
-    import subprocess
-
-    res = subprocess.run([sys.executable, "benchmarks/checkpoint_checksum.py", "--size", "tiny", "--repeat", "1",
-                          "--hash-mb", "64", "--dir", str(tmp_path / "ck")],
-                         cwd=REPO, capture_output=True, text=True, timeout=110)
-    assert res.returncode == 0, res.stdout + res.stderr
-    for row in ("save", "load, cold page cache", "load, warm page cache"):
-        assert re.search(rf"{row} \(s\)\s+\d+\.\d+\s+\d+\.\d+\s+\d+\.\d+x", res.stdout), res.stdout
-    assert "crc32 over the hash pool" in res.stdout and list((tmp_path / "ck").iterdir()) == []
-
-
 def test_background_save_without_host_memory_for_the_snapshot_saves_blocking(tmp_path, monkeypatch) -> None:
     """A snapshot that does not fit in this rank's share of the node's available memory is not
     attempted: the save is written before save() returns, with a warning saying why."""

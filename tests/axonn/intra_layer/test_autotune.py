@@ -327,3 +327,38 @@ def test_benchmark_write_cache_pretunes_every_layer(tmp_path, monkeypatch):
         for op in at.VARIANTS:
             tuner.choose(op, *at.operands(op, 64, n, k))
     assert tuner.n_tuned == 0
+
+
+def test_matmul_timing_on_cuda_is_event_timed_per_call(monkeypatch):
+    """On CUDA a timing sample of the matmul autotuner (benchmarks/matmul_autotune.py) is the CUDA-event time of
+    CUDA_CALLS_PER_SAMPLE back-to-back calls (after one untimed call), in seconds per call: not the wall clock of
+    one synchronised call, which adds launch + sync latency to kernels of a few microseconds.  Faked CUDA here."""
+    from contextlib import nullcontext
+    from types import SimpleNamespace
+
+    from axonn.intra_layer import autotune as at
+
+    events = []
+
+    class FakeEvent:
+        def __init__(self, enable_timing=False):
+            assert enable_timing
+            events.append(self)
+
+        def record(self):
+            self.calls_before = len(calls)
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, end):  # milliseconds, as torch.cuda.Event's: 2 ms per call
+            return 2.0 * (end.calls_before - self.calls_before)
+
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "device", lambda d: nullcontext())
+    calls = []
+    a = SimpleNamespace(device=torch.device("cuda", 0))
+    s = at._seconds_per_call(lambda x, y: calls.append(1), a, None)
+    assert len(calls) == at.CUDA_CALLS_PER_SAMPLE + 1 and len(events) == 2
+    assert events[0].calls_before == 1  # the warm call is launched before the start event
+    assert s == pytest.approx(2e-3)

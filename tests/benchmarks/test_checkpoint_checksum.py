@@ -1,0 +1,25 @@
+"""benchmarks/checkpoint_checksum.py: what checksums cost a save and a load."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tests.support import REPO
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_checkpoint_checksum_benchmark_prints_both_kinds(tmp_path) -> None:
+    """benchmarks/checkpoint_checksum.py end to end on the tiny preset: saves and loads with and without
+    checksums, removes its checkpoints and prints the three ratios (machine-dependent: not asserted)."""
+    import re
+    import subprocess
+
+    res = subprocess.run([sys.executable, "benchmarks/checkpoint_checksum.py", "--size", "tiny", "--repeat", "1",
+                          "--hash-mb", "64", "--dir", str(tmp_path / "ck")],
+                         cwd=REPO, capture_output=True, text=True, timeout=110)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for row in ("save", "load, cold page cache", "load, warm page cache"):
+        assert re.search(rf"{row} \(s\)\s+\d+\.\d+\s+\d+\.\d+\s+\d+\.\d+x", res.stdout), res.stdout
+    assert "crc32 over the hash pool" in res.stdout and list((tmp_path / "ck").iterdir()) == []
