@@ -1,0 +1,36 @@
+"""axonn/intra_layer/overlap.py: the weight-gradient reduction holds no more memory than it must."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.support import REPO
+
+
+def test_weight_gradient_reduce_frees_its_input_before_the_reduce_scatter():
+    """A depth-sharded weight's unreduced gradient (bf16 under autocast) is cast to fp32 for the wire;
+    the bf16 block must be gone before the reduce-scatter's output is allocated (it lived on, one local
+    block of the embedding more at the 8b's backward peak, until this was caught by the memory trace).
+
+    Peak of N bf16 elements reduced over depth 2: bf16 (2N) + fp32 copy (4N), then fp32 copy + output
+    (2N) = 6N bytes; holding the input too makes it 8N.  A fake two-rank world, in a fresh process.
+    """
+    code = (
+        "import torch, torch.distributed as dist\n"
+        "from torch.testing._internal.distributed.fake_pg import FakeStore\n"
+        "import axonn\n"
+        "from axonn.intra_layer.overlap import optimize_communication, reduce_weight_grad\n"
+        "from memorization.memory_trace import PeakMemory\n"
+        "dist.init_process_group('fake', store=FakeStore(), rank=0, world_size=2)\n"
+        "grid = axonn.init(1, 1, 1, 2)\n"
+        "n = 1 << 20\n"
+        "w = torch.nn.Parameter(torch.zeros(n // 2))\n"
+        "for overlap in (False, True):\n"
+        "    with optimize_communication(overlap_reduce_scatter=overlap), PeakMemory([w]) as t:\n"
+        "        reduce_weight_grad(torch.ones(n, dtype=torch.bfloat16), w, n, grid)\n"
+        "    print(overlap, (t.peak - t.base) / n)\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    peaks = dict(line.split() for line in res.stdout.splitlines())
+    assert float(peaks["False"]) == 6.0 and float(peaks["True"]) == 6.0, res.stdout
