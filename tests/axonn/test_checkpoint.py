@@ -1,4 +1,5 @@
-"""Sharded checkpoints: bit-exact resume, reshard onto another grid, mismatch refusal, HF export.
+"""axonn/checkpoint: sharded checkpoints resume bit-exactly, reshard onto another grid, refuse a mismatch or
+damage, and export to Hugging Face.
 
 Runs under ``mpiexec -n 4`` (so this also covers the MPI launch path of ``axonn.init``).
 """

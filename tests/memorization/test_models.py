@@ -1,14 +1,20 @@
-"""Building a model without any process holding all of it: meta parameters, per-shard init and loading.
+"""memorization/models.py: building a model, serial or without any process holding all of it (meta parameters,
+per-shard init and loading), from a preset or a Hugging Face checkpoint; exporting and checkpointing it.
 
 The 4-rank checks (tests/axonn_workers/build_checks.py) show that the sharded build equals the
 serial one bit for bit, from the random init and from a HF checkpoint, and that each rank reads only
-the checkpoint rows its shards are cut from.  The serial tests here cover the pieces and the errors.
+the checkpoint rows its shards are cut from.  The serial tests here cover the pieces and the errors,
+and what a researcher fine-tuning real Llama checkpoints meets:
+
+* a ``--init`` checkpoint with Llama 3.x features (tied embeddings, an explicit ``head_dim``, biases, llama3
+  RoPE, bf16, several safetensors files) gives the logits of ``LlamaForCausalLM.from_pretrained``;
+* the shape of a checkpoint whose ``head_dim`` is not hidden / heads (Llama-3.1-Minitron-4B-Width) counts its
+  parameters as built (the planner's memory and the pre-flight check rest on it);
+* the real presets normalise with the published RMSNorm eps.
 """
 from __future__ import annotations
 
 import importlib.util
-import itertools
-import math
 
 import pytest
 import torch
@@ -19,6 +25,9 @@ _spec = importlib.util.spec_from_file_location("axonn_launcher", WORKERS / "laun
 launcher = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(launcher)
 
+TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            vocab_size=128, max_position_embeddings=256)
+
 
 @pytest.mark.timeout(400)
 def test_sharded_build_equals_serial_on_4_ranks() -> None:
@@ -27,94 +36,6 @@ def test_sharded_build_equals_serial_on_4_ranks() -> None:
     assert codes == [0] * 4, f"return codes {codes}\n{out}"
     for g in grids:
         assert f"OK build grid {g}" in out, out
-
-
-def _reference_shard(full: torch.Tensor, spec) -> torch.Tensor:
-    """The shard by definition: the block, flattened, zero-padded to ``padded_len``, cut to ``flat``."""
-    blk = full[spec.block_slices()]
-    if spec.flat is None:
-        return blk.clone()
-    flat = torch.cat([blk.reshape(-1), blk.new_zeros(spec.padded_len - blk.numel())])
-    return flat[spec.flat[0]:spec.flat[1]].clone()
-
-
-def test_shard_from_rows_equals_extract_and_reads_only_its_rows() -> None:
-    from axonn.sharding import ShardSpec, extract, rows_needed, shard_from_rows
-
-    full = torch.randn(12, 10)
-    for gr, gc, gz in itertools.product([1, 2, 3], [1, 2], [1, 2, 3, 4, 7]):
-        lo, li = 12 // gr, 10 // gc
-        per = math.ceil(lo * li / gz)
-        for r, c, z in itertools.product(range(gr), range(gc), range(gz)):
-            spec = ShardSpec((12, 10), ((r * lo, (r + 1) * lo), (c * li, (c + 1) * li)),
-                             flat=(z * per, (z + 1) * per), padded_len=per * gz)
-            asked = []
-            got = shard_from_rows(spec, lambda a, b: asked.append((a, b)) or full[a:b])
-            assert torch.equal(got, _reference_shard(full, spec)), (gr, gc, gz, r, c, z)
-            assert torch.equal(extract(full, spec), got)
-            assert asked == [rows_needed(spec)]
-            a, b = rows_needed(spec)
-            assert b - a <= math.ceil(per / li) + 1, "reads more rows than its flat range touches"
-    bias = ShardSpec((12,), ((4, 8),))
-    assert torch.equal(shard_from_rows(bias, lambda a, b: full[a:b, 0]), full[4:8, 0])
-
-
-def _linear_specs(out: int, inn: int, gr: int, gc: int, gz: int):
-    from axonn.sharding import ShardSpec
-
-    lo, li = out // gr, inn // gc
-    per = math.ceil(lo * li / gz)
-    return [ShardSpec((out, inn), ((r * lo, (r + 1) * lo), (c * li, (c + 1) * li)), flat=(z * per, (z + 1) * per),
-                      padded_len=per * gz, shard_axes=("depth", "row", "col"))
-            for r, c, z in itertools.product(range(gr), range(gc), range(gz))]
-
-
-def test_resharding_reads_each_shard_from_the_rows_it_needs() -> None:
-    """A checkpoint's pieces from one grid give exactly the shard of ``full`` for every spec of another,
-    and the rows read from the pieces are only the rows that spec needs."""
-    from axonn.sharding import rows_from_pieces, rows_needed, shard_from_rows
-
-    full = torch.randn(12, 10)
-    grids = [(1, 1, 1), (2, 1, 3), (3, 2, 2), (1, 2, 4), (6, 2, 1), (2, 2, 7)]
-    for src, dst in itertools.product(grids, grids):
-        pieces = [(_reference_shard(full, s), s) for s in _linear_specs(12, 10, *src)]
-        for spec in _linear_specs(12, 10, *dst):
-            asked = []
-
-            def rows(a, b):
-                asked.append((a, b))
-                return rows_from_pieces(pieces, a, b)
-
-            assert torch.equal(shard_from_rows(spec, rows), _reference_shard(full, spec)), (src, dst, spec)
-            assert asked == [rows_needed(spec)]
-    pieces = [(_reference_shard(full, s), s) for s in _linear_specs(12, 10, 3, 2, 2)]
-    assert torch.equal(rows_from_pieces(pieces, 0, 12), full)
-
-
-def test_resharding_needs_only_the_pieces_that_overlap() -> None:
-    """Cutting a shard from the overlapping pieces alone (what ``ckpt.load`` opens) gives the exact
-    shard for every pair of grids, and skips pieces of other rows, columns and depth ranges."""
-    from axonn.sharding import ShardSpec, overlaps, rows_from_pieces, shard_from_rows
-
-    full = torch.randn(12, 10)
-    grids = [(1, 1, 1), (2, 1, 3), (3, 2, 2), (1, 2, 4), (6, 2, 1), (2, 2, 7)]
-    used = total = 0
-    for src, dst in itertools.product(grids, grids):
-        pieces = [(_reference_shard(full, s), s) for s in _linear_specs(12, 10, *src)]
-        for spec in _linear_specs(12, 10, *dst):
-            mine = [(t, s) for t, s in pieces if overlaps(s, spec)] or pieces[:1]
-            got = shard_from_rows(spec, lambda a, b: rows_from_pieces(mine, a, b))
-            assert torch.equal(got, _reference_shard(full, spec)), (src, dst, spec)
-            if src == dst and spec.flat[0] < 12 * 10 // (src[0] * src[1]):  # (not all padding)
-                # the identical piece overlaps; pieces of other blocks do not
-                assert sum(s.block == spec.block for _, s in mine) == len(mine)
-            used, total = used + len(mine), total + len(pieces)
-    assert used < 0.2 * total, f"overlap keeps {used} of {total} pieces"
-    a = ShardSpec((8, 4), ((0, 4), (0, 2)))
-    assert overlaps(a, ShardSpec((8, 4), ((2, 6), (1, 3)))) and not overlaps(a, ShardSpec((8, 4), ((4, 8), (0, 2))))
-    assert not overlaps(a, ShardSpec((8, 4), ((0, 4), (2, 4))))
-    deep = ShardSpec((8, 4), ((0, 8), (0, 4)), flat=(16, 32), padded_len=32)  # rows 4..7 only
-    assert not overlaps(deep, a) and overlaps(deep, ShardSpec((8, 4), ((3, 5), (3, 4))))
 
 
 def test_random_init_is_hf_llama_init_and_independent_of_chunking(monkeypatch) -> None:
@@ -152,6 +73,70 @@ def test_init_checkpoint_errors_say_what_is_wrong(tmp_path) -> None:
     save_file({"model.embed_tokens.weight": torch.zeros(128, 32)}, str(tmp_path / "model.safetensors"))
     with pytest.raises(ValueError, match=r"checkpoint shape \[128, 32\], model \[128, 64\](.|\n)*not in the"):
         build_model(None, 100, init=str(tmp_path))
+
+
+def test_a_llama3_style_checkpoint_gives_the_logits_of_from_pretrained(tmp_path) -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    import axonn
+    from memorization.models import build_model
+    from memorization.runtime import Runtime
+
+    cfg = LlamaConfig(**TINY, head_dim=32, attention_bias=True, mlp_bias=True, tie_word_embeddings=True,
+                      rope_theta=500000.0, rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                         "high_freq_factor": 4.0,
+                                                         "original_max_position_embeddings": 16})
+    torch.manual_seed(0)
+    m = LlamaForCausalLM(cfg)
+    with torch.no_grad():  # norms and biases away from their init, so a dropped one shows
+        for n, p in m.named_parameters():
+            if "norm" in n or "bias" in n:
+                p.add_(torch.randn_like(p) * 0.1)
+    m.to(torch.bfloat16).save_pretrained(tmp_path, max_shard_size="50KB")
+    assert (tmp_path / "model.safetensors.index.json").exists()
+    ref = LlamaForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
+    x = torch.randint(0, 128, (2, 40), generator=torch.Generator().manual_seed(1))
+    for runtime in (None, Runtime(axonn.init())):  # a plain model, and the trainer's on grid 1,1,1,1
+        ours = build_model(None, 128, init=str(tmp_path), runtime=runtime).eval()
+        with torch.no_grad():
+            torch.testing.assert_close(ours(x).logits, ref(x).logits, rtol=1e-5, atol=1e-5)
+
+
+def test_the_shape_of_a_checkpoint_with_its_own_head_dim_counts_what_is_built() -> None:
+    """hidden 64 over 4 heads of 32 (not 16): q and o are 64 x 128, k and v 64 x 64; the shape read from the
+    config must count them so (it counted 64 x 64 and 64 x 32: 2 layers x 12,288 parameters too few), keep the
+    head width through ``hf_config`` and leave ordinary configs (and the presets) as they were."""
+    from accelerate import init_empty_weights
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from axonn.presets import ModelShape
+
+    cfg = LlamaConfig(**TINY, head_dim=32)
+    with init_empty_weights():
+        built = sum(p.numel() for p in LlamaForCausalLM(cfg).parameters())
+    shape = ModelShape.from_hf_config(cfg)
+    assert shape.head_dim == 32 and shape.num_params() == built
+    again = shape.hf_config()
+    assert again.head_dim == 32
+    with init_empty_weights():
+        assert sum(p.numel() for p in LlamaForCausalLM(again).parameters()) == built
+    plain = ModelShape.from_hf_config(LlamaConfig(**TINY))
+    assert plain.explicit_head_dim is None and plain.head_dim == 16
+
+
+def test_real_model_presets_use_the_published_rms_norm_eps() -> None:
+    """TinyLlama-1.1B and Llama 3.1 normalise with eps 1e-5 (their config.json), not LlamaConfig's 1e-6; the
+    CPU presets keep 1e-6 (the README's figures); a checkpoint's eps survives the round trip through its shape."""
+    from transformers import LlamaConfig
+
+    from axonn.presets import ModelShape, get_preset
+
+    for size in ("1b", "8b", "70b", "405b"):
+        assert get_preset(size).hf_config().rms_norm_eps == 1e-5, size
+    assert get_preset("tiny").hf_config().rms_norm_eps == 1e-6
+    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=256, rms_norm_eps=3e-5)
+    assert ModelShape.from_hf_config(cfg).hf_config().rms_norm_eps == 3e-5
 
 
 def test_export_refuses_a_directory_that_is_not_a_model(tmp_path) -> None:
