@@ -443,10 +443,10 @@ def test_a_replacement_cut_between_its_renames_names_the_copy_to_restore(tmp_pat
 
 
 def test_flipped_bytes_in_a_shard_are_refused_naming_step_and_file(tmp_path, monkeypatch) -> None:
-    """The issue's case: 64 flipped bytes in rank00000.pt used to load silently (embedding values of
-    -116 for 0.037).  The save records each file's size and block crc32s; a load, a convert and a
-    verify refuse the file, naming the step, the file and the block whose crc32 differs, before the
-    model is touched.  Small blocks here, so the file has several and its writes cross them."""
+    """64 flipped bytes in rank00000.pt are refused, not loaded: the save records each file's size and block
+    crc32s; a load, a convert and a verify refuse the file, naming the step, the file and the block whose crc32
+    differs, before the model is touched.  Small blocks here, so the file has several and its writes cross
+    them."""
     import torch
 
     import axonn

@@ -75,7 +75,7 @@ def test_reduce_scatter_falls_back_on_gloo_only(backend, monkeypatch):
 def test_stuck_rank_on_a_subgroup_times_out(tmp_path) -> None:
     """``AXONN_TIMEOUT`` bounds collectives on the row/col/depth sub-groups too, not only the world's:
     ``dist.new_group`` does not inherit the world group's timeout (it takes torch's default, 30 min
-    on gloo), so a rank stuck outside a tensor-parallel collective used to hang its peers."""
+    on gloo), so without it a rank stuck outside a tensor-parallel collective would hang its peers."""
     codes, out = launcher.launch("stuck_rank.py", 4, timeout=50,
                                  extra_env={"AXONN_TIMEOUT": "3", "AXONN_TEST_DONE": str(tmp_path / "done")})
     m = re.search(r"rank0: error after ([\d.]+)s", out)

@@ -44,8 +44,8 @@ def test_convert_names_a_tokenizer_or_config_it_cannot_load(checkpoint, tmp_path
 
 
 def test_convert_and_extract_point_from_a_run_directory_to_what_they_take(checkpoint, tmp_path, capsys):
-    """Given the arm directory (``<arm>/``, not ``<arm>/checkpoint``), convert said only "no COMPLETE marker";
-    extract, given a training checkpoint as --model, said only "no config.json". Each now names what to pass."""
+    """Given the arm directory (``<arm>/``, not ``<arm>/checkpoint``), convert names the checkpoint directory to
+    pass; extract, given a training checkpoint as --model, names the convert command that makes a model of it."""
     from axonn.convert import main as convert
 
     arm = checkpoint.parent  # the fixture's root holds ckpt/; name it as memorize does

@@ -111,7 +111,7 @@ def test_grid_product_mismatch_refused() -> None:
     ({"SLURM_LOCALID": "0", "MPI_LOCALRANKID": "5"}, 13, 8, 5),
     ({}, 6, 4, 2),                                       # nothing said: the global rank modulo the devices
 ])
-def test_local_device_index(env, rank, count, want) -> None:
+def test_local_device_index_is_the_launchers_node_local_rank(env, rank, count, want) -> None:
     from axonn.grid import local_device_index
 
     assert local_device_index(rank, count, env) == want
@@ -124,7 +124,7 @@ def test_local_device_index(env, rank, count, want) -> None:
     ({"SLURM_TASKS_PER_NODE": "3(x2),2"}, 3),  # uneven: the fullest node's share
     ({"PALS_LOCAL_SIZE": "4"}, 4),
 ])
-def test_ranks_per_node(env, want) -> None:
+def test_ranks_per_node_come_from_the_launchers_variables(env, want) -> None:
     from axonn.grid import ranks_per_node
 
     assert ranks_per_node(env) == want
@@ -138,8 +138,8 @@ def test_local_device_index_without_a_gpu_says_what_to_check() -> None:
 
 
 def test_workers_end_when_their_launcher_is_killed(tmp_path) -> None:
-    """kill -9 of torchrun used to leave its workers running (they finished a run 54 s later, racing a resume):
-    axonn.init arms the parent-death signal, so they end with the launcher."""
+    """Workers end with their launcher when it is killed (kill -9 of torchrun): axonn.init arms the parent-death
+    signal, so no orphaned rank goes on writing a run that a resume is about to take over."""
     import os
     import signal
     import subprocess
@@ -180,9 +180,9 @@ def test_workers_end_when_their_launcher_is_killed(tmp_path) -> None:
 
 
 def test_collective_on_a_destroyed_grid_fails_instead_of_using_the_world(monkeypatch) -> None:
-    """After ``Grid.destroy()`` the grid had no groups left and ``group()`` answered None, which
-    torch.distributed reads as the world group: an all-reduce over "row" silently summed over
-    every rank.  It must fail, saying what happened."""
+    """After ``Grid.destroy()`` a collective over one of its axes fails, saying the grid was destroyed; it must
+    not reach torch.distributed with group None, which it reads as the world group (an all-reduce over "row"
+    would sum over every rank)."""
     import torch
     import torch.distributed as dist
 

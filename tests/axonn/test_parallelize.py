@@ -34,7 +34,7 @@ def _run(nproc: int, grids: list[str], timeout: float, env: dict | None = None) 
 
 
 @pytest.mark.timeout(120)
-def test_single_process_plain_python() -> None:
+def test_a_one_rank_grid_runs_in_plain_python_without_a_launcher() -> None:
     """A 1x1x1x1 grid works in a plain python process with no launcher env vars."""
     env = launcher._env({"AXONN_TEST_STEPS": "5"})
     res = subprocess.run([sys.executable, str(WORKERS / "grid_checks.py"), "1,1,1,1"], env=env,
@@ -44,14 +44,14 @@ def test_single_process_plain_python() -> None:
 
 
 @pytest.mark.timeout(300)
-def test_world2_each_axis_alone() -> None:
+def test_each_axis_alone_on_two_ranks_equals_serial() -> None:
     """Also exercises the gloo reduce-scatter fallback (all-reduce + slice); world 8 uses the native one."""
     _run(2, ["1,2,1,1", "1,1,2,1", "1,1,1,2", "2,1,1,1"], timeout=280, env={"AXONN_RS_FALLBACK": "1"})
 
 
 @pytest.mark.slow  # (42 s; the default suite runs 8-rank grids of all four axes in the compiled-model test)
 @pytest.mark.timeout(400)
-def test_world8_axes_together() -> None:
+def test_every_axis_together_on_eight_ranks_equals_serial() -> None:
     _run(8, ["1,2,2,2", "2,2,2,1"], timeout=380)
 
 
@@ -188,7 +188,7 @@ def _grads(dtype: torch.dtype, scale: float) -> tuple[list[torch.nn.Parameter], 
 
 @pytest.mark.parametrize("norm_type", [2.0, 1.0, float("inf")])
 @pytest.mark.parametrize("scale", [10.0, 1e-5])  # clipped / untouched
-def test_matches_torch_clip(grid, norm_type: float, scale: float) -> None:
+def test_clip_grad_norm_equals_torchs_on_one_process(grid, norm_type: float, scale: float) -> None:
     ours, ref = _grads(torch.float32, scale)
     tot = axonn.clip_grad_norm_(ours, 1.0, norm_type=norm_type, grid=grid)
     tot_ref = torch.nn.utils.clip_grad_norm_(ref, 1.0, norm_type=norm_type)
@@ -203,7 +203,7 @@ def test_matches_torch_clip(grid, norm_type: float, scale: float) -> None:
         assert all(p.grad is None or torch.equal(p.grad, f.grad) for p, f in zip(ours, fresh))
 
 
-def test_mixed_dtypes_clip_every_group(grid) -> None:
+def test_clip_grad_norm_clips_every_dtype_group(grid) -> None:
     a, _ = _grads(torch.float32, 10.0)
     b, _ = _grads(torch.bfloat16, 10.0)
     params = a + b
@@ -215,7 +215,7 @@ def test_mixed_dtypes_clip_every_group(grid) -> None:
     assert all(p.grad.dtype == p.dtype for p in params if p.grad is not None)
 
 
-def test_one_world_all_reduce_weights_each_shard_by_its_copies(monkeypatch) -> None:
+def test_clip_grad_norm_reduces_once_over_the_world_weighting_each_shard_by_its_copies(monkeypatch) -> None:
     """On a 2 x 2 x 2 tensor grid: one all-reduce per step, over the world, whatever axes the
     parameters are sharded on; a shard split over axes S enters with weight |S| / world (its
     world / |S| copies then sum to one)."""

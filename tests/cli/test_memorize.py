@@ -181,7 +181,7 @@ def test_an_out_that_cannot_be_written_is_refused_before_any_data_work(tmp_path,
     assert not (tmp_path / "cache").exists()
 
 
-def test_short_and_empty_targets(tmp_path):
+def test_short_targets_and_an_empty_target_directory_are_refused(tmp_path):
     t = tmp_path / "targets.jsonl"
     t.write_text(json.dumps({"text": "a short document"}) + "\n" + json.dumps({"text": " ".join(["word"] * 80)}) + "\n")
     _refused(tmp_path, ["--targets", str(t)], "shorter than prefix")
@@ -429,8 +429,8 @@ def test_options_must_be_given_in_full(capsys):
 
 @pytest.mark.parametrize("rank, notes", [("0", 1), ("3", 0)])
 def test_validate_notes_come_from_the_first_rank_only(tmp_path, monkeypatch, capsys, rank, notes):
-    """memorize's checks run on every rank before the grid exists: under torchrun -n 4 a --resume note was
-    printed four times; it now comes from rank 0 alone (and an error still from every rank)."""
+    """memorize's checks run on every rank before the grid exists: under torchrun -n 4 a --resume note is
+    printed once, by rank 0 (and an error still by every rank)."""
     monkeypatch.setenv("RANK", rank)
     monkeypatch.setattr("torch.distributed.is_initialized", lambda: False)  # as before axonn.init, in a fresh process
     args = memorize.parse_args(["--out", str(tmp_path / "none"), "--resume", "--no-progress"])
@@ -441,8 +441,8 @@ def test_validate_notes_come_from_the_first_rank_only(tmp_path, monkeypatch, cap
 
 
 def test_ctrl_c_ends_memorize_with_one_line_and_status_130(tmp_path):
-    """Ctrl-C during training printed a KeyboardInterrupt traceback (one per rank under torchrun); it now ends
-    with one line saying how to continue, status 130, and the checkpoint it names is there to resume from."""
+    """Ctrl-C during training ends memorize with one line saying how to continue (no KeyboardInterrupt
+    traceback), status 130, and the checkpoint it names is there to resume from."""
     import os
     import signal
     import time

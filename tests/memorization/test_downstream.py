@@ -164,7 +164,7 @@ def test_sliding_window_matches_manual_windows(ckpt):
     assert out["nll"] == pytest.approx(manual.mean(), rel=1e-5)
 
 
-def test_perplexity_sources(ckpt, tmp_path):
+def test_perplexity_reads_text_jsonl_and_manifest_documents(ckpt, tmp_path):
     texts, ids = ds.load_perplexity_docs(ckpt["root"] / "heldout.jsonl")
     assert texts == ckpt["texts"] and ids is None
     (tmp_path / "a.txt").write_text("one document\nover two lines")
@@ -260,7 +260,7 @@ def test_unknown_task_is_reported_and_the_rest_goes_on(downstream_report):
     assert downstream_report["perplexity"]["perplexity"] > 1.0  # perplexity ran too
 
 
-def test_cli_end_to_end(ckpt, tmp_path, capsys):
+def test_downstream_cli_reports_the_tasks_that_ran_and_exits_1_for_one_that_failed(ckpt, tmp_path, capsys):
     _need_lm_eval()
     cli = _load_cli()
     with no_network(), one_thread():
@@ -359,12 +359,12 @@ def _refuse(*args, **kwargs):
 
 
 @pytest.mark.parametrize("name, content, match", [
-    # AttributeError / TypeError escaped run_downstream (which records ValueErrors) as a traceback
+    # a clear ValueError (which run_downstream records), not an AttributeError / TypeError traceback
     ("m.json", {"version": 1, "targets": [], "nonmembers": ["some held-out text"]},
      r"nonmembers\[0\] is a str, not an object"),
     ("m.json", {"version": 1, "targets": [], "nonmembers": [{"id": "n", "token_ids": None}]},
      r"token_ids must be a list of integers"),
-    # a nonmember with neither text nor token_ids used to be scored as "" (silently dropped)
+    # a nonmember with neither text nor token_ids is refused, not scored as "" (silently dropped)
     ("m.json", {"version": 1, "targets": [], "nonmembers": [{"id": "n"}]}, "has neither token_ids nor text"),
     ("m.json", {"version": 1, "targets": [], "nonmembers": [{"id": "a", "token_ids": [1, 2, 3]}, {"text": "b c"}]},
      r"nonmembers\[0\] has token_ids but no text, and others have no token_ids"),

@@ -476,9 +476,9 @@ def test_sampling_with_top_k_1_is_greedy_and_draws_do_not_depend_on_the_batch():
 
 @pytest.mark.parametrize("bad, what", [(-1, "exposures -1"), (1.5, "exposures 1.5"), ("x", "exposures 'x'")])
 def test_extract_refuses_a_manifest_target_with_a_bad_exposure_count(tmp_path, tokenizer, monkeypatch, bad, what):
-    """``eval/extract.py --manifest`` read the manifest loosely: a target with exposures -1 was counted as trained
-    in the overall rate (only exposure 0 is a control) and 1.5 became its own group. It now reads it with the one
-    manifest check that MIA and perplexity use, before the model loads."""
+    """``eval/extract.py --manifest`` reads the manifest with the one manifest check that MIA and perplexity use,
+    before the model loads: a target with exposures -1 (counted as trained in the overall rate, where only
+    exposure 0 is a control) or 1.5 (a group of its own) is refused."""
     import transformers
 
     LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,

@@ -233,8 +233,8 @@ def test_in_stream_mask_is_the_stream_mask_or_refuses_a_too_wide_h(h):
 
 
 def test_stream_mask_without_document_ids_is_a_clear_error():
-    """apply_goldfish with a row context needs the rows' document ids (it used to fail with an AttributeError
-    on None deep inside the rotation)."""
+    """apply_goldfish with a row context needs the rows' document ids: without them it says so, not an
+    AttributeError on None deep inside the rotation."""
     from memorization.goldfish import GoldfishConfig, apply_goldfish
 
     rows = torch.randint(3, 100, (2, 32))

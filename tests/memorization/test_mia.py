@@ -244,7 +244,7 @@ def test_overfit_members_are_detected(mia_env):
         assert rep["scores"][name]["auc"] > 0.8, (name, rep["scores"][name])
 
 
-def test_reference_difference(mia_env):
+def test_ref_diff_is_the_loss_minus_the_reference_models_loss(mia_env):
     from transformers import AutoModelForCausalLM
 
     model, tok, ids = mia_env["model"], mia_env["tok"], mia_env["ids"]
@@ -262,7 +262,7 @@ def test_reference_difference(mia_env):
     np.testing.assert_allclose(self_ref["ref_diff"], 0.0, atol=1e-6)
 
 
-def test_bos_and_truncation(mia_env):
+def test_bos_is_added_max_length_truncates_and_a_one_token_document_is_nan(mia_env):
     model, tok, ids = mia_env["model"], mia_env["tok"], mia_env["ids"]
     no_bos = [d[1:] for d in ids[:3]]
     with_bos = mia.mia_scores(model, tok, no_bos, add_bos=True)
@@ -412,7 +412,7 @@ def test_user_targets_without_controls_warn_about_background_nonmembers(mia_env,
         "background_corpus"
 
 
-def test_cli(mia_env, tmp_path, capsys):
+def test_mia_cli_writes_its_report_and_refuses_a_missing_model(mia_env, tmp_path, capsys):
     cli = load_cli("mia")
     rc = cli.main(["--model", str(mia_env["target"]), "--manifest", str(mia_env["manifest"]),
                    "--reference-model", str(mia_env["ref"]), "--out", str(tmp_path),
@@ -551,11 +551,11 @@ def test_token_ids_outside_the_vocabulary_are_a_clear_error(tiny):
 
 def test_mia_scores_refuse_nonsense_batch_size_and_max_length(tiny):
     doc = [list(range(5, 15))]
-    # batch_size -1 used to give all-NaN scores silently (no batch ran), 0 a bare range() error
+    # batch_size -1 would give all-NaN scores silently (no batch runs), 0 a bare range() error
     for bs in (-1, 0):
         with pytest.raises(ValueError, match="batch_size must be an integer >= 1"):
             mia.mia_scores(tiny, None, doc, batch_size=bs)
-    # max_length -2 used to cut the last 2 tokens off every document (d[:-2]) and score the rest
+    # max_length -2 would cut the last 2 tokens off every document (d[:-2]) and score the rest
     for n in (-2, 1):
         with pytest.raises(ValueError, match="max_length must be an integer >= 2"):
             mia.mia_scores(tiny, None, doc, max_length=n)

@@ -73,7 +73,7 @@ def test_manifest_roundtrip(tmp_path, tokenizer, corpus):
     assert json.loads((tmp_path / "m.json").read_text())["version"] == 1
 
 
-def test_user_targets_and_short_ones(tokenizer, corpus):
+def test_short_user_targets_are_refused_or_skipped(tokenizer, corpus):
     long = " ".join(f"word{i}" for i in range(200))
     short = "too short"
     cfg = MixtureConfig(seq_len=512, batch_size=8, exposures=(1,), num_nonmembers=2, min_target_tokens=100)
@@ -86,7 +86,7 @@ def test_user_targets_and_short_ones(tokenizer, corpus):
         build_mixture(corpus[:600], tokenizer, cfg, target_texts=[])
 
 
-def test_corpus_too_small_and_bad_exposures(tokenizer, corpus):
+def test_a_too_small_corpus_and_negative_exposures_are_refused(tokenizer, corpus):
     with pytest.raises(ValueError, match="corpus too small"):
         build_mixture(corpus[:150], tokenizer, MixtureConfig(seq_len=128, batch_size=8, num_targets=4,
                                                               num_nonmembers=2, num_steps=10_000))

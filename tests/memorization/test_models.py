@@ -104,7 +104,7 @@ def test_a_llama3_style_checkpoint_gives_the_logits_of_from_pretrained(tmp_path)
 
 def test_the_shape_of_a_checkpoint_with_its_own_head_dim_counts_what_is_built() -> None:
     """hidden 64 over 4 heads of 32 (not 16): q and o are 64 x 128, k and v 64 x 64; the shape read from the
-    config must count them so (it counted 64 x 64 and 64 x 32: 2 layers x 12,288 parameters too few), keep the
+    config must count them so (not 64 x 64 and 64 x 32: 2 layers x 12,288 parameters too few), keep the
     head width through ``hf_config`` and leave ordinary configs (and the presets) as they were."""
     from accelerate import init_empty_weights
     from transformers import LlamaConfig, LlamaForCausalLM

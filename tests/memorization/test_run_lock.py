@@ -81,8 +81,8 @@ def test_a_requeued_job_waits_for_its_old_run_on_another_host(tmp_path, monkeypa
 
 
 def test_a_second_memorize_on_a_live_runs_out_is_refused_before_any_work(tmp_path):
-    """The user's report: a second `memorize.py --resume` on the same --out resumed the first run's live
-    checkpoints. Now it is refused at once, naming the first run."""
+    """A second `memorize.py --resume` on the same --out as a live run is refused at once, naming the first run,
+    instead of resuming from the first run's live checkpoints."""
     env = {**os.environ, "WANDB_MODE": "disabled", "GOLDFISH_CACHE": str(tmp_path / "cache")}
     out = tmp_path / "run"
     first = subprocess.Popen([sys.executable, str(REPO / "recipes" / "memorize.py"), *SMALL, "--steps", "400",

@@ -358,8 +358,8 @@ def _small_trainer(tmp, rows=None, docs=None, val=None, row_context=None, **kw) 
 
 
 def test_an_int32_stream_trains_and_validates_like_int64(tmp_path):
-    """A pre-tokenized stream kept in int32 (half the host memory) used to train every step, then crash at the final
-    validation (F.cross_entropy wants int64 targets), before the last checkpoint and train_result.json."""
+    """A pre-tokenized stream kept in int32 (half the host memory) trains and validates as the int64 one does,
+    the final validation included (F.cross_entropy wants int64 targets)."""
     rows = _rows()
     ref = _small_trainer(tmp_path / "a", rows=rows).fit()
     got = _small_trainer(tmp_path / "b", rows=rows.int()).fit()
@@ -376,10 +376,10 @@ def test_an_int32_stream_trains_and_validates_like_int64(tmp_path):
     ("negative_steps", r"steps=-1 \(must be None or >= 0"),
 ])
 def test_bad_streams_and_step_counts_are_refused_before_any_work(tmp_path, case, match):
-    """Each used to pass the constructor and fail later with an unclear error: doc_ids of another shape at the first
-    checkpoint (IndexError) or the first Goldfish step (a broadcast error); out-of-vocabulary ids at the first step
-    (on a GPU a device-side assert), or, in the held-out rows, only at the validation after the whole run;
-    steps=-1 with an IndexError after writing a step-0 checkpoint."""
+    """The constructor refuses, with a clear error, what would otherwise fail later: doc_ids of another shape (at
+    the first checkpoint or Goldfish step), out-of-vocabulary ids (at the first step, on a GPU a device-side
+    assert; in the held-out rows only at the validation after the whole run), steps=-1 (after writing a step-0
+    checkpoint)."""
     rows = _rows()
     kw = {"doc_ids_shape": {"docs": torch.zeros((5, 32), dtype=torch.int32)},
           "rows_out_of_vocab": {"rows": torch.cat([rows[:-1], torch.full((1, 32), 2 * V - 1)])},
@@ -392,7 +392,8 @@ def test_bad_streams_and_step_counts_are_refused_before_any_work(tmp_path, case,
 
 
 def test_goldfish_wider_than_the_row_context_is_refused_up_front(tmp_path):
-    """h > the context's C tokens used to fail only inside the first training step (after wandb and the resume)."""
+    """h > the context's C tokens is refused before training starts (before wandb and the resume), not inside
+    the first training step."""
     rows = _rows()
     ctx = RowContext(torch.zeros((len(rows), 4), dtype=torch.long), torch.zeros((len(rows), 4), dtype=torch.int32),
                      torch.zeros(len(rows), dtype=torch.long))
@@ -462,10 +463,10 @@ class _TwoReplicas:
 
 @pytest.mark.parametrize("n_val", [1, 3])
 def test_validation_measures_the_same_rows_on_any_grid(tmp_path, n_val):
-    """The held-out rows used to be cut to a multiple of data x depth: 19 rows (the built-in corpus at --seq-len 512)
-    were 18 on 2 replicas and 16 on 4, so val_loss changed with the grid (also on a resume onto another grid), and
-    fewer rows than replicas (4 rows at --seq-len 2048 on 8 GPUs) were refused with no CLI flag to fix it. Now the
-    rows are padded with ignored copies: 2 replicas give the serial val_loss over all n_val rows."""
+    """val_loss is the same on any grid (also on a resume onto another grid): the held-out rows are padded with
+    ignored copies to a multiple of data x depth, not cut to one (19 rows, the built-in corpus at --seq-len 512,
+    would be 18 on 2 replicas and 16 on 4), so 2 replicas give the serial val_loss over all n_val rows, each
+    scoring only its real rows."""
     rows = _rows()
     from memorization.runtime import Runtime
 
@@ -486,8 +487,8 @@ def test_validation_measures_the_same_rows_on_any_grid(tmp_path, n_val):
 # ------------------------------------------------------------ a resumed run reports the whole run's time
 
 def test_a_resumed_training_reports_the_time_of_the_whole_run(tmp_path):
-    """results.md's "train time" of an arm resumed at step 23 of 48 said 3 s (the part after the resume) where the
-    uninterrupted arm took 16 s: the trainer now keeps the time trained so far in its checkpoint and adds to it."""
+    """results.md's "train time" of an arm resumed at step 23 of 48 is the whole run's, not the part after the
+    resume: the trainer keeps the time trained so far in its checkpoint and adds to it."""
     import time
 
     import torch

@@ -6,8 +6,8 @@ import pytest
 
 
 def test_out_of_range_ids_and_labels_are_refused_not_zeroed() -> None:
-    """An id outside [0, V) lies in no rank's vocabulary chunk: the vocab-parallel embedding looked up
-    nothing (a zero vector) and the loss took no target logit, silently; the serial model refuses it."""
+    """An id outside [0, V) lies in no rank's vocabulary chunk: the vocab-parallel embedding and cross entropy
+    refuse it, as the serial model does, instead of looking up a zero vector or taking no target logit."""
     import torch
 
     import axonn

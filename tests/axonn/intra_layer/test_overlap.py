@@ -9,8 +9,8 @@ from tests.support import REPO
 
 def test_weight_gradient_reduce_frees_its_input_before_the_reduce_scatter():
     """A depth-sharded weight's unreduced gradient (bf16 under autocast) is cast to fp32 for the wire;
-    the bf16 block must be gone before the reduce-scatter's output is allocated (it lived on, one local
-    block of the embedding more at the 8b's backward peak, until this was caught by the memory trace).
+    the bf16 block must be gone before the reduce-scatter's output is allocated (held on, it would add one
+    local block of the embedding to the 8b's backward peak).
 
     Peak of N bf16 elements reduced over depth 2: bf16 (2N) + fp32 copy (4N), then fp32 copy + output
     (2N) = 6N bytes; holding the input too makes it 8N.  A fake two-rank world, in a fresh process.

@@ -42,8 +42,8 @@ def test_references_pass_via_cli(which):
     names = [p.name for p in (quick_subset(problems) if which == "subset" else problems)]
     workers = "2" if which == "subset" else "1,2"
     repeats = "1" if which == "subset" else "3"  # the default suite checks verdicts; timing is the slow run's
-    report = hpc_code_report("--use-references", "--quick", "--timeout", "60", "--workers", workers, "--repeats", repeats,
-                  "--problems", *names, timeout=1800)
+    report = hpc_code_report("--use-references", "--quick", "--timeout", "60", "--workers", workers,
+                             "--repeats", repeats, "--problems", *names, timeout=1800)
     assert report["problems"] == len(names)
     assert report["pass@1"] == 1.0, [(r["name"], r["message"]) for r in report["results"] if r["status"] != "passed"]
     assert report["build@1"] == 1.0
@@ -71,7 +71,7 @@ BAD_BODIES = {
 
 
 @pytest.mark.parametrize("model", ["serial", "omp", "mpi"])
-def test_failure_kinds(model):
+def test_each_kind_of_bad_body_gets_its_verdict(model):
     (problem,), _ = load_suite(patterns=[f"reduce_array_sum_{model}"])
     # generous limit except for the timeout case (Open MPI start-up + teardown alone takes ~3 s)
     cfg = RunConfig(quick=True, run_limits=SandboxLimits(timeout_s=30.0, memory_mb=512))
@@ -166,8 +166,9 @@ def test_plausible_wrong_candidates_are_rejected(which, tmp_path):
     path = tmp_path / "wrong.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     per_problem = load_completions(path)["hpc"]
+    # every repeat is a run on fresh inputs: some bugs show on one input in three
     report = hpc_code_report("--completions", str(path), "--quick", "--timeout", "60", "--k", "1", "--workers", "2",
-                  timeout=1800)  # every repeat is a run on fresh inputs: some bugs show on one input in three
+                             timeout=1800)
     assert sum(r["samples"] for r in report["results"]) == sum(len(v) for v in per_problem.values()) == len(rows)
     wrong = {r["name"]: r["status_counts"] for r in report["results"] if set(r["status_counts"]) != {"wrong_output"}}
     assert not wrong
@@ -219,12 +220,13 @@ def test_missing_tool_is_a_setup_error_not_a_failed_sample(tmp_path, monkeypatch
             evaluate_c(problem, problem.reference, cfg)
     isolation()  # cached now, while `unshare` is still on PATH
     monkeypatch.setenv("PATH", str(tmp_path))  # no gcc (the venv's bin/ has none either)
-    rc = load_eval_cli("hpc_code").main(["--use-references", "--quick", "--no-progress", "--problems", "reduce_array_sum_serial"])
+    rc = load_eval_cli("hpc_code").main(["--use-references", "--quick", "--no-progress", "--problems",
+                                         "reduce_array_sum_serial"])
     assert rc == 2 and "'gcc' not found" in capsys.readouterr().err
 
 
 def test_cli_zero_or_negative_limits_are_refused(capsys):
-    """Every sandbox limit must be positive: 0 or less once meant "no limit" for the memory."""
+    """Every sandbox limit must be positive: 0 or less is refused, not read as "no limit"."""
     cli = load_eval_cli("hpc_code")
     for flag, v in (("--memory-mb", "0"), ("--memory-mb", "-5"), ("--timeout", "0"), ("--build-timeout", "-1"),
                     ("--output-limit-kb", "0")):
@@ -255,8 +257,9 @@ def _refuse_work(*args, **kwargs):
                                    ["--save-completions", "{tmp}/missing/c.jsonl"], ["--timeout", "0"],
                                    ["--humaneval-limit", "-1"], ["--repeats", "0"]])
 def test_hpc_cli_refuses_bad_flags_before_evaluating(tmp_path, monkeypatch, capsys, flags):
-    """The report is written at the very end: an unwritable --output used to crash after the whole
-    run; --timeout 0 scored every candidate as a timeout; --humaneval-limit -1 dropped a task."""
+    """Flags that would fail or mislead only later are refused before any evaluation: an unwritable --output
+    or --save-completions (the report is written at the very end), a --timeout of 0 (every candidate a
+    timeout), a negative --humaneval-limit, --repeats 0."""
     cli = load_eval_cli("hpc_code")
     monkeypatch.setattr(cli, "evaluate_samples", _refuse_work)
     flags = [f.format(tmp=tmp_path) for f in flags]

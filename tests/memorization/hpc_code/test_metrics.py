@@ -1,4 +1,5 @@
-"""memorization/hpc_code/metrics.py: pass@k, speedup@k and efficiency@k are the expectations over k-subsets of samples."""
+"""memorization/hpc_code/metrics.py: pass@k, speedup@k and efficiency@k are the expectations over k-subsets of
+samples."""
 from __future__ import annotations
 
 from math import comb
@@ -23,7 +24,7 @@ def test_pass_at_k_known_values():
         pass_at_k(3, 1, 4)
 
 
-def test_speedup_at_k():
+def test_speedup_at_k_is_the_expected_best_of_k_samples():
     s = [0.0, 2.0, 1.0, 4.0]
     assert speedup_at_k(s, 1) == pytest.approx(sum(s) / 4)  # k=1: the mean
     assert speedup_at_k(s, 4) == pytest.approx(4.0)  # k=N: the max

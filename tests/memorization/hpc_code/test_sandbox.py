@@ -153,7 +153,7 @@ def _pids_with(token: str) -> list[int]:
 
 @needs_namespaces
 def test_sandbox_leaves_no_process_behind(tmp_path):
-    """A daemon that left the process group with setsid() used to survive the run."""
+    """A daemon that left the process group with setsid() ends with the run, like every other process of it."""
     token = f"{secrets.randbelow(10**6) + 10**6}.5"  # a sleep duration nothing else uses
     script = f"setsid sh -c 'exec sleep {token}' >/dev/null 2>&1 </dev/null & sleep 0.3; echo started"
     try:
