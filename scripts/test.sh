@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Set up (first time only) and run the default test suite (well under 15 minutes on 2 cores).
-#   bash scripts/test.sh           default suite
-#   bash scripts/test.sh --slow    only the slow tests (minutes each)
-# Other arguments go to pytest.
+#   bash scripts/test.sh                           default suite
+#   bash scripts/test.sh --slow                    only the slow tests (minutes each)
+#   bash scripts/test.sh tests/axonn/test_grid.py  one file, directory or FILE::TEST
+# Other arguments go to pytest.  The layout of tests/ (one directory per package): tests/README.md.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh

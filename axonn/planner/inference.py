@@ -84,7 +84,7 @@ Total = ``W + KV + max over moments (buffers + activations + logits)``; it fits 
 profile's ``memory·usable_fraction − reserved`` (:attr:`~axonn.planner.MachineProfile.usable_memory_bytes`,
 the training planner's budget).  The prefill is counted at the full context ``s`` (the prompt is ``s − S``
 tokens) beside the whole cache, and a layer's moments with its largest weight copy, so the figure leans
-high.  The weights and the KV cache are exact (``tests/test_planner_inference.py`` measures the parameters
+high.  The weights and the KV cache are exact (``tests/axonn/planner/test_inference.py`` measures the parameters
 and the cache real ranks hold).  The rest matches the live tensor bytes of the real forwards of rank 0, traced
 under fake tensors (:func:`memorization.memory_trace.trace_inference`: two batches of prefill and a decoding
 step, or MIA's scoring): from the 1b to the 70b, on HF's modules and grids with row, column and depth, scoring

@@ -3,7 +3,7 @@ r"""Memory per GPU of a Llama-family model trained by this project's trainer on 
 The formulas describe what :class:`memorization.train.Trainer` allocates, term by term, and
 were fitted to and are checked against ``memorization.memory_trace`` (the real training step
 traced op by op under fake tensors: ``benchmarks/memory_validation.py``, tests in
-``tests/test_memory_model.py``).  Notation as in :mod:`axonn.planner.model`: grid ``(D, R, C, Z)``,
+``tests/axonn/planner/test_memory.py``).  Notation as in :mod:`axonn.planner.model`: grid ``(D, R, C, Z)``,
 per-GPU micro-batch ``b``, sequence ``s``, local tokens ``m = b·s``, hidden ``h``, FFN ``f``, KV
 width ``kv = kv_heads·head_dim``, vocabulary ``V``, layers ``L``, loss chunk ``c = min(m,
 chunk_tokens)``.  All figures are bytes on one rank.

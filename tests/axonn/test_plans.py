@@ -1,7 +1,7 @@
 """The parallel plans of axonn/plans.py: one table per model family, read by parallelize and the planner.
 
 The multi-rank equality checks of each family are in tests/axonn_workers/family_checks.py (one grid in the
-default suite inside the checkpoint launch, three in the slow test of tests/test_axonn_parallel.py)."""
+default suite inside the checkpoint launch, three in the slow test of tests/axonn/test_parallelize.py)."""
 from __future__ import annotations
 
 import pytest

@@ -8,7 +8,7 @@ the graph count does not grow with the number of layers (regions between collect
 compiled once and shared; with checkpointing a region may compile once for the no-grad forward
 and once for the rest), and the compiled loss and gradients must equal the eager ones on the same
 fake world.  Numerical agreement with the serial model over real collectives is checked by
-``tests/test_memorize_parallel.py`` (4 gloo ranks, ``--compile``).
+``tests/cli/test_memorize_parallel.py`` (4 gloo ranks, ``--compile``).
 """
 from __future__ import annotations
 

@@ -100,7 +100,7 @@ def reference(machine: str, root: Path, init: Path, store: Path) -> tuple[dict, 
     machine and session): (its arms' results, its run directory, the evaluation job, the submit script's output)."""
     if machine not in _REFERENCE:
         job = _job(machine, root, init, store)
-        # MIA and perplexity on grids: tests/test_mia.py, tests/test_downstream.py; here the checkpoint -> grid path
+        # MIA and perplexity on grids: tests/memorization/test_mia.py, tests/memorization/test_downstream.py; here the checkpoint -> grid path
         evaluation = eval_jobs.make_eval_job(job, ("extract", "lm-eval"))
         evaluation.write()
         p = subprocess.run(["bash", str(evaluation.submit_path)], env=_env(root), capture_output=True, text=True,

@@ -57,7 +57,7 @@ def test_row_and_depth_grid_follows_serial(serial, tmp_path):
 @pytest.mark.slow
 def test_full_grid_of_eight_ranks_follows_serial(serial, tmp_path):
     """Every axis at once, with torch.compile (the model code between axonn's collectives compiled, the
-    collectives eager; the default suite compiles parallel models in tests/test_axonn_parallel.py)."""
+    collectives eager; the default suite compiles parallel models in tests/axonn/test_parallelize.py)."""
     _same_run(serial, _launch(_torchrun(8), "1,2,2,2", tmp_path / "r", ("--compile",)))
 
 

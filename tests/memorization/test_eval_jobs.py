@@ -1,6 +1,6 @@
 """The evaluation jobs that follow a training job (memorization/eval_jobs.py, recipes/jobs/generate.py --eval).
 
-What runs them end to end under a simulated Slurm is tests/test_job_rehearsal.py (the submit script, training,
+What runs them end to end under a simulated Slurm is tests/cli/test_job_rehearsal.py (the submit script, training,
 then the evaluation on the planner's grid reproducing the run's own extraction); here: what the scripts say."""
 from __future__ import annotations
 

@@ -181,7 +181,7 @@ esac
 
 
 # The generated script run end to end under simulated Slurm (sbatch/srun/scontrol shims in tests/slurm_shims):
-# tests/test_job_rehearsal.py.
+# tests/cli/test_job_rehearsal.py.
 
 
 FAKE_SRUN = """#!/bin/bash
