@@ -1,4 +1,5 @@
-"""Helpers shared by the test files: where things are, and the ``eval/*.py`` scripts as importable modules.
+"""Helpers shared by the test files: the repository's paths, the ``eval/*.py`` scripts imported as modules or run
+as subprocesses, and a grid without a process group.
 
 Test files import it as ``tests.support`` (``tests/`` and its subdirectories are packages).
 """
