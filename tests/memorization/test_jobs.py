@@ -319,7 +319,7 @@ def test_job_runs_its_resolved_config_with_only_execution_flags(tmp_path):
 def test_init_checked_for_tokenizer_and_planned_with_its_vocabulary(tmp_path, capsys):
     """A visible --init is planned with its own vocabulary and its tokenizer is checked against it; an invisible
     one is 'not checked' (never silently passed); {size} where no size fills it is refused."""
-    from test_job_rehearsal import save_tiny_llama
+    from tests.cli.test_job_rehearsal import save_tiny_llama
 
     from memorization.experiment.config import ExperimentConfig, Model, resolve
     from memorization.experiment.preflight import preflight
