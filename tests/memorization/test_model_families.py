@@ -32,8 +32,8 @@ import torch
 
 from axonn.plans import FAMILIES, get_plan, state_problems
 from axonn.presets import ModelShape, get_preset
+from tests.support import REPO, WORKERS
 
-REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "recipes"))
 import memorize  # noqa: E402
 
@@ -94,7 +94,7 @@ def _logits(model, vocab: int) -> torch.Tensor:
 @pytest.mark.parametrize("size", ["tiny", "mistral-7b", "qwen2-7b", "qwen3-8b", "olmo2-13b", "pythia-6.9b"])
 def test_every_familys_preset_is_its_config_and_model(size: str) -> None:
     """``hf_config`` builds the family's config class, whose model (on meta) has the shape's parameter count;
-    ``from_hf_config`` gives the shape back (tests/test_model_build.py checks the other Llama presets)."""
+    ``from_hf_config`` gives the shape back (tests/memorization/test_models.py checks the other Llama presets)."""
     import accelerate
     from transformers import AutoModelForCausalLM
 
@@ -338,7 +338,7 @@ def test_held_out_perplexity_on_four_grids_is_one_processs(family: str, tmp_path
     """The evaluations' two ways in for a HF directory of each family: one process (``from_pretrained``) and a grid
     (``load_on_grid``: each rank building its shards from the safetensors) give the same sliding-window
     perplexity (tests/axonn_workers/perplexity_grids.py: 1,2,2,1 / 1,1,2,2 / 2,2,1,1 / 1,2,1,2 on 4 gloo ranks)."""
-    sys.path.insert(0, str(REPO / "tests" / "axonn_workers"))
+    sys.path.insert(0, str(WORKERS))
     import launcher
 
     from memorization.corpus import DEFAULT_CORPUS, load_documents, load_tokenizer
