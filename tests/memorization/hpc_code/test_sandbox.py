@@ -254,3 +254,43 @@ def test_marks_written_just_before_the_command_exits_are_not_lost(monkeypatch, t
     for fd in (marks, spare, wake_r, wake_w):
         os.close(fd)
     assert rc == 0 and timing["window_s"] == 0.0
+
+
+@needs_namespaces
+def test_a_terminated_harness_leaves_no_run_and_no_directory_behind(tmp_path) -> None:
+    """SIGTERM to ``eval/hpc_code.py`` while a candidate that never ends runs (a job's time limit, ``kill``):
+    the harness exits 143, the sandboxed run dies with it, and its work directory is removed."""
+    import signal
+    import subprocess
+
+    completions = tmp_path / "c.jsonl"
+    completions.write_text(json.dumps({"problem": "reduce_array_sum_serial", "completion": "    for (;;) {}\n}\n"})
+                           + "\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+    proc = subprocess.Popen([sys.executable, str(REPO / "eval" / "hpc_code.py"), "--completions", str(completions),
+                             "--work-dir", str(work), "--quick", "--timeout", "300", "--no-progress"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def runs() -> dict[int, str]:  # processes whose command line names the work directory
+        found = {}
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if str(work) in cmd and int(pid) != proc.pid:
+                found[int(pid)] = cmd
+        return found
+
+    first_seen: dict[int, float] = {}  # the candidate's run: a process loading candidate.so that stays
+    deadline = time.monotonic() + 120
+    while not any(time.monotonic() - t > 2.0 for t in first_seen.values()):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()[-2000:]
+        running = {pid for pid, cmd in runs().items() if "candidate.so" in cmd}
+        first_seen = {pid: first_seen.get(pid, time.monotonic()) for pid in running}
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    assert runs() == {} and list(work.iterdir()) == []
