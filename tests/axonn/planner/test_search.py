@@ -400,7 +400,7 @@ def test_the_paper_matrix_trains_each_arm_once(tmp_path):
     assert trained == [(m, s, 4, ("standard", "goldfish")) for m in ("frontier", "alps") for s in ("8b", "70b")]
     assert _arms(gen.make_job(gen.JobSpec(**{**base.__dict__, "arms": "goldfish"})))[1] == ["goldfish"]
     assert _arms(gen.make_job(gen.JobSpec(**{**base.__dict__, "goldfish_k": 0})))[1] == ["standard"]
-    with pytest.raises(ValueError, match="the goldfish arm\(s\) need --goldfish-k >= 2"):
+    with pytest.raises(ValueError, match=r"the goldfish arm\(s\) need --goldfish-k >= 2"):
         gen.make_job(gen.JobSpec(**{**base.__dict__, "arms": "goldfish", "goldfish_k": 0}))
 
 
