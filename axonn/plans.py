@@ -30,7 +30,7 @@ planner shape: ``hidden``, ``q`` = heads·head_dim, ``kv`` = kv_heads·head_dim,
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 LINEAR = "linear"
