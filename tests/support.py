@@ -5,6 +5,7 @@ Test files import it as ``tests.support`` (``tests/`` and its subdirectories are
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 from pathlib import Path
 from types import ModuleType
@@ -46,3 +47,17 @@ def hpc_code_report(*args: str, timeout: float = 300) -> dict:
                          capture_output=True, text=True, timeout=timeout, cwd=REPO)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Run tiny-model work on one intra-op thread: on a shared 2-core machine, two spinning
+    OpenMP threads are several times slower than one.  Restores the previous setting."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)

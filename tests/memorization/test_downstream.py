@@ -22,7 +22,7 @@ import torch
 
 from memorization import downstream as ds
 from memorization.mia import MissingTokenizerError
-from tests.support import REPO, WORKERS, load_eval_cli
+from tests.support import REPO, WORKERS, load_eval_cli, one_thread
 
 
 WORDS = ("amber basil cedar delta ember fjord grove harbor island jasper kelp lumen meadow "
@@ -33,15 +33,6 @@ def _text(rng: random.Random, n: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(n)).capitalize() + "."
 
 
-@contextlib.contextmanager
-def one_thread():
-    """Tiny models run faster on one intra-op thread on a shared 2-core machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(n)
 
 
 @contextlib.contextmanager

@@ -6,7 +6,6 @@ distribution are the nonmembers.  Everything runs offline on CPU in a few second
 """
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import math
@@ -23,7 +22,7 @@ import torch
 
 from memorization import downstream as ds
 from memorization import mia
-from tests.support import REPO, WORKERS, load_eval_cli
+from tests.support import REPO, WORKERS, load_eval_cli, one_thread
 
 
 WORDS = (
@@ -69,16 +68,6 @@ def build_tiny_checkpoint(path: Path, *, seed: int = 0, corpus: list[str] | None
     return model, tok
 
 
-@contextlib.contextmanager
-def one_thread():
-    """Run tiny-model work on one intra-op thread: on a shared 2-core machine, two spinning
-    OpenMP threads are several times slower than one.  Restores the previous setting."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(n)
 
 
 def overfit(model, docs: list[list[int]], steps: int = 40, lr: float = 3e-3) -> None:
