@@ -20,11 +20,11 @@ from . import intra_layer
 from .checkpointing import enable_activation_checkpointing
 from .grid import Grid, GridShape, batch_slice, get_grid, init
 from .intra_layer import auto_parallelize, optimize_communication, vocab_parallel_cross_entropy
-from .parallelize import (clip_grad_norm_, full_grad_dict, full_state_dict, grad_norm, is_meta, load_shards,
+from .parallelize import (clip_grad_norm_, full_grad_dict, full_state_dict, grad_norm, is_meta, is_tied, load_shards,
                           materialize, param_specs, parallelize, spec_of, sync_gradients)
 
 __all__ = ["Grid", "GridShape", "init", "get_grid", "batch_slice", "parallelize", "full_state_dict", "full_grad_dict",
-           "param_specs", "spec_of", "is_meta", "materialize", "load_shards", "sync_gradients", "clip_grad_norm_",
+           "param_specs", "spec_of", "is_meta", "is_tied", "materialize", "load_shards", "sync_gradients", "clip_grad_norm_",
            "grad_norm", "optimize_communication", "auto_parallelize", "vocab_parallel_cross_entropy", "intra_layer",
            "checkpoint", "enable_activation_checkpointing"]
 

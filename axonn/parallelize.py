@@ -61,9 +61,6 @@ def _check_model(model: nn.Module, grid: Grid) -> ModelPlan:
             args = "*".join(_AXIS_ARG[a] for a in rule.axes)
             raise ValueError(f"{rule.label}={n} is not divisible by the {names} ({args}) axis size {g}; "
                              "pad the vocabulary to a multiple of it")
-    if getattr(c, "tie_word_embeddings", False):
-        raise ValueError("tie_word_embeddings=True is not supported by axonn.parallelize; untie the "
-                         "embeddings (config.tie_word_embeddings=False, copy lm_head.weight) first")
     dims = dims_of_config(c)
     block = getattr(getattr(model, plan.backbone), plan.layers)[0]
     for rule in plan.linears():
@@ -87,6 +84,14 @@ def _swap(old: nn.Linear, grid: Grid, transpose: bool, device: torch.device, **k
     return new
 
 
+def is_tied(model: nn.Module) -> bool:
+    """True when the model's LM head and input embedding are one parameter (``tie_word_embeddings``, tied)."""
+    plan = plan_of_model(model)
+    if plan is None or not getattr(model.config, "tie_word_embeddings", False):
+        return False
+    return getattr(model, plan.head).weight is getattr(getattr(model, plan.backbone), plan.embedding).weight
+
+
 def is_meta(model: nn.Module) -> bool:
     """True when some parameter of ``model`` has no storage (built on the ``meta`` device)."""
     return any(p.is_meta for p in model.parameters())
@@ -100,12 +105,16 @@ def materialize(model: nn.Module, device: torch.device | str) -> nn.Module:
     meta, buffers such as the rotary frequencies computed as usual), not under ``torch.device("meta")``.
     """
     device = torch.device(device)
+    made: dict[int, nn.Parameter] = {}  # a parameter shared by two modules (tied embeddings) stays shared
     for mname, mod in model.named_modules():
         for name, p in list(mod._parameters.items()):
             if p is not None and p.is_meta:
-                new = nn.Parameter(torch.empty_like(p, device=device), requires_grad=p.requires_grad)
-                if hasattr(p, "_axonn_spec"):
-                    new._axonn_spec = p._axonn_spec
+                new = made.get(id(p))
+                if new is None:
+                    new = nn.Parameter(torch.empty_like(p, device=device), requires_grad=p.requires_grad)
+                    if hasattr(p, "_axonn_spec"):
+                        new._axonn_spec = p._axonn_spec
+                    made[id(p)] = new
                 mod._parameters[name] = new
         for name, b in list(mod._buffers.items()):
             if b is not None and b.is_meta:
@@ -244,12 +253,16 @@ def parallelize(model: nn.Module, grid: Grid | None = None, device: torch.device
             _shard_norm_over_row(layer.get_submodule(path), grid)
     getattr(backbone, plan.final_norm).register_forward_hook(_drop_col_hook(grid))
     old = getattr(backbone, plan.embedding)
-    emb = Embedding(old.num_embeddings, old.embedding_dim, old.padding_idx, grid=grid,
-                    device=device, dtype=old.weight.dtype, init=False)
-    if not meta:
-        emb.load_full(old.weight.data)
-    setattr(backbone, plan.embedding, emb)
+    tied = is_tied(model)
     head = _swap(getattr(model, plan.head), grid, False, device, gather_output="auto")
+    if tied:  # one parameter in the head's layout, used by both (axonn.intra_layer.embedding)
+        emb = Embedding.tied(head, old.padding_idx)
+    else:
+        emb = Embedding(old.num_embeddings, old.embedding_dim, old.padding_idx, grid=grid,
+                        device=device, dtype=old.weight.dtype, init=False)
+        if not meta:
+            emb.load_full(old.weight.data)
+    setattr(backbone, plan.embedding, emb)
     setattr(model, plan.head, head)
     linears.append(head)
     for a, b in zip(linears[:-1], linears[1:]):
@@ -278,7 +291,7 @@ def full_state_dict(model: nn.Module, rank0_only: bool = False, grid: Grid | Non
     """
     grid = grid or getattr(model, "_axonn_grid", None) or get_grid()
     out: dict[str, torch.Tensor] = {}
-    params = dict(model.named_parameters())
+    params = dict(model.named_parameters(remove_duplicate=False))  # a tied head is listed under both names
     for name, t in model.state_dict().items():
         p = params.get(name)
         full = gather_full(t, spec_of(p), grid) if p is not None else t.detach().clone()

@@ -283,7 +283,8 @@ def state_shapes(plan: ModelPlan, config: Any) -> dict[str, tuple[tuple[int, ...
     """Every tensor the HF state dict of ``plan``'s model with ``config`` may hold: ``name -> (full shape,
     required)``.
 
-    Required: the embedding and the head (``vocab × hidden``), the final norm's weight (and bias where the
+    Required: the embedding and the head (``vocab × hidden``; the head is absent from a model whose config ties
+    it to the embedding, ``tie_word_embeddings``, and optional in its state dict), the final norm's weight (and bias where the
     plan has one), and in each of the ``num_hidden_layers`` blocks every Linear's weight (``out × in`` of
     its rule's dimensions, :func:`dims_of_config`) and every norm's weight (``out``), with its bias where the
     plan's rule has one (LayerNorms).  Optional: a Linear's bias (``out``): a config may switch them on or off
@@ -292,7 +293,8 @@ def state_shapes(plan: ModelPlan, config: Any) -> dict[str, tuple[tuple[int, ...
     dims = dims_of_config(config)
     h, v = dims["hidden"], dims["vocab"]
     out: dict[str, tuple[tuple[int, ...], bool]] = {
-        embedding_name(plan): ((v, h), True), head_name(plan): ((v, h), True),
+        embedding_name(plan): ((v, h), True),
+        head_name(plan): ((v, h), not getattr(config, "tie_word_embeddings", False)),
         f"{plan.backbone}.{plan.final_norm}.weight": ((h,), True),
         f"{plan.backbone}.{plan.final_norm}.bias": ((h,), plan.final_norm_bias)}
     for i in range(config.num_hidden_layers):

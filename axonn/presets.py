@@ -27,20 +27,22 @@ class ModelShape:
     max_seq: int = 2048
     rope_theta: float = 10000.0
     rope_scaling: dict | None = field(default=None, hash=False)  # e.g. Llama 3.1's {"rope_type": "llama3", ...}
-    cpu_ok: bool = False
     rms_norm_eps: float = 1e-6  # LlamaConfig's default; TinyLlama and Llama 3.1 use 1e-5
     # a checkpoint's config.head_dim where it is not hidden / heads (Llama-3.1-Minitron-4B-Width: 3072 / 32 heads
     # of 128); None: hidden / heads, as in every preset
     explicit_head_dim: int | None = None
     family: str = "llama"  # the HF model_type; its block's modules come from axonn.plans
+    tied: bool = False  # the LM head is the input embedding (tie_word_embeddings: SmolLM2, Llama 3.2 1B/3B, ...)
 
     @property
     def head_dim(self) -> int:
         return self.explicit_head_dim or self.hidden // self.heads
 
-    def num_params(self, tied_embeddings: bool = False) -> int:
+    def num_params(self, tied_embeddings: bool | None = None) -> int:
         """Exact parameter count of the family's HF CausalLM with this shape: the block's Linears, their
-        biases and norms as :mod:`axonn.plans` lists them, the embedding, the LM head and the final norm."""
+        biases and norms as :mod:`axonn.plans` lists them, the embedding, the LM head (none of its own when
+        ``tied_embeddings``, default: the shape's ``tied``) and the final norm."""
+        tied_embeddings = self.tied if tied_embeddings is None else tied_embeddings
         from axonn.plans import dims_of_shape, final_norm_parameters, get_plan, layer_parameters
 
         plan, dims = get_plan(self.family), dims_of_shape(self)
@@ -69,7 +71,7 @@ class ModelShape:
     def hf_config(self, vocab_size: int | None = None, **overrides):
         """The family's own ``transformers`` config with this shape (``vocab_size`` overrides the preset's;
         ``overrides`` any config field): ``LlamaConfig``, ``MistralConfig``, ``Qwen2Config``, ``Qwen3Config``,
-        ``Olmo2Config`` or ``GPTNeoXConfig``, untied.
+        ``Olmo2Config`` or ``GPTNeoXConfig``, tied as the shape says.
 
         Every family gets layers, hidden, heads, FFN width, vocabulary, context and RoPE theta/scaling from the
         shape, and its norm epsilon from ``rms_norm_eps`` (GPT-NeoX: ``layer_norm_eps``); the rest are the
@@ -88,7 +90,7 @@ class ModelShape:
                              f"kv_heads {self.kv_heads} != heads {self.heads} (use ModelShape.as_family('gpt_neox'))")
         kw = dict(vocab_size=vocab_size or self.vocab, hidden_size=self.hidden, intermediate_size=self.ffn,
                   num_hidden_layers=self.layers, num_attention_heads=self.heads,
-                  max_position_embeddings=self.max_seq, tie_word_embeddings=False)
+                  max_position_embeddings=self.max_seq, tie_word_embeddings=self.tied)
         if self.family == "gpt_neox":
             kw.update(rotary_emb_base=self.rope_theta, layer_norm_eps=self.rms_norm_eps)
         else:
@@ -109,7 +111,7 @@ class ModelShape:
     def from_hf_config(config, name: str = "checkpoint") -> "ModelShape":
         """The shape of a HF config of a family with a plan (e.g. a ``--init`` checkpoint's): its ``model_type`` is
         the family; GPT-NeoX's fields are its own (no KV heads: the heads; ``layer_norm_eps``; RoPE base
-        ``rotary_emb_base``).  CPU-trainable when it is no larger than the largest preset marked ``cpu_ok``."""
+        ``rotary_emb_base``)."""
         from axonn.plans import get_plan
 
         family = config.model_type
@@ -120,13 +122,12 @@ class ModelShape:
         neox = family == "gpt_neox"
         eps = getattr(config, "layer_norm_eps" if neox else "rms_norm_eps", 1e-5 if neox else 1e-6)
         kv_heads = config.num_attention_heads if neox else config.num_key_value_heads
-        shape = ModelShape(name=name, layers=config.num_hidden_layers, hidden=config.hidden_size,
+        return ModelShape(name=name, layers=config.num_hidden_layers, hidden=config.hidden_size,
                            heads=config.num_attention_heads, kv_heads=kv_heads or config.num_attention_heads,
                            ffn=config.intermediate_size, vocab=config.vocab_size,
                            max_seq=config.max_position_embeddings, explicit_head_dim=head_dim,
-                           rms_norm_eps=float(eps), family=family, **_rope_of(config))
-        cpu_max = max(get_preset(n).num_params() for n in preset_names() if get_preset(n).cpu_ok)
-        return ModelShape(**{**asdict(shape), "cpu_ok": shape.num_params() <= cpu_max})
+                           rms_norm_eps=float(eps), family=family,
+                           tied=bool(getattr(config, "tie_word_embeddings", False)), **_rope_of(config))
 
 
 def _rope_of(config) -> dict:

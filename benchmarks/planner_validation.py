@@ -124,7 +124,8 @@ def rescore(path: Path, out: Path) -> dict:
     from axonn.planner.profiles import MachineProfile
 
     old = json.loads(path.read_text())
-    shape, prof = ModelShape(**old["model"]), MachineProfile(**old["profile"])
+    model = {k: v for k, v in old["model"].items() if k != "cpu_ok"}  # a field of older result files
+    shape, prof = ModelShape(**model), MachineProfile(**old["profile"])
     res = plan(shape, seq=old["seq"], global_batch=old["global_batch"], gpus=old["world"], machine=prof,
                activation_checkpointing=False, cost_cfg=CostConfig(**old["cost_config"]))
     was = {(tuple(g["grid"]), g["micro_batch"]): g["measured_rounds_s"] for g in old["grids"]}

@@ -10,7 +10,6 @@ import torch
 
 from axonn.presets import ModelShape, get_preset
 
-BYTES_PER_PARAM_TRAINING = 16  # fp32 weights + grads + Adam m, v
 
 
 def padded_vocab(n: int, multiple: int = 64) -> int:
@@ -25,47 +24,63 @@ PREFLIGHT_FRACTION = 0.95
 def check_size_runs_here(shape: ModelShape, device: torch.device, grid: tuple[int, int, int, int] = (1, 1, 1, 1),
                          seq: int = 2048, micro_batch: int = 1, activation_checkpointing: bool = False,
                          free_bytes: int | None = None, micro_steps: int = 2, grad_reduce_dtype: str = "fp32") -> None:
-    """Refuse, before any allocation, a run this machine cannot hold (with what to do instead).
+    """Refuse, before any allocation, a run this machine cannot hold (with the figures and what to do instead).
 
-    On a GPU the need is the planner's peak memory of one rank of ``grid`` (D, R, C, Z) for this
-    sequence length, micro-batch, micro-steps per optimizer step, checkpointing and gradient wire dtype
-    (:func:`axonn.planner.memory_per_gpu`, checked against traces of this trainer), against the free
-    memory of the device (``free_bytes`` overrides the query, for tests).
+    The need is the planner's peak memory of one rank of ``grid`` (D, R, C, Z) for this sequence length,
+    micro-batch, micro-steps per optimizer step, checkpointing and gradient wire dtype
+    (:func:`axonn.planner.memory_per_gpu`, checked against traces of this trainer).  On a GPU it is compared
+    with the device's free memory.  On a CPU there is no autocast: every activation and logit is fp32, so the
+    GPU model's activations and logits count twice (an upper bound: some of them are fp32 already), and all
+    ``D·R·C·Z`` ranks are taken to share this host's available memory (``psutil``).  ``free_bytes``
+    overrides the query (the device's, or the host's), for tests.
     """
-    if device.type == "cpu":
-        if not shape.cpu_ok:
-            from axonn.presets import preset_names
-
-            need = shape.num_params() * BYTES_PER_PARAM_TRAINING / (grid[1] * grid[2] * grid[3])
-            cpu_sizes = [n for n in preset_names() if get_preset(n).cpu_ok]
-            raise SystemExit(
-                f"size {shape.name!r} ({shape.num_params() / 1e9:.2f}B parameters, ~{need / 2**30:.0f} GiB of "
-                f"training state per rank) cannot be trained on this CPU-only machine: use --size "
-                f"{'/'.join(cpu_sizes)} here, or run on GPUs (`--plan --gpus N --machine NAME` shows a grid that fits)"
-            )
-        return
     from axonn.grid_shape import GridShape
     from axonn.planner import GRAD_REDUCE_BYTES, MemoryConfig, memory_per_gpu
 
+    cpu = device.type == "cpu"
+    ranks = math.prod(grid) if cpu else 1
     mcfg = MemoryConfig(grad_reduce_bytes=GRAD_REDUCE_BYTES[grad_reduce_dtype])
-    mem = memory_per_gpu(shape, GridShape(*grid), seq, micro_batch, activation_checkpointing, mcfg,
-                         micro_steps=micro_steps)
-    free = torch.cuda.mem_get_info(device)[0] if free_bytes is None else free_bytes
-    if mem.total <= PREFLIGHT_FRACTION * free:
+
+    def need(ckpt: bool, mb: int):
+        mem = memory_per_gpu(shape, GridShape(*grid), seq, mb, ckpt, mcfg, micro_steps=micro_steps)
+        if cpu:
+            mem = type(mem)(states=mem.states, buffers=mem.buffers, activations=2 * mem.activations,
+                            logits=2 * mem.logits)
+        return mem
+
+    if free_bytes is None:
+        if cpu:
+            import psutil
+
+            free_bytes = psutil.virtual_memory().available
+        else:
+            free_bytes = torch.cuda.mem_get_info(device)[0]
+    budget = PREFLIGHT_FRACTION * free_bytes / ranks
+    mem = need(activation_checkpointing, micro_batch)
+    if mem.total <= budget:
         return
     g = 2**30
     fixes = []
-    if not activation_checkpointing and memory_per_gpu(shape, GridShape(*grid), seq, micro_batch, True, mcfg,
-                                                         micro_steps=micro_steps).total <= PREFLIGHT_FRACTION * free:
+    if not activation_checkpointing and need(True, micro_batch).total <= budget:
         fixes.append("add --activation-checkpointing")
     if micro_batch > 1:
         fixes.append("lower --micro-batch")
-    fixes.append("shard over more GPUs (`--plan --gpus N --machine NAME` picks a grid)")
+    if cpu:
+        if ranks > 1:
+            fixes.append(f"run fewer ranks on this host (all {ranks} share its memory)")
+        fixes.append("train it on GPUs (`--plan --gpus N --machine NAME` picks a grid that fits), or a smaller "
+                     "model here")
+        where = (f"per rank, {ranks} ranks on this host" if ranks > 1 else "on this CPU")
+        have = f"{free_bytes / g:.1f} GiB of host memory is available"
+        total = f" ({ranks * mem.total / g:.1f} GiB in all)" if ranks > 1 else ""
+    else:
+        fixes.append("shard over more GPUs (`--plan --gpus N --machine NAME` picks a grid)")
+        where, have, total = "per GPU", f"{free_bytes / g:.1f} GiB is free", ""
     raise SystemExit(
-        f"size {shape.name!r} on grid D,R,C,Z={','.join(map(str, grid))} at {micro_batch} x {seq} tokens per "
-        f"micro-step needs ~{mem.total / g:.1f} GiB per GPU (training state {mem.states / g:.1f}, activations "
-        f"{mem.activations / g:.1f}, logits {mem.logits / g:.1f}, buffers {mem.buffers / g:.1f}) but "
-        f"{free / g:.1f} GiB is free: " + "; or ".join(fixes))
+        f"size {shape.name!r} ({shape.num_params() / 1e9:.2f}B parameters) on grid D,R,C,Z={','.join(map(str, grid))} "
+        f"at {micro_batch} x {seq} tokens per micro-step needs ~{mem.total / g:.1f} GiB {where}{total} (training "
+        f"state {mem.states / g:.1f}, activations {mem.activations / g:.1f}, logits {mem.logits / g:.1f}, buffers "
+        f"{mem.buffers / g:.1f}) but {have}: " + "; or ".join(fixes))
 
 
 INIT_CHUNK_ELEMENTS = 1 << 22  # rows of a random init are drawn in chunks of ~4M values, each from its own seed
@@ -221,7 +236,7 @@ def model_config(size: str | None, vocab_size: int, init: str | None = None, max
                  family: str | None = None):
     """The HF config of a run (its family's config class): the ``size`` preset's as ``family`` (None: the
     preset's own, Llama for the CPU sizes; :func:`axonn.presets.get_preset`), or the ``init`` checkpoint's
-    (untied, vocabulary large enough).
+    (tied embeddings stay tied; vocabulary large enough).
 
     A checkpoint's ``model_type`` must have a parallel plan (:mod:`axonn.plans`) and agree with ``family`` when
     that is given: otherwise a ``ValueError`` names the families supported, before any weight is read.
@@ -249,7 +264,6 @@ def model_config(size: str | None, vocab_size: int, init: str | None = None, max
     if family is not None and family != config.model_type:
         raise ValueError(f"--family {family} but --init {init} is a {config.model_type} model: leave --family "
                          "unset with --init (the checkpoint's config says its family)")
-    config.tie_word_embeddings = False  # axonn shards lm_head and the embedding differently: untie
     if config.vocab_size < vocab_size:
         config.vocab_size = padded_vocab(vocab_size)
     if getattr(config, TRAINED_CONTEXT, None) and max_seq is not None:
@@ -334,6 +348,8 @@ def build_model(
     ckpt = SafetensorsCheckpoint(init) if init is not None else None  # refuses a missing/.bin checkpoint now
     with init_empty_weights(include_buffers=False):
         model = model_class(config)
+    if getattr(config, "tie_word_embeddings", False):
+        model.tie_weights()  # one parameter for the head and the embedding, on every grid (axonn.is_tied)
     if runtime is not None:
         model = runtime.parallelize(model)
         device = runtime.device

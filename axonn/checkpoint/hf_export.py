@@ -149,11 +149,13 @@ def export_hf(model: nn.Module, directory: str | os.PathLike, tokenizer=None, gr
     config before anything is written (:func:`axonn.plans.state_problems`), and each gathered tensor
     against its shape; the tensors are named as the family's ``save_pretrained`` names them (the plan's
     checkpoint aliases: GPT-NeoX's head is ``embed_out.weight``, which transformers 4 and 5 both load), and
-    ``config.json`` is the model's own config (its family's class).
+    ``config.json`` is the model's own config (its family's class).  A tied head (``tie_word_embeddings``) is
+    the embedding's tensor, written once under the embedding's name, as ``save_pretrained`` writes it.
     """
     d = _check_export_target(Path(directory))
     params = dict(model.named_parameters())
-    state = model.state_dict()
+    aliases = set(dict(model.named_parameters(remove_duplicate=False))) - set(params)
+    state = {n: t for n, t in model.state_dict().items() if n not in aliases}  # a tied head: written once
     shapes = {n: tuple(spec_of(params[n]).full_shape if n in params else t.shape) for n, t in state.items()}
     check, file_names = _checked_against_plan(getattr(model, "config", None), shapes,
                                               f"export of {type(model).__name__}")

@@ -6,7 +6,7 @@ For each grid given on the command line (data,row,col,depth):
    random init) gathers to exactly the serial ``build_model`` (same CPU generator streams);
 2. ``build_model(init=ckpt, runtime=...)`` from a tied, bf16, multi-file HF safetensors checkpoint
    whose vocabulary is extended (4000 -> 4160 rows) gathers to exactly the serial load; rows the
-   checkpoint has equal it, ``lm_head`` is the embedding (untied), the rest is the random init;
+   checkpoint has equal it, ``lm_head`` is the embedding (one parameter: tied), the rest is the random init;
    and each rank reads less than 60% of the checkpoint's rows (only those its shards are cut from);
 3. ``export_hf`` into several files (an index) loads in ``from_pretrained`` with the same
    weights, and ``build_model(init=export, runtime=...)`` reproduces the trained model.
@@ -83,16 +83,16 @@ def check_grid(d: int, r: int, c: int, z: int, tmp: Path, hf_sd: dict[str, torch
         ckpt.SafetensorsCheckpoint.rows = orig_rows
     full = axonn.full_state_dict(par)
     ref = build_model(None, 4100, init=str(tmp / "tied"), seed=3)
-    assert ref.config.vocab_size == 4160 and not ref.config.tie_word_embeddings
+    assert ref.config.vocab_size == 4160 and ref.config.tie_word_embeddings
+    assert axonn.is_tied(par) and axonn.is_tied(ref), "the tied checkpoint's head and embedding stay one parameter"
     for n, t in ref.state_dict().items():
         assert torch.equal(full[n], t), f"{tag} checkpoint load differs in {n}"
     emb = hf_sd["model.embed_tokens.weight"]
     assert torch.equal(full["model.embed_tokens.weight"][:4000], emb)
-    assert torch.equal(full["lm_head.weight"][:4000], emb), "tied lm_head not read from the embedding"
+    assert torch.equal(full["lm_head.weight"], full["model.embed_tokens.weight"]), "tied lm_head is not the embedding"
     assert full["lm_head.weight"][4000:].std() > 0.01, "new vocabulary rows not initialised"
     assert torch.equal(full["model.layers.1.mlp.down_proj.weight"], hf_sd["model.layers.1.mlp.down_proj.weight"])
-    file_rows = sum(hf_sd[n].shape[0] for n in hf_sd if n != "lm_head.weight")
-    file_rows += hf_sd["model.embed_tokens.weight"].shape[0]  # lm_head is read from it once more
+    file_rows = sum(hf_sd[n].shape[0] for n in hf_sd if n != "lm_head.weight")  # the shared tensor is read once
     read_rows = sum(b - a for _, a, b in reads)
     if r * c * z >= 4:
         assert read_rows < 0.6 * file_rows, f"{tag}: rank read {read_rows} of {file_rows} checkpoint rows"

@@ -7,7 +7,8 @@
    saved on B in the background while those steps run, the data replicas split the writing, and it
    loads back as the state at the save (also without index.json).
 4. a checkpoint from a different model is refused; ``to_hf`` of A offline equals the saved state;
-   export_hf loads in from_pretrained with equal logits.
+   export_hf loads in from_pretrained with equal logits; the same for a model with tied embeddings, resumed
+   across grids (check_tied).
 5. every other model family of ``axonn.plans`` on grid (1,2,2,1): parallel loss, logits and gradients equal
    the serial model's, and its export_hf loads back as the serial model (family_checks.py; in this launch
    so that the default suite starts no other 4-rank job for it).
@@ -46,6 +47,50 @@ def step(model, opt, s: int) -> float:
 def make(seed: int, **kw):
     m = axonn.parallelize(tiny_llama(seed, attention_bias=True, **kw))
     return m, torch.optim.AdamW(m.parameters(), lr=3e-3)
+
+
+def check_tied(base: Path) -> None:
+    """A model whose LM head is its embedding (tie_word_embeddings): trained on grid A (row 2, depth 2), saved,
+    resumed on grid B (data 2, col 2) with the same full state and loss curve; ``to_hf`` and ``export_hf`` write
+    the shared tensor once under the embedding's name, and ``from_pretrained`` gives a tied model with the
+    parallel model's logits."""
+    from safetensors.torch import load_file
+    from transformers import LlamaForCausalLM
+
+    axonn.init(G_intra_r=2, G_intra_d=2)
+    model, opt = make(0, tie_word_embeddings=True)
+    assert axonn.is_tied(model)
+    for s in range(3):
+        step(model, opt, s)
+    path = base / "tied"
+    ckpt.save(model, opt, path, extra_state={"step": 3})
+    saved = axonn.full_state_dict(model)
+    assert torch.equal(saved["lm_head.weight"], saved["model.embed_tokens.weight"])
+    cont = [step(model, opt, s) for s in range(3, 5)]
+    axonn.init(G_data=2, G_intra_c=2)
+    model2, opt2 = make(9, tie_word_embeddings=True)
+    ckpt.load(model2, opt2, path)
+    sd2 = axonn.full_state_dict(model2)
+    assert all(torch.equal(sd2[n], t) for n, t in saved.items()), "tied reshard changed the state"
+    resumed = [step(model2, opt2, s) for s in range(3, 5)]
+    for a, b in zip(resumed, cont):
+        assert abs(a - b) <= 1e-5 * abs(b), f"tied resharded run {resumed} vs {cont}"
+    ckpt.export_hf(model2, base / "tied_hf")
+    x, _ = batch(9)
+    with torch.no_grad():
+        b = model2(input_ids=x).logits
+    if dist.get_rank() == 0:
+        ckpt.to_hf(path, base / "tied_offline")
+        for d in ("tied_hf", "tied_offline"):
+            files = load_file(base / d / "model.safetensors")
+            assert "lm_head.weight" not in files and "model.embed_tokens.weight" in files, sorted(files)
+            assert json.loads((base / d / "config.json").read_text())["tie_word_embeddings"] is True
+        hf = LlamaForCausalLM.from_pretrained(base / "tied_hf").float()
+        assert hf.lm_head.weight is hf.model.embed_tokens.weight
+        with torch.no_grad():
+            assert_close(b, hf(input_ids=x).logits, "exported tied model logits")
+        print("OK tied", flush=True)
+    dist.barrier()
 
 
 def main() -> None:
@@ -159,6 +204,7 @@ def main() -> None:
         assert_close(b, a, "exported model logits")
         print("OK checkpoint", flush=True)
     dist.barrier()
+    check_tied(base)
     axonn.init(G_intra_r=2, G_intra_c=2)
     t0 = time.time()
     check_families(export_dir=base / "families")

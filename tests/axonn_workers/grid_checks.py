@@ -1,7 +1,7 @@
 """For each grid given on the command line (data,row,col,depth), check parallel == serial.
 
 Checks per grid: forward logits, loss, every gathered parameter gradient (embedding,
-norms, q/k/v/o with biases, MLP, lm_head) after sync_gradients; clip_grad_norm_ (2 and inf);
+norms, q/k/v/o with biases, MLP, lm_head; and a model whose head is tied to its embedding) after sync_gradients; clip_grad_norm_ (2 and inf);
 a Linear-with-bias stack (auto_parallelize + explicit transposed pair); N training steps
 with AdamW + clipping following the serial loss curve; overlap on == overlap off; bf16
 autocast; gradients reduced in bf16.
@@ -21,10 +21,12 @@ from common import (assert_close, assert_matches_serial, assert_same_greedy, bat
                     run_main, tiny_llama)
 
 
-def check_llama(grid, bias: bool) -> None:
-    kw = dict(attention_bias=bias, mlp_bias=bias)
+def check_llama(grid, bias: bool, tied: bool = False) -> None:
+    kw = dict(attention_bias=bias, mlp_bias=bias, tie_word_embeddings=tied)
     ref = tiny_llama(0, **kw)
+    assert ref.lm_head.weight is ref.model.embed_tokens.weight or not tied
     par = axonn.parallelize(copy.deepcopy(ref))
+    assert axonn.is_tied(par) == tied, "parallelize kept the head and embedding tied (or untied) as given"
     x, y = batch(0)
     out_ref = ref(input_ids=x, labels=y)
     out_ref.loss.backward()
@@ -100,8 +102,8 @@ def train(model, steps: int, parallel: bool) -> list[float]:
     return losses
 
 
-def check_training(grid, steps: int) -> None:
-    ref = tiny_llama(0, attention_bias=True)
+def check_training(grid, steps: int, tied: bool = False) -> None:
+    ref = tiny_llama(0, attention_bias=True, tie_word_embeddings=tied)
     serial = train(copy.deepcopy(ref), steps, parallel=False)
     off = train(axonn.parallelize(copy.deepcopy(ref)), steps, parallel=True)
     from axonn.intra_layer.overlap import STATS
@@ -255,11 +257,13 @@ def main() -> None:
         grid = axonn.init(G_data=d, G_intra_r=r, G_intra_c=c, G_intra_d=z)
         check_llama(grid, bias=False)
         check_llama(grid, bias=True)
+        check_llama(grid, bias=False, tied=True)
         check_linear_stack(grid)
         check_checkpointing(grid)
         check_autocast(grid)
         check_bf16_grad_reduce(grid)
         check_training(grid, steps)
+        check_training(grid, steps, tied=True)
         dist.barrier()
         if grid.rank == 0:
             print(f"OK grid data={d} row={r} col={c} depth={z}", flush=True)

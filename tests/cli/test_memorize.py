@@ -152,7 +152,7 @@ def _refused(tmp_path, args, match):
     (["--targets", "/nonexistent/targets.txt"], "does not exist"),
     (["--corpus", "/nonexistent/corpus.jsonl"], "does not exist"),
     (["--steps", "100000"], "corpus too small"),
-    (["--size", "405b"], "cannot be trained on this CPU"),
+    (["--size", "405b"], r"needs ~\d+\.\d GiB on this CPU .* GiB of host memory is available"),
     (["--grid", "1,2,1,1"], "world size|product"),
     (["--plan", "--gpus", "0"], r"^error: --gpus 0: give the number of GPUs to plan for, at least 1$"),
     (["--arms", "standard,goldfsh"], r"unknown arm 'goldfsh'; give both, all or a comma list of standard, goldfish"),

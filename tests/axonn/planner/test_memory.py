@@ -9,6 +9,8 @@ import sys
 import pytest
 import torch
 
+from axonn.presets import ModelShape
+
 from tests.support import REPO
 
 
@@ -56,7 +58,30 @@ def test_gpu_preflight_uses_the_memory_model():
     # the same 8b sharded over 8 GPUs fits
     check_size_runs_here(get_preset("8b"), gpu, (1, 2, 2, 2), seq=2048, micro_batch=2, activation_checkpointing=True,
                          free_bytes=80 * gib)
-    with pytest.raises(SystemExit, match="cannot be trained on this CPU-only machine"):
-        check_size_runs_here(shape, torch.device("cpu"))
+
+def test_cpu_preflight_refuses_by_memory_not_by_size():
+    """On a CPU the same memory model decides (activations and logits counted in fp32, every rank of the grid
+    sharing the host's memory): a 135M fine-tune fits a 24 GiB machine, a 70b does not, and a grid of ranks
+    that each fit alone is refused when together they do not."""
+    from axonn.presets import get_preset
+    from memorization.models import check_size_runs_here
+
+    cpu, gib = torch.device("cpu"), 2**30
+    smol = ModelShape(name="smollm2-135m", layers=30, hidden=576, heads=9, kv_heads=3, ffn=1536, vocab=49152,
+                      tied=True)
+    assert 134e6 < smol.num_params() < 135e6  # 134,515,008: the converted model's count
+    check_size_runs_here(smol, cpu, seq=128, micro_batch=4, free_bytes=24 * gib)  # ~4.0 GiB
+    check_size_runs_here(get_preset("1b"), cpu, seq=2048, micro_batch=1, activation_checkpointing=True,
+                         free_bytes=24 * gib)
+    with pytest.raises(SystemExit, match=r"'70b' \(70\.\d+B parameters\).* needs ~\d+\.\d GiB on this CPU .* but "
+                                         r"24\.0 GiB of host memory is available: .*train it on GPUs"):
+        check_size_runs_here(get_preset("70b"), cpu, seq=128, micro_batch=1, free_bytes=24 * gib)
+    # 1.1B at 1 x 2048 without checkpointing: ~28.7 GiB (16.4 of it training state); checkpointing is the fix
+    with pytest.raises(SystemExit, match=r"needs ~2\d\.\d GiB on this CPU .*add --activation-checkpointing"):
+        check_size_runs_here(get_preset("1b"), cpu, seq=2048, micro_batch=1, free_bytes=24 * gib)
+    one = 6 * gib  # one rank of the 135M (~4 GiB) fits in 6 GiB, four ranks on the host do not
+    check_size_runs_here(smol, cpu, (1, 1, 1, 1), seq=128, micro_batch=4, free_bytes=one)
+    with pytest.raises(SystemExit, match="4 ranks on this host.*run fewer ranks on this host"):
+        check_size_runs_here(smol, cpu, (4, 1, 1, 1), seq=128, micro_batch=4, free_bytes=one)
 
 
