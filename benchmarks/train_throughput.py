@@ -10,6 +10,11 @@ compiled one is printed beside it.
     python benchmarks/train_throughput.py --size tiny --seq 128 --batch 8 --steps 5   # CPU smoke run
     python benchmarks/train_throughput.py --which ours --profile 3 --trace ours.json  # where the time goes
     python benchmarks/train_throughput.py --which attention   # ours with causal_sdpa vs with HF's compiled mask
+    python benchmarks/train_throughput.py --init "$(python data/models/get.py smollm2-135m)" --seq 128 --batch 4 \
+        --steps 5 --warmup 1 --hf-weights fp32 --no-compile      # CPU: the real pretrained model, fp32, one process
+
+``--init DIR`` trains a pretrained HF checkpoint on both sides (``from_pretrained`` for HF, ``build_model(init=)``
+for ours; its own vocabulary) instead of a preset.
 
 MFU = tokens/s x (6 N + 12 L h s) / peak, N = parameters that do matmuls (all but the input
 embedding), peak = 989 TFLOP/s (H100 SXM dense bf16) unless --peak-tflops says otherwise.
@@ -59,7 +64,18 @@ def hf_label(weights: str, dev: torch.device) -> str:
     return "HF eager (fp32 weights + bf16 autocast)" if dev.type == "cuda" else "HF eager (fp32)"
 
 
-def hf_trainer(size: str, rows: torch.Tensor, batch: int, dev: torch.device, weights: str = "fp32"):
+def load(size: str, init: str | None = None):
+    """The benchmarked model, fp32 on the host: the preset ``size`` (seeded init, :data:`VOCAB`) or the HF
+    checkpoint ``init`` (its own config and vocabulary, tied embeddings tied)."""
+    if init is None:
+        return build_model(size, VOCAB, seed=0)
+    from transformers import AutoConfig
+
+    return build_model(None, AutoConfig.from_pretrained(init).vocab_size, init=init, seed=0)
+
+
+def hf_trainer(size: str, rows: torch.Tensor, batch: int, dev: torch.device, weights: str = "fp32",
+               init: str | None = None):
     """Plain HF training, ``(step, model)``: SDPA, fused AdamW (on CUDA), ``model(input_ids, labels).loss``.
 
     ``weights="fp32"``: fp32 weights and AdamW state, bf16 autocast on CUDA (the same numerics as our
@@ -73,7 +89,7 @@ def hf_trainer(size: str, rows: torch.Tensor, batch: int, dev: torch.device, wei
     if weights not in HF_WEIGHTS:
         raise ValueError(f"HF weights must be one of {', '.join(HF_WEIGHTS)}, got {weights!r}")
     dtype = torch.float32 if weights == "fp32" else torch.bfloat16
-    model = build_model(size, VOCAB, seed=0).to(dev, dtype=dtype)
+    model = load(size, init).to(dev, dtype=dtype)
     if weights == "bf16-compile":
         model.compile()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=dev.type == "cuda")
@@ -94,22 +110,23 @@ def hf_trainer(size: str, rows: torch.Tensor, batch: int, dev: torch.device, wei
 
 
 def hf_eager(size: str, rows: torch.Tensor, batch: int, steps: int, warmup: int, dev: torch.device,
-             weights: str = "fp32") -> float:
+             weights: str = "fp32", init: str | None = None) -> float:
     """Seconds per step of :func:`hf_trainer`."""
-    step, model = hf_trainer(size, rows, batch, dev, weights)
+    step, model = hf_trainer(size, rows, batch, dev, weights, init)
     s = timed(step, steps, warmup, dev)
     del step, model
     return s
 
 
 def ours(size: str, rows: torch.Tensor, batch: int, steps: int, warmup: int, dev: torch.device, compile: bool,
-         ac: bool, profile_steps: int = 0, trace: str | None = None, attention: str = "causal_sdpa") -> float:
+         ac: bool, profile_steps: int = 0, trace: str | None = None, attention: str = "causal_sdpa",
+         init: str | None = None) -> float:
     """Our trainer; ``attention="sdpa"`` puts back HF's own mask path (under compile: a materialised mask)."""
     docs = torch.zeros_like(rows, dtype=torch.int32)
     cfg = TrainConfig(batch_size=batch, lr=1e-4, checkpoint_every=0, progress=False, compile=compile,
                       activation_checkpointing=ac, goldfish=GoldfishConfig(k=4, h=13))
     with tempfile.TemporaryDirectory() as tmp:
-        t = Trainer(build_model(size, VOCAB, seed=0), rows, docs, rows[:batch], cfg, tmp, run_name="ours",
+        t = Trainer(load(size, init), rows, docs, rows[:batch], cfg, tmp, run_name="ours",
                     row_context=stream_context(rows))
         t.total_steps = len(rows) // batch
         if attention != t.model.config._attn_implementation:
@@ -165,6 +182,9 @@ def print_attention_calls(prof) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--size", default="1b", help="model preset")
+    p.add_argument("--init", default=None, metavar="DIR",
+                   help="a pretrained HF checkpoint to train instead of the preset (both sides), e.g. the output of "
+                        "`python data/models/get.py smollm2-135m`")
     p.add_argument("--seq", type=int, default=2048, help="sequence length")
     p.add_argument("--batch", type=int, default=4, help="sequences per step")
     p.add_argument("--steps", type=int, default=20, help="timed steps")
@@ -189,14 +209,21 @@ def main() -> None:
     if bad or not hf_weights:
         p.error(f"--hf-weights takes a comma-separated list of {', '.join(HF_WEIGHTS)}; got {a.hf_weights!r}")
     dev = device()
-    shape = bench_shape(a.size)
-    rows = torch.randint(3, VOCAB, (a.batch * 64, a.seq))
+    if a.init:
+        from transformers import AutoConfig
+
+        from axonn.presets import ModelShape
+
+        shape = ModelShape.from_hf_config(AutoConfig.from_pretrained(a.init), name=Path(a.init).name)
+    else:
+        shape = bench_shape(a.size)
+    rows = torch.randint(3, shape.vocab if a.init else VOCAB, (a.batch * 64, a.seq))
     tok = a.batch * a.seq
     fpt = flops_per_token(shape, a.seq)
     res = {}
     if a.which in ("both", "hf"):
         for w in hf_weights:
-            res[hf_label(w, dev)] = hf_eager(a.size, rows, a.batch, a.steps, a.warmup, dev, w)
+            res[hf_label(w, dev)] = hf_eager(a.size, rows, a.batch, a.steps, a.warmup, dev, w, a.init)
             gc.collect()
             if dev.type == "cuda":
                 print(f"{hf_label(w, dev)} peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
@@ -204,15 +231,15 @@ def main() -> None:
                 torch.cuda.reset_peak_memory_stats()
     if a.which in ("both", "ours"):
         res["ours"] = ours(a.size, rows, a.batch, a.steps, a.warmup, dev, not a.no_compile, a.activation_checkpointing,
-                           a.profile, a.trace)
+                           a.profile, a.trace, init=a.init)
         if dev.type == "cuda":
             print(f"ours peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
     if a.which == "attention":
         for name, attn in (("ours", "causal_sdpa"), ("ours, HF sdpa mask", "sdpa")):
             gc.collect()
             res[name] = ours(a.size, rows, a.batch, a.steps, a.warmup, dev, not a.no_compile,
-                             a.activation_checkpointing, attention=attn)
-    print(f"device {dev}, size {a.size} ({shape.num_params() / 1e9:.2f}B), {a.batch} x {a.seq} tokens/step, "
+                             a.activation_checkpointing, attention=attn, init=a.init)
+    print(f"device {dev}, size {shape.name if a.init else a.size} ({shape.num_params() / 1e9:.3f}B), {a.batch} x {a.seq} tokens/step, "
           f"{fpt / 1e9:.2f} GFLOP/token, peak {a.peak_tflops:.0f} TFLOP/s")
     width = max(len(n) for n in res)
     for name, s in res.items():

@@ -1,4 +1,4 @@
-"""Extraction on four grids of the launcher's 4 ranks, in one job: each grid's model built from the HF
+"""Extraction on four grids of the launcher's 4 ranks (or those of $GRIDS), in one job: each grid's model built from the HF
 checkpoint $MODEL_DIR (each rank reading its own shards), the documents of $DOCS split over its replicas;
 rank 0 writes every grid's generated token ids to $OUT_JSON."""
 from __future__ import annotations
@@ -10,9 +10,12 @@ from memorization.extraction import ExtractionConfig, extract_on_grid
 from memorization.models import build_model
 from memorization.runtime import Runtime
 
-GRIDS = ((1, 2, 2, 1), (1, 1, 2, 2), (2, 2, 1, 1), (1, 2, 1, 2))  # data, row, column, depth
+GRIDS = ((1, 2, 2, 1), (1, 1, 2, 2), (2, 2, 1, 1), (1, 2, 1, 2))  # data, row, column, depth ($GRIDS: "D,R,C,Z ...")
+if os.environ.get("GRIDS"):
+    GRIDS = tuple(tuple(map(int, g.split(","))) for g in os.environ["GRIDS"].split())
 docs = json.loads(open(os.environ["DOCS"]).read())
-cfg = ExtractionConfig(prefix_len=10, suffix_len=12, batch_size=3)
+cfg = ExtractionConfig(prefix_len=int(os.environ.get("EXTRACT_PREFIX", 10)),
+                       suffix_len=int(os.environ.get("EXTRACT_SUFFIX", 12)), batch_size=3)
 out = {}
 for g in GRIDS:
     rt = Runtime.create(*g)

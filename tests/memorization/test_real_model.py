@@ -1,0 +1,78 @@
+"""The real pretrained SmolLM2-135M-Instruct (``data/models/get.py smollm2-135m``: tied embeddings, 9/3 heads, 30
+layers, 49k vocabulary) through the paths the tiny models take: on grids whose row divides its heads (1 or 3), its
+loss and every gradient equal ``from_pretrained``'s, and a fine-tune checkpointed on one grid resumes on another.
+Slow: each rank holds the 538 MB model and its reference."""
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from tests.support import WORKERS
+
+_spec = importlib.util.spec_from_file_location("axonn_launcher", WORKERS / "launcher.py")
+launcher = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(launcher)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_real_model_equals_one_process_on_grids_and_resumes_on_another(smollm2, tmp_path) -> None:
+    """Row 3 (its 9 heads and 3 KV heads split by 3) and data 3 on three ranks, then column x depth and data x
+    column on four: loss and gradients within 1e-5 of one process; the fine-tune saved on 1,3,1,1 resumes on
+    1,1,2,2 with the same two losses."""
+    codes, out = launcher.launch("real_model_checks.py", 3, [str(smollm2), str(tmp_path), "1,3,1,1", "3,1,1,1",
+                                                             "--save"], timeout=420)
+    assert codes == [0] * 3, out
+    assert "OK real model grid 1,3,1,1" in out and "OK real model grid 3,1,1,1" in out, out
+    codes, out = launcher.launch("real_model_checks.py", 4, [str(smollm2), str(tmp_path), "1,1,2,2", "2,1,2,1",
+                                                             "--resume"], timeout=420)
+    assert codes == [0] * 4, out
+    assert "OK resumed on 1,1,2,2" in out and "OK real model grid 2,1,2,1" in out, out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_extraction_and_perplexity_of_the_real_model_on_grids_are_one_processs(smollm2, tmp_path) -> None:
+    """Greedy extraction (its own tokenizer's ids, prefix 16, suffix 12) and held-out perplexity of the real model
+    on 1,3,1,1 and 3,1,1,1 (3 gloo ranks, each building its shards from the safetensors) equal one process:
+    the same tokens (up to near-ties of the serial logits) and the same NLL (1e-5)."""
+    import json
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from memorization.corpus import DEFAULT_CORPUS, load_documents
+    from memorization.downstream import run_downstream
+    from memorization.extraction import ExtractionConfig, extract
+
+    tok = AutoTokenizer.from_pretrained(smollm2)
+    texts = load_documents(DEFAULT_CORPUS)[:5]
+    docs = [{"id": f"d{i}", "token_ids": tok(t)["input_ids"][:40], "exposures": None} for i, t in enumerate(texts)]
+    (tmp_path / "docs.json").write_text(json.dumps(docs))
+    (tmp_path / "docs.jsonl").write_text("\n".join(json.dumps({"text": tok.decode(d["token_ids"])}) for d in docs))
+    model = AutoModelForCausalLM.from_pretrained(smollm2, dtype=torch.float32).eval()
+    want = [r["generated_ids"] for r in extract(model, docs, ExtractionConfig(prefix_len=16, suffix_len=12,
+                                                                                 batch_size=3))["documents"]]
+    run_downstream(smollm2, perplexity_source=tmp_path / "docs.jsonl", batch_size=2, max_length=24, stride=8,
+                   out_dir=tmp_path / "one")
+    grids = "1,3,1,1 3,1,1,1"
+    env = {"MODEL_DIR": str(smollm2), "DOCS": str(tmp_path / "docs.json"), "OUT_JSON": str(tmp_path / "x.json"),
+           "VOCAB": str(model.config.vocab_size), "GRIDS": grids, "EXTRACT_PREFIX": "16", "EXTRACT_SUFFIX": "12"}
+    codes, log = launcher.launch("extract_grids.py", 3, timeout=400, extra_env=env)
+    assert codes == [0] * 3, log[-3000:]
+    got = json.loads((tmp_path / "x.json").read_text())
+    for grid in grids.split():
+        for d, g, w in zip(docs, got[grid], want):
+            if g != w:  # equal up to the first difference, which must be a near-tie of the serial logits
+                k = next(i for i, (a, b) in enumerate(zip(g, w)) if a != b)
+                with torch.no_grad():
+                    logits = model(torch.tensor([d["token_ids"][:16] + w[:k]])).logits[0, -1].double()
+                assert float(logits[w[k]] - logits[g[k]]) <= 1e-4 * float(logits.abs().max()), (grid, d["id"], k)
+    codes, log = launcher.launch("perplexity_grids.py", 3, timeout=400, extra_env={
+        "MODEL_DIR": str(smollm2), "DOCS_JSONL": str(tmp_path / "docs.jsonl"), "OUT_DIR": str(tmp_path), "GRIDS": grids})
+    assert codes == [0] * 3, log[-3000:]
+    ppl = json.loads((tmp_path / "one" / "downstream.json").read_text())["perplexity"]
+    for grid in grids.split():
+        got = json.loads((tmp_path / grid / "downstream.json").read_text())["perplexity"]
+        assert got["n_tokens"] == ppl["n_tokens"] and got["nll"] == pytest.approx(ppl["nll"], rel=1e-5), grid
