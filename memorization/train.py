@@ -41,7 +41,7 @@ from typing import Callable
 import torch
 from axonn import optimize_communication
 
-from .attention import use_causal_sdpa
+from .attention import unpacked_rows, use_causal_sdpa
 from .goldfish import IGNORE_INDEX, GoldfishConfig, RowContext, apply_goldfish
 from .loss import causal_lm_loss_sum
 from .mixture import atomic_write_json
@@ -393,8 +393,9 @@ class Trainer:
         loss_sum = torch.zeros((), device=self.device)
         scale = self.rt.replicas / n_kept
         on = cfg.overlap
+        # unpacked_rows: our rows never restart their positions, so the attention mask is plainly causal
         with optimize_communication(overlap_all_reduce=on, overlap_reduce_scatter=on, overlap_all_gather=on,
-                                    grad_reduce_dtype=GRAD_REDUCE_DTYPES[cfg.grad_reduce_dtype]):
+                                    grad_reduce_dtype=GRAD_REDUCE_DTYPES[cfg.grad_reduce_dtype]), unpacked_rows():
             for i in range(0, self.local_rows, self.micro):
                 with self.autocast():
                     ls, _ = self.forward(self.model, ids_l[i : i + self.micro], labels_l[i : i + self.micro],
