@@ -157,7 +157,8 @@ def test_unpacked_rows_decides_without_a_trace():
 
     from memorization.attention import _causal_sdpa_mask, unpacked_rows
 
-    packed = mu.and_masks(mu.causal_mask_function, mu.packed_sequence_mask_function(torch.zeros(2, 8, dtype=torch.long)))
+    one_sequence = torch.zeros(2, 8, dtype=torch.long)
+    packed = mu.and_masks(mu.causal_mask_function, mu.packed_sequence_mask_function(one_sequence))
     kw = dict(batch_size=2, q_length=8, kv_length=8, mask_function=packed)
     plain_causal = torch.ones(8, 8, dtype=torch.bool).tril().expand(2, 1, 8, 8)
     assert torch.equal(_causal_sdpa_mask(**kw, allow_is_causal_skip=False), plain_causal)

@@ -72,7 +72,10 @@ def test_enable_fp8_switches_every_linear_but_the_head(sharded):
         model = axonn.parallelize(model, grid=fake_grid(row=2))
     names = enable_fp8(model, "rowwise")
     head = model.get_output_embeddings()
-    kind = (lambda m: isinstance(m, Linear) and m.fp8 is not None) if sharded else (lambda m: isinstance(m, Float8Linear))
+
+    def kind(m):
+        return isinstance(m, Linear) and m.fp8 is not None if sharded else isinstance(m, Float8Linear)
+
     fp8 = {n for n, m in model.named_modules() if kind(m)}
     blocks = {n for n, m in model.named_modules() if isinstance(m, (Linear, torch.nn.Linear)) and m is not head}
     assert set(names) == fp8 == blocks and len(blocks) == 7 * model.config.num_hidden_layers
