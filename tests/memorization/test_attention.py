@@ -113,11 +113,15 @@ def _compiled_step_calls(tmp_path, attn: str | None = None):
     """One training step of the Trainer with its forward compiled by the recording backend; the SDPA calls."""
     from memorization.attention import sdpa_recording_backend
 
-    rows = torch.randint(3, V, (4, 64))
+    from memorization.models import model_config
+
+    config = model_config("tiny", V)
+    config.num_hidden_layers = 1  # the check is per layer; one keeps the trace short
+    rows = torch.randint(3, V, (4, 32))
     cfg = TrainConfig(batch_size=2, warmup_steps=0, checkpoint_every=0, progress=False,
                       goldfish=GoldfishConfig(k=4, h=3))
-    t = Trainer(build_model("tiny", V, seed=0), rows, torch.zeros_like(rows, dtype=torch.int32), rows[:2], cfg,
-                tmp_path)
+    t = Trainer(build_model("tiny", V, seed=0, config=config), rows, torch.zeros_like(rows, dtype=torch.int32),
+                rows[:2], cfg, tmp_path)
     if attn is not None:
         t.model.set_attn_implementation(attn)
     backend, calls = sdpa_recording_backend()
