@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
 # Every GPU measurement the project still owes, in as few calls as a 30-minute lease allows.
 #
+#   bash benchmarks/gpu_runbook.sh speed        # issue 47, the headline: the attention op our compiled step dispatches; 1b at
+#                                               # 4 x 2048 (HF eager bf16, HF + compile, ours bf16, ours FP8) and 8 x 2048
+#                                               # (HF + compile, ours bf16, ours FP8), one run each, side by side
+#   bash benchmarks/gpu_runbook.sh speed8b      # the 8b preset's layers (8 of 32) on one GPU: HF + compile, ours bf16, FP8;
+#                                               # ours profiled by category (GEMM, attention, AdamW, elementwise): the floor
+#   bash benchmarks/gpu_runbook.sh fp8curve     # FP8 vs bf16 loss curves, 200 steps of the 1b at 4 x 2048 (tolerance 1%)
 #   bash benchmarks/gpu_runbook.sh throughput   # train_throughput at 4 x 2048: ours vs HF eager (fp32+autocast, bf16) and HF + compile;
 #                                               # the fused LM head + cross-entropy vs the checkpointed chunks at the 1b's shape;
 #                                               # the gradient clip inside fused AdamW vs its own pass (the 1b's parameters)
@@ -16,12 +22,14 @@
 # Each stage fits one 10-minute call on an H100 (the 1.1B compile takes about a minute); a 30-minute lease,
 # start-up included, holds four or five of them: run them in the order listed (the headline figure first). Logs go to
 # $OUT (or runs/gpu_runbook/ when $OUT is unset) and the last lines printed are the figures.
-# Nothing here needs wandb, datasets or evaluate, so no wheels have to travel. The predictions these runs
+# Nothing here needs wandb, datasets or evaluate. FP8 (speed, speed8b, fp8curve) needs torchao, which a GPU image
+# may lack and cannot download: fetch its wheel here first (pip download torchao==0.18.0 --no-deps -d runs/wheels)
+# and carry runs/wheels; the stage installs it (--no-deps) when torchao is not importable, else runs without FP8. The predictions these runs
 # test are in benchmarks/results/throughput_notes.md. The exit status is non-zero if any command of the
 # stage failed (each failure is logged as a FAILED line and shows in the summary).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-stage="${1:?usage: bash benchmarks/gpu_runbook.sh throughput|check|attention|batch|profile|autotune|memory|checkpoint}"
+stage="${1:?usage: bash benchmarks/gpu_runbook.sh speed|speed8b|fp8curve|throughput|check|attention|batch|profile|autotune|memory|checkpoint}"
 out="${OUT:-runs/gpu_runbook}"
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -38,8 +46,48 @@ log() {
     fi
 }
 
+# torchao for the FP8 runs: importable, or installed from a carried wheel; prints the --fp8 flag to use (nothing if
+# neither: the caller marks the stage failed and runs the bf16 rows)
+fp8_flag() {
+    if ! "$PY" -c "import torchao.float8" >/dev/null 2>&1; then
+        local whl
+        whl=$(ls runs/wheels/torchao-*.whl 2>/dev/null | head -n1)
+        if [ -z "$whl" ] || ! "$PY" -m pip install -q --no-deps "$whl" >/dev/null 2>&1 \
+                || ! "$PY" -c "import torchao.float8" >/dev/null 2>&1; then
+            echo "FAILED: torchao not importable and no installable runs/wheels/torchao-*.whl: FP8 rows skipped" \
+                | tee -a "$out/$stage.log" >&2
+            return
+        fi
+    fi
+    echo "--fp8 rowwise"
+}
+
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit --format=csv | tee "$out/$stage.log"
+"$PY" -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" \
+    2>&1 | tee -a "$out/$stage.log"
 case "$stage" in
+speed)
+    # budget (H200, 10 minutes): each command under its own timeout so one slow compile cannot eat the others
+    fp8=$(fp8_flag); [ -n "$fp8" ] || status=1
+    log timeout 90 "$PY" benchmarks/attention_dispatch.py --size 1b --layers 2 --batch 1 --seq 2048
+    # shellcheck disable=SC2086
+    log timeout 270 "$PY" benchmarks/train_throughput.py --batch 4 --steps 10 --warmup 3 --hf-weights bf16,bf16-compile $fp8
+    # shellcheck disable=SC2086
+    log timeout 220 "$PY" benchmarks/train_throughput.py --batch 8 --steps 6 --warmup 3 --hf-weights bf16-compile $fp8
+    ;;
+speed8b)
+    fp8=$(fp8_flag); [ -n "$fp8" ] || status=1
+    # shellcheck disable=SC2086
+    log timeout 300 "$PY" benchmarks/train_throughput.py --size 8b --layers 8 --batch 4 --steps 6 --warmup 3 \
+        --hf-weights bf16-compile $fp8
+    log timeout 240 "$PY" benchmarks/train_throughput.py --which ours --batch 4 --steps 6 --warmup 3 --profile 3
+    ;;
+fp8curve)
+    fp8=$(fp8_flag); [ -n "$fp8" ] || status=1
+    if [ -n "$fp8" ]; then
+        log timeout 560 "$PY" benchmarks/fp8_curve.py --size 1b --steps 200 --batch 4 --seq 2048 --every 20
+    fi
+    ;;
 throughput)
     log "$PY" benchmarks/train_throughput.py --batch 4
     log "$PY" benchmarks/fused_loss.py --tokens 8188 --hidden 2048 --vocab 32000 --chunk 4096 --steps 10 --rounds 3
@@ -79,11 +127,12 @@ checkpoint)
     log "$PY" benchmarks/checkpoint_stall.py --size 1b --seq 2048 --batch 2 --steps 4 --dir runs/gpu_runbook_ckpt
     ;;
 *)
-    echo "unknown stage $stage: use throughput, check, attention, batch, profile, autotune, memory or checkpoint" >&2
+    echo "unknown stage $stage: use speed, speed8b, fp8curve, throughput, check, attention, batch, profile, autotune," \
+         "memory or checkpoint" >&2
     exit 2
     ;;
 esac
 echo "== $stage: summary"
-grep -E "FAILED|Error|passed|failed|speedup|MFU|peak memory|geomean|pays|configurations|^1b|^tiny|waits|stall|attention op|^cudnn|^flash" \
-    "$out/$stage.log" | tail -20
+grep -E "FAILED|Error|passed|failed|speedup|MFU|peak memory|geomean|pays|configurations|^1b|^tiny|waits|stall|attention op|^cudnn|^flash|attention dispatch|category|rel diff|fp8 curve|^torch " \
+    "$out/$stage.log" | tail -40
 exit "$status"

@@ -10,11 +10,13 @@ compiled one is printed beside it.
     python benchmarks/train_throughput.py --size tiny --seq 128 --batch 8 --steps 5   # CPU smoke run
     python benchmarks/train_throughput.py --which ours --profile 3 --trace ours.json  # where the time goes
     python benchmarks/train_throughput.py --which attention   # ours with causal_sdpa vs with HF's compiled mask
+    python benchmarks/train_throughput.py --fp8 rowwise --hf-weights bf16-compile   # + ours with FP8 Linears
+    python benchmarks/train_throughput.py --size 8b --layers 8 --which ours          # the 8b's layers, fewer of them
     python benchmarks/train_throughput.py --init "$(python data/models/get.py smollm2-135m)" --seq 128 --batch 4 \
         --steps 5 --warmup 1 --hf-weights fp32 --no-compile      # CPU: the real pretrained model, fp32, one process
 
-``--init DIR`` trains a pretrained HF checkpoint on both sides (``from_pretrained`` for HF, ``build_model(init=)``
-for ours; its own vocabulary) instead of a preset.
+``--init DIR`` trains a pretrained HF checkpoint on both sides instead of a preset (its own config and vocabulary,
+tied embeddings tied; ``from_pretrained``'s weights for HF, ``build_model(init=DIR)`` for ours).
 
 MFU = tokens/s x (6 N + 12 L h s) / peak, N = parameters that do matmuls (all but the input
 embedding), peak = 989 TFLOP/s (H100 SXM dense bf16) unless --peak-tflops says otherwise.
@@ -35,21 +37,43 @@ from axonn.cli import HelpFormatter  # noqa: E402
 from axonn.presets import get_preset  # noqa: E402
 from benchmarks.common import H100_BF16_PEAK, device, flops_per_token, stream_context, sync, timed  # noqa: E402
 from memorization.goldfish import GoldfishConfig  # noqa: E402
-from memorization.models import build_model  # noqa: E402
+from memorization.models import build_model, model_config  # noqa: E402
 from memorization.train import TrainConfig, Trainer  # noqa: E402
 
 VOCAB = 32000  # both sides build their model with this vocabulary, whatever the preset's own
 
 
-def bench_shape(size: str):
-    """The preset's shape with the vocabulary the benchmark's models really have (:data:`VOCAB`).
+def is_checkpoint(size: str) -> bool:
+    """``size`` names a HF checkpoint directory (``--init``), not a preset."""
+    return (Path(size) / "config.json").is_file()
+
+
+def bench_shape(size: str, layers: int | None = None):
+    """The preset's shape with the vocabulary the benchmark's models really have (:data:`VOCAB`) and ``layers``
+    layers if given (the preset's otherwise); a checkpoint's own shape for a checkpoint directory.
 
     The MFU's 6 N counts the output head (vocab x hidden): with the preset's vocabulary instead, the
     tiny/mini presets (4096) would under-count and the Llama 3.1 ones (128256) over-count it (8b: +5%).
     """
     from memorization.models import padded_vocab
 
-    return dataclasses.replace(get_preset(size), vocab=padded_vocab(VOCAB))
+    if is_checkpoint(size):
+        from axonn.presets import ModelShape
+
+        shape = ModelShape.from_hf_config(model_config(None, 0, init=size), name=Path(size).name)
+        return dataclasses.replace(shape, layers=layers) if layers else shape
+    shape = dataclasses.replace(get_preset(size), vocab=padded_vocab(VOCAB))
+    return dataclasses.replace(shape, layers=layers) if layers else shape
+
+
+def bench_model(size: str, layers: int | None = None) -> torch.nn.Module:
+    """The preset's HF model with :data:`VOCAB` and ``layers`` layers if given, seed 0 (both sides build this), or
+    the checkpoint directory ``size``'s model (its first ``layers`` layers if given)."""
+    init = size if is_checkpoint(size) else None
+    config = model_config(None, 0, init=init) if init else model_config(size, VOCAB)
+    if layers:
+        config.num_hidden_layers = layers
+    return build_model(None if init else size, config.vocab_size, init=init, seed=0, config=config)
 
 
 HF_WEIGHTS = ("fp32", "bf16", "bf16-compile")
@@ -64,18 +88,8 @@ def hf_label(weights: str, dev: torch.device) -> str:
     return "HF eager (fp32 weights + bf16 autocast)" if dev.type == "cuda" else "HF eager (fp32)"
 
 
-def load(size: str, init: str | None = None):
-    """The benchmarked model, fp32 on the host: the preset ``size`` (seeded init, :data:`VOCAB`) or the HF
-    checkpoint ``init`` (its own config and vocabulary, tied embeddings tied)."""
-    if init is None:
-        return build_model(size, VOCAB, seed=0)
-    from transformers import AutoConfig
-
-    return build_model(None, AutoConfig.from_pretrained(init).vocab_size, init=init, seed=0)
-
-
 def hf_trainer(size: str, rows: torch.Tensor, batch: int, dev: torch.device, weights: str = "fp32",
-               init: str | None = None):
+               layers: int | None = None):
     """Plain HF training, ``(step, model)``: SDPA, fused AdamW (on CUDA), ``model(input_ids, labels).loss``.
 
     ``weights="fp32"``: fp32 weights and AdamW state, bf16 autocast on CUDA (the same numerics as our
@@ -89,7 +103,7 @@ def hf_trainer(size: str, rows: torch.Tensor, batch: int, dev: torch.device, wei
     if weights not in HF_WEIGHTS:
         raise ValueError(f"HF weights must be one of {', '.join(HF_WEIGHTS)}, got {weights!r}")
     dtype = torch.float32 if weights == "fp32" else torch.bfloat16
-    model = load(size, init).to(dev, dtype=dtype)
+    model = bench_model(size, layers).to(dev, dtype=dtype)
     if weights == "bf16-compile":
         model.compile()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=dev.type == "cuda")
@@ -110,9 +124,9 @@ def hf_trainer(size: str, rows: torch.Tensor, batch: int, dev: torch.device, wei
 
 
 def hf_eager(size: str, rows: torch.Tensor, batch: int, steps: int, warmup: int, dev: torch.device,
-             weights: str = "fp32", init: str | None = None) -> float:
+             weights: str = "fp32", layers: int | None = None) -> float:
     """Seconds per step of :func:`hf_trainer`."""
-    step, model = hf_trainer(size, rows, batch, dev, weights, init)
+    step, model = hf_trainer(size, rows, batch, dev, weights, layers)
     s = timed(step, steps, warmup, dev)
     del step, model
     return s
@@ -120,13 +134,14 @@ def hf_eager(size: str, rows: torch.Tensor, batch: int, steps: int, warmup: int,
 
 def ours(size: str, rows: torch.Tensor, batch: int, steps: int, warmup: int, dev: torch.device, compile: bool,
          ac: bool, profile_steps: int = 0, trace: str | None = None, attention: str = "causal_sdpa",
-         init: str | None = None) -> float:
-    """Our trainer; ``attention="sdpa"`` puts back HF's own mask path (under compile: a materialised mask)."""
+         fp8: str = "", layers: int | None = None) -> float:
+    """Our trainer; ``attention="sdpa"`` puts back HF's own mask path (under compile: a materialised mask);
+    ``fp8``: its Linears but the head in FP8 with that torchao recipe (``TrainConfig.fp8``)."""
     docs = torch.zeros_like(rows, dtype=torch.int32)
     cfg = TrainConfig(batch_size=batch, lr=1e-4, checkpoint_every=0, progress=False, compile=compile,
-                      activation_checkpointing=ac, goldfish=GoldfishConfig(k=4, h=13))
+                      activation_checkpointing=ac, goldfish=GoldfishConfig(k=4, h=13), fp8=fp8)
     with tempfile.TemporaryDirectory() as tmp:
-        t = Trainer(load(size, init), rows, docs, rows[:batch], cfg, tmp, run_name="ours",
+        t = Trainer(bench_model(size, layers), rows, docs, rows[:batch], cfg, tmp, run_name="ours",
                     row_context=stream_context(rows))
         t.total_steps = len(rows) // batch
         if attention != t.model.config._attn_implementation:
@@ -155,10 +170,48 @@ def profile(step, n: int, dev: torch.device, trace: str | None) -> None:
         sync(dev)
     key = "self_cuda_time_total" if dev.type == "cuda" else "self_cpu_time_total"
     print(prof.key_averages().table(sort_by=key, row_limit=25))
+    print_categories(prof, n, dev)
     print_attention_calls(prof)
     if trace:
         prof.export_chrome_trace(trace)
         print(f"chrome trace: {trace} (open in chrome://tracing or https://ui.perfetto.dev)")
+
+
+# what each self-time entry of the profile is, by the first pattern its name matches (kernel names on CUDA: cuBLAS /
+# CUTLASS / nvjet GEMMs, flash / cuDNN attention, fused AdamW, Inductor's Triton kernels; aten op names on CPU)
+CATEGORIES = (
+    ("attention", ("flash", "fmha", "cudnn", "scaled_dot_product", "attention")),
+    ("AdamW", ("adam", "multi_tensor_apply")),
+    ("GEMM", ("gemm", "cutlass", "nvjet", "xmma", "sm90_", "sm100_", "scaled_mm", "aten::mm", "aten::addmm",
+              "aten::bmm", "aten::matmul", "aten::linear")),
+    ("elementwise (Triton)", ("triton_",)),
+    ("memcpy / memset", ("memcpy", "memset")),
+)
+
+
+def categorize(name: str) -> str:
+    """The :data:`CATEGORIES` entry ``name`` belongs to, ``other`` if none."""
+    low = name.lower()
+    for cat, pats in CATEGORIES:
+        if any(p in low for p in pats):
+            return cat
+    return "other"
+
+
+def print_categories(prof, steps: int, dev: torch.device) -> None:
+    """Self time per step by category (device time on CUDA): the profile's side of the floor table in
+    ``benchmarks/results/throughput_notes.md`` (GEMMs, attention, AdamW, elementwise)."""
+    cuda = dev.type == "cuda"
+    tot: dict[str, float] = {}
+    for e in prof.key_averages():
+        t = e.self_device_time_total if cuda else e.self_cpu_time_total
+        if t > 0:
+            cat = categorize(e.key)
+            tot[cat] = tot.get(cat, 0.0) + t / 1e3 / steps
+    print(f"per step by category ({'device' if cuda else 'CPU'} self time, {steps} steps):")
+    for cat, ms in sorted(tot.items(), key=lambda kv: -kv[1]):
+        print(f"  category {cat:22s} {ms:8.1f} ms")
+    print(f"  category {'total':22s} {sum(tot.values()):8.1f} ms")
 
 
 def print_attention_calls(prof) -> None:
@@ -185,6 +238,10 @@ def main() -> None:
     p.add_argument("--init", default=None, metavar="DIR",
                    help="a pretrained HF checkpoint to train instead of the preset (both sides), e.g. the output of "
                         "`python data/models/get.py smollm2-135m`")
+    p.add_argument("--layers", type=int, default=0, help="layers to build (0: the preset's), e.g. the 8b's on one GPU")
+    p.add_argument("--fp8", default="", choices=["", "rowwise", "tensorwise"],
+                   help="also run ours with its Linears but the LM head in FP8 (torchao's float8 recipe) and print "
+                        "its speedup over ours in bf16")
     p.add_argument("--seq", type=int, default=2048, help="sequence length")
     p.add_argument("--batch", type=int, default=4, help="sequences per step")
     p.add_argument("--steps", type=int, default=20, help="timed steps")
@@ -208,22 +265,27 @@ def main() -> None:
     bad = [w for w in hf_weights if w not in HF_WEIGHTS]
     if bad or not hf_weights:
         p.error(f"--hf-weights takes a comma-separated list of {', '.join(HF_WEIGHTS)}; got {a.hf_weights!r}")
+    if a.layers < 0:
+        p.error(f"--layers must be >= 0 (0: the preset's), got {a.layers}")
+    if a.fp8:
+        try:
+            import torchao.float8  # noqa: F401
+        except ImportError:
+            p.error("--fp8 needs torchao: pip install -e '.[fp8]'")
     dev = device()
+    layers = a.layers or None
     if a.init:
-        from transformers import AutoConfig
-
-        from axonn.presets import ModelShape
-
-        shape = ModelShape.from_hf_config(AutoConfig.from_pretrained(a.init), name=Path(a.init).name)
-    else:
-        shape = bench_shape(a.size)
+        if not is_checkpoint(a.init):
+            p.error(f"--init {a.init}: no Hugging Face checkpoint (config.json) there")
+        a.size = a.init
+    shape = bench_shape(a.size, layers)
     rows = torch.randint(3, shape.vocab if a.init else VOCAB, (a.batch * 64, a.seq))
     tok = a.batch * a.seq
     fpt = flops_per_token(shape, a.seq)
     res = {}
     if a.which in ("both", "hf"):
         for w in hf_weights:
-            res[hf_label(w, dev)] = hf_eager(a.size, rows, a.batch, a.steps, a.warmup, dev, w, a.init)
+            res[hf_label(w, dev)] = hf_eager(a.size, rows, a.batch, a.steps, a.warmup, dev, w, layers)
             gc.collect()
             if dev.type == "cuda":
                 print(f"{hf_label(w, dev)} peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
@@ -231,15 +293,25 @@ def main() -> None:
                 torch.cuda.reset_peak_memory_stats()
     if a.which in ("both", "ours"):
         res["ours"] = ours(a.size, rows, a.batch, a.steps, a.warmup, dev, not a.no_compile, a.activation_checkpointing,
-                           a.profile, a.trace, init=a.init)
+                           a.profile, a.trace, layers=layers)
         if dev.type == "cuda":
             print(f"ours peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
+        if a.fp8:
+            gc.collect()
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats()
+            res[f"ours FP8 ({a.fp8})"] = ours(a.size, rows, a.batch, a.steps, a.warmup, dev, not a.no_compile,
+                                              a.activation_checkpointing, fp8=a.fp8, layers=layers)
+            if dev.type == "cuda":
+                print(f"ours FP8 peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
     if a.which == "attention":
         for name, attn in (("ours", "causal_sdpa"), ("ours, HF sdpa mask", "sdpa")):
             gc.collect()
             res[name] = ours(a.size, rows, a.batch, a.steps, a.warmup, dev, not a.no_compile,
-                             a.activation_checkpointing, attention=attn, init=a.init)
-    print(f"device {dev}, size {shape.name if a.init else a.size} ({shape.num_params() / 1e9:.3f}B), {a.batch} x {a.seq} tokens/step, "
+                             a.activation_checkpointing, attention=attn, layers=layers)
+    print(f"device {dev}, size {shape.name if a.init else a.size}{f' with {layers} layers' if layers else ''} "
+          f"({shape.num_params() / 1e9:.3f}B), {a.batch} x {a.seq} tokens/step, "
           f"{fpt / 1e9:.2f} GFLOP/token, peak {a.peak_tflops:.0f} TFLOP/s")
     width = max(len(n) for n in res)
     for name, s in res.items():
@@ -251,7 +323,12 @@ def main() -> None:
     elif "ours" in res:
         for name, s in res.items():
             if name.startswith("HF"):
-                print(f"speedup ours / {name} = {s / res['ours']:.2f}x")
+                target = "  (target >= 1.2x, MFU >= 55%)" if "compile" in name else ""
+                print(f"speedup ours / {name} = {s / res['ours']:.2f}x{target}")
+                if a.fp8:
+                    print(f"speedup ours FP8 / {name} = {s / res[f'ours FP8 ({a.fp8})']:.2f}x")
+        if a.fp8:
+            print(f"speedup ours FP8 / ours bf16 = {res['ours'] / res[f'ours FP8 ({a.fp8})']:.2f}x  (target >= 1.4x)")
         hf = {n: s for n, s in res.items() if n.startswith("HF eager")}
         if hf:
             name = min(hf, key=hf.get)

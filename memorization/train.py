@@ -40,8 +40,9 @@ from typing import Callable
 
 import torch
 from axonn import optimize_communication
+from axonn.intra_layer.fp8 import RECIPES as FP8_RECIPES, enable_fp8
 
-from .attention import use_causal_sdpa
+from .attention import unpacked_rows, use_causal_sdpa
 from .goldfish import IGNORE_INDEX, GoldfishConfig, RowContext, apply_goldfish
 from .loss import causal_lm_loss_sum
 from .mixture import atomic_write_json
@@ -66,6 +67,7 @@ class TrainConfig:
     async_checkpoint: bool = False  # write each checkpoint in a background thread while the next step runs
     bf16: bool = True  # autocast to bf16 on CUDA (ignored on CPU)
     compile: bool = False
+    fp8: str = ""  # "rowwise" or "tensorwise": Linears but the LM head in FP8 (torchao; axonn.intra_layer.fp8)
     activation_checkpointing: bool = False
     overlap: bool = True  # non-blocking collectives overlapped with compute (axonn.optimize_communication)
     grad_reduce_dtype: str = "fp32"  # gradients summed over depth and data in "fp32" or "bf16" (half the bytes)
@@ -243,6 +245,8 @@ class Trainer:
         if cfg.grad_reduce_dtype not in GRAD_REDUCE_DTYPES:
             raise ValueError(f"grad_reduce_dtype must be one of {sorted(GRAD_REDUCE_DTYPES)}, "
                              f"got {cfg.grad_reduce_dtype!r}")
+        if cfg.fp8 and cfg.fp8 not in FP8_RECIPES:
+            raise ValueError(f"fp8 must be one of {', '.join(FP8_RECIPES)} (or empty: off), got {cfg.fp8!r}")
         _check_numbers(cfg)
         B = cfg.batch_size
         available = len(rows) // B
@@ -271,6 +275,8 @@ class Trainer:
             raise ValueError("the model is parallelized on another grid than this trainer's runtime: build it with "
                              "build_model(..., runtime=<the same Runtime>)")
         self.model = model
+        if cfg.fp8:
+            enable_fp8(self.model, cfg.fp8)
         if cfg.activation_checkpointing:
             self.rt.enable_activation_checkpointing(self.model)
         self.model.train()
@@ -393,8 +399,9 @@ class Trainer:
         loss_sum = torch.zeros((), device=self.device)
         scale = self.rt.replicas / n_kept
         on = cfg.overlap
+        # unpacked_rows: our rows never restart their positions, so the attention mask is plainly causal
         with optimize_communication(overlap_all_reduce=on, overlap_reduce_scatter=on, overlap_all_gather=on,
-                                    grad_reduce_dtype=GRAD_REDUCE_DTYPES[cfg.grad_reduce_dtype]):
+                                    grad_reduce_dtype=GRAD_REDUCE_DTYPES[cfg.grad_reduce_dtype]), unpacked_rows():
             for i in range(0, self.local_rows, self.micro):
                 with self.autocast():
                     ls, _ = self.forward(self.model, ids_l[i : i + self.micro], labels_l[i : i + self.micro],

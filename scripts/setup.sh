@@ -22,7 +22,7 @@ fi
 stamp="$VENV/.goldfish-installed-$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
     echo "[setup] installing the project and its dependencies into $VENV"
-    "${PIP[@]}" -c constraints.txt -e ".[test,eval]" 2>&1 | grep -v "is ignored: it is neither" || true
+    "${PIP[@]}" -c constraints.txt -e ".[test,eval,fp8]" 2>&1 | grep -v "is ignored: it is neither" || true
     "$PY" -c "import torch, transformers, datasets, axonn, memorization" \
         || { echo "[setup] project install failed (see pip's output above)" >&2; exit 1; }
     rm -f "$VENV"/.goldfish-installed-*

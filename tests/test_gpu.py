@@ -106,3 +106,53 @@ def test_checkpoint_of_cuda_state_is_written_from_the_gpu_and_resumes(tmp_path):
             assert torch.equal(v.cpu(), r.opt.state[q][k].cpu()), (n, k)
     files = sorted((tmp_path / "checkpoint").glob("step_*/rank*.pt"))
     assert files and torch.load(files[0], map_location="cpu", weights_only=True, mmap=True)["params"]
+
+
+def test_compiled_step_dispatches_a_causal_kernel_on_grouped_kv(tmp_path):
+    """On CUDA with bf16 autocast, the compiled step's aten graph calls flash or cuDNN attention with
+    is_causal=True, no mask and K/V at the model's kv_heads (the op the H200 profile showed masked and repeated)."""
+    from memorization.attention import sdpa_recording_backend
+    from memorization.loss import causal_lm_loss_sum
+
+    t = _trainer(tmp_path)
+    backend, calls = sdpa_recording_backend()
+    torch._dynamo.reset()
+    t.forward = torch.compile(causal_lm_loss_sum, backend=backend)
+    t.train_step()
+    c = t.model.config
+    assert len(calls) == c.num_hidden_layers, calls  # one forward graph, compiled once for both micro batches
+    for call in calls:
+        assert ("flash" in call.op or "cudnn" in call.op) and call.is_causal and not call.has_mask, call
+        assert (call.q_heads, call.kv_heads) == (c.num_attention_heads, c.num_key_value_heads), call
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 9),
+                    reason="FP8 GEMMs need compute capability >= 8.9 (H100/H200, L40, RTX 4090)")
+@pytest.mark.parametrize("recipe", ["rowwise", "tensorwise"])
+def test_fp8_linear_matches_torchao_on_cuda(recipe):
+    """The FP8 Linear's forward, input and weight gradients in bf16 equal torchao's Float8Linear's on the GPU."""
+    pytest.importorskip("torchao.float8", reason="FP8 needs torchao")
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+    from axonn.intra_layer import Linear
+    from axonn.intra_layer.fp8 import Float8Matmuls
+    from tests.support import fake_grid
+
+    ref = torch.nn.Sequential(torch.nn.Linear(256, 128, bias=False)).cuda()
+    grid = fake_grid()
+    grid.device = torch.device("cuda")
+    ours = Linear(256, 128, bias=False, expert_mode=True, grid=grid, device="cuda", init=False)
+    ours.load_full(ref[0].weight.detach())
+    ours.fp8 = Float8Matmuls(recipe)
+    convert_to_float8_training(ref, config=Float8LinearConfig.from_recipe_name(recipe))
+    x = torch.randn(4, 64, 256, device="cuda")
+    dy = torch.randn(4, 64, 128, device="cuda", dtype=torch.bfloat16)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        ya, yb = ours(xa), ref(xb)
+    ya.backward(dy)
+    yb.backward(dy)
+    assert ya.dtype == yb.dtype == torch.bfloat16
+    torch.testing.assert_close(ya, yb)
+    torch.testing.assert_close(xa.grad, xb.grad)
+    torch.testing.assert_close(ours.weight.grad.view(128, 256), ref[0].weight.grad)

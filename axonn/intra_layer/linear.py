@@ -48,8 +48,10 @@ class _LinearFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w_shard, layer):
         with comm_tag(layer.axonn_name):
-            w = layer._local_weight(w_shard, backward=False, dtype=autocast_dtype(x, w_shard))
-            y = autotune.matmul("fwd", x, w)  # F.linear(x, w) unless autotuning is on
+            dtype = autocast_dtype(x, w_shard)
+            w = layer._local_weight(w_shard, backward=False, dtype=dtype)
+            # F.linear(x, w) unless autotuning is on; FP8 (opt-in, axonn.intra_layer.fp8) takes x in the compute dtype
+            y = layer.fp8("fwd", x.to(dtype), w) if layer.fp8 else autotune.matmul("fwd", x, w)
             all_reduce(y, layer.in_axis, grid=layer.grid)
         ctx.save_for_backward(x, w_shard)
         ctx.layer = layer
@@ -69,15 +71,15 @@ class _LinearFn(torch.autograd.Function):
         # compute in dy's dtype and hand the weight gradient back in the master weight's dtype
         w = layer._local_weight(w_shard, backward=True, dtype=dy.dtype).to(dy.dtype)
         x = x.to(dy.dtype)
+        mm = layer.fp8 or autotune.matmul
         dx = pending_dx = None
         if ctx.needs_input_grad[0]:
-            dx = autotune.matmul("dgrad", dy, w)  # dy @ w
+            dx = mm("dgrad", dy, w)  # dy @ w
             pending_dx = all_reduce(dx, layer.out_axis, async_op=CONFIG.all_reduce, grid=layer.grid)
         dw = None
         if ctx.needs_input_grad[1]:
             # dyᵀ @ x
-            dw = reduce_weight_grad(autotune.matmul("wgrad", dy.reshape(-1, layer.local_out),
-                                                    x.reshape(-1, layer.local_in)),
+            dw = reduce_weight_grad(mm("wgrad", dy.reshape(-1, layer.local_out), x.reshape(-1, layer.local_in)),
                                     layer.weight, layer.weight_spec.padded_len, layer.grid)
         if CONFIG.all_reduce and pending_dx is not None:
             dx = pending_dx.wait()
@@ -86,6 +88,8 @@ class _LinearFn(torch.autograd.Function):
 
 class Linear(nn.Module):
     """Tensor-parallel ``nn.Linear`` over the row, column and depth groups (see module doc)."""
+
+    fp8 = None  # the local products in FP8 when set (axonn.intra_layer.fp8.enable_fp8); the collectives are unchanged
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, transpose: bool = False,
                  expert_mode: bool = False, *, drop_input: bool | None = None,

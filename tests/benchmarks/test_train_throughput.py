@@ -66,3 +66,42 @@ def test_profile_reports_the_attention_op_with_its_kv_heads(capsys):
     assert "attention op aten::_scaled_dot_product" in out and "[1, 2, 16, 8]" in out
 
 
+
+
+def test_layers_override_builds_and_counts_that_many_layers():
+    """--layers N: both sides' model has N layers of the preset's shape, and the MFU's FLOPs count N layers."""
+    from benchmarks.train_throughput import bench_model, bench_shape
+
+    model = bench_model("tiny", 1)
+    assert model.config.num_hidden_layers == len(model.model.layers) == 1
+    full, one = bench_shape("tiny"), bench_shape("tiny", 1)
+    assert one.layers == 1 < full.layers and (one.hidden, one.ffn, one.vocab) == (full.hidden, full.ffn, full.vocab)
+
+
+@pytest.mark.parametrize("name, category", [
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64", "GEMM"),
+    ("nvjet_tst_192x192_64x4_2x1_v_bz_coopB_TNT", "GEMM"),
+    ("aten::mm", "GEMM"),
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3", "attention"),
+    ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128>>", "attention"),
+    ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor>", "AdamW"),
+    ("triton_per_fused__to_copy_add_mean_mul_pow_rsqrt_0", "elementwise (Triton)"),
+    ("Memcpy HtoD (Pinned -> Device)", "memcpy / memset"),
+    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "other"),
+])
+def test_profile_categories_sort_kernels_into_the_floor_tables_columns(name, category):
+    """Kernel and op names go to the floor table's categories: GEMMs, attention, AdamW, Inductor's elementwise."""
+    from benchmarks.train_throughput import categorize
+
+    assert categorize(name) == category
+
+
+def test_fp8_curve_stream_follows_its_rule_nine_tokens_in_ten():
+    """benchmarks/fp8_curve.py's synthetic rows: each token is (a prev + b) mod (V - 3) + 3 about 90% of the time
+    (a learnable rule: the loss can fall), uniform otherwise, all ids in [3, V)."""
+    from benchmarks.fp8_curve import synthetic_rows
+
+    rows = synthetic_rows(64, 128, 1000)
+    rule = (rows[:, :-1] * 48271 + 11) % 997 + 3
+    frac = float((rows[:, 1:] == rule).float().mean())
+    assert 0.88 < frac < 0.92 and int(rows.min()) >= 3 and int(rows.max()) < 1000
