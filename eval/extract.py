@@ -105,9 +105,9 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit(f"error: --batch-size must be >= 1, got {args.batch_size}")
     if args.prefix_mode == "all-but-suffix" and args.max_doc_tokens <= args.suffix:
         raise SystemExit(f"error: --max-doc-tokens {args.max_doc_tokens} must exceed --suffix {args.suffix}")
-    if args.samples < 0 or not args.temperature > 0 or args.top_k < 0:
+    if args.samples < 0 or not 0 < args.temperature < float("inf") or args.top_k < 0:
         raise SystemExit(f"error: --samples {args.samples}, --temperature {args.temperature}, --top-k {args.top_k}: "
-                         "need samples >= 0, temperature > 0, top-k >= 0")
+                         "need samples >= 0, temperature finite and > 0, top-k >= 0")
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
+import math
 import shlex
 import signal
 import sys
@@ -208,14 +209,15 @@ def main(argv: list[str] | None = None) -> int:
         ("--max-new-tokens", args.max_new_tokens, args.max_new_tokens >= 1),
         ("--batch-size", args.batch_size, args.batch_size >= 1),
         ("--top-p", args.top_p, 0 < args.top_p <= 1),
+        ("--temperature", args.temperature, math.isfinite(args.temperature)),
         ("--repeats", args.repeats, args.repeats >= 1),
-        ("--timeout", args.timeout, args.timeout > 0),
-        ("--build-timeout", args.build_timeout, args.build_timeout > 0),
+        ("--timeout", args.timeout, 0 < args.timeout < math.inf),
+        ("--build-timeout", args.build_timeout, 0 < args.build_timeout < math.inf),
         ("--memory-mb", args.memory_mb, args.memory_mb > 0),
         ("--output-limit-kb", args.output_limit_kb, args.output_limit_kb >= 1),
         ("--max-processes", args.max_processes, args.max_processes >= 1)) if not ok]
     if bad:
-        print(f"error: out of range: {', '.join(bad)} (counts and limits must be positive, 0 < top-p <= 1)",
+        print(f"error: out of range: {', '.join(bad)} (counts and limits must be positive and finite, 0 < top-p <= 1, temperature finite)",
               file=sys.stderr)
         return 2
     for flag, path in (("--output", args.output), ("--save-completions", args.save_completions)):
