@@ -187,7 +187,7 @@ def run_experiment(cfg: ExperimentConfig) -> dict | None:
                          micro_steps=max(1, local_rows // micro), grad_reduce_dtype=cfg.execution.grad_reduce_dtype)
     targets = read_targets(cfg.data.targets, targets_text_field(cfg)) if cfg.data.targets else None
     if cfg.data.store:
-        mixture = open_run_store(cfg, tokenizer, targets)
+        mixture = open_run_store(cfg, tokenizer, targets, rt)
     else:
         mixture = cached_run_store(cfg, tokenizer, targets, rt)
     out = Path(cfg.output.out)
