@@ -118,3 +118,24 @@ def test_every_transformers_load_names_trust_remote_code() -> None:
             if "trust_remote_code=False" not in text[m.end():i]:
                 missing.append(f"{f.relative_to(REPO)}:{text.count(chr(10), 0, m.start()) + 1}")
     assert not missing, missing
+
+
+def test_a_pickled_pytorch_model_bin_that_runs_code_is_refused(tmp_path):
+    """A model directory whose weights are a pytorch_model.bin pickle that runs code when unpickled: every evaluation
+    entry point's check_model_dir refuses it in one line (not transformers' page of advice to set
+    weights_only=False), and the payload never runs."""
+    from transformers import LlamaConfig
+
+    from memorization.eval_model import load_checkpoint
+    from memorization.model_files import ModelDirError
+    from tests.support import write_malicious_torch_file
+
+    marker = tmp_path / "PWNED"
+    d = tmp_path / "model"
+    LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                num_key_value_heads=1, vocab_size=64).save_pretrained(d)
+    write_malicious_torch_file(d / "pytorch_model.bin", marker, wrap=lambda p: {"model.embed_tokens.weight": p})
+    with pytest.raises(ModelDirError, match=r"^--model .*model: .*pytorch_model.bin holds something other than "
+                                            r"tensors and plain data and is refused: loading it could run code"):
+        load_checkpoint(d, device="cpu", require_tokenizer=False)
+    assert not marker.exists()
