@@ -156,13 +156,18 @@ def pickle_problem(path: Path) -> str | None:
     """Why the pickled weights ``path`` (``pytorch_model.bin``) cannot be loaded safely, or None: its pickle is
     read with torch's ``weights_only`` unpickler, the tensors memory-mapped, not read (so this costs about nothing);
     a pickle naming anything but tensors and plain containers -- code a load would run -- is refused."""
-    from axonn.checkpoint import UnsafeCheckpoint, load_plain
+    from axonn.checkpoint import DamagedCheckpoint, load_plain
 
+    fix = "convert it to safetensors, or copy the model again"
     try:
-        load_plain(path, path, mmap=True)
-    except UnsafeCheckpoint as e:
+        try:
+            load_plain(path, path, mmap=True, damaged=fix)
+        except RuntimeError as e:
+            if "mmap can only be used" not in str(e):
+                raise
+            load_plain(path, path, damaged=fix)  # a file in torch's legacy (pre-zip) format: read whole
+    except DamagedCheckpoint as e:  # (and UnsafeCheckpoint, a pickle naming code)
         return str(e)
     except Exception as e:  # noqa: BLE001 - torch's readers raise RuntimeError, ValueError, EOFError, ...
-        return (f"{path} cannot be read as torch weights ({' '.join(str(e).split())[:200]}); convert it to "
-                "safetensors, or copy the model again")
+        return f"{path} cannot be read as torch weights ({' '.join(str(e).split())[:200]}); {fix}"
     return None
