@@ -193,7 +193,8 @@ def write_store(out: str | Path, mixture: Mixture, identity: dict, vocab_size: i
     if out.exists() and not overwrite:
         raise StoreError(f"{out} exists: choose another --out, or pass --overwrite to replace it")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    remove_stale_work_dirs(out.parent, f".{out.name}.tmp-")
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-{_owner_tag()}"))
     tmp.chmod(0o755)  # (mkdtemp makes it private; a store is read by every rank and user of the run)
     try:
         ctx = mixture.row_context
@@ -242,6 +243,33 @@ def write_store(out: str | Path, mixture: Mixture, identity: dict, vocab_size: i
     return out
 
 
+def _owner_tag() -> str:
+    """``<host>-<pid>-``: which process made a work directory (so a later one can tell whether it died)."""
+    import socket
+
+    return f"{socket.gethostname().replace('-', '_')}-{os.getpid()}-"
+
+
+def remove_stale_work_dirs(parent: Path, prefix: str) -> None:
+    """Remove the directories ``<prefix><host>-<pid>-*`` in ``parent`` that a process of this host made and that
+    is gone (a preparation killed with SIGKILL cannot remove its own; one of another host is left alone)."""
+    import socket
+
+    host = socket.gethostname().replace("-", "_")
+    if not parent.is_dir():
+        return
+    for d in parent.glob(f"{prefix}{host}-*-*"):
+        pid = d.name[len(prefix) + len(host) + 1:].split("-")[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+        except PermissionError:  # alive, another user's
+            pass
+
+
 def auto_num_proc(num_docs: int) -> int:
     """Tokenizing processes for ``num_docs`` documents when none is asked for: one below 20,000 documents
     (the default corpus's 2,414 tokenize in about a second, less than starting workers takes), else up to 8
@@ -267,8 +295,10 @@ def prepare_store(corpus: str, tokenizer: str, cfg: MixtureConfig, out: str | Pa
     docs = load_documents(corpus, text_field=text_field)
     target_texts = None if targets is None else list(targets)
     out = Path(out)
+    if out.parent.exists():
+        remove_stale_work_dirs(out.parent, ".tokenize-")
     with tempfile.TemporaryDirectory(dir=out.parent if out.parent.exists() else None,
-                                     prefix=".tokenize-") as work:
+                                     prefix=f".tokenize-{_owner_tag()}") as work:
         workers = auto_num_proc(len(docs)) if num_proc is None else num_proc
         token_ids = tokenize_corpus(docs, tok, num_proc=workers, work_dir=work)
         checks = data_checksums(corpus, tok)

@@ -366,3 +366,29 @@ def test_a_store_with_ids_beyond_the_tokenizer_is_refused(stores, tokenizer, tmp
     (copy / STORE_FILE).write_text(json.dumps(head))
     with pytest.raises(StoreMismatch, match=rf"token ids up to {len(tokenizer)}, beyond this run's tokenizer's "):
         open_store(copy, tokenizer=tokenizer)
+
+
+def test_work_directories_of_a_killed_preparation_are_removed_by_the_next(tmp_path):
+    """A preparation killed with SIGKILL leaves its .tokenize-<host>-<pid>-* directory (corpus-sized) behind; the
+    next preparation beside it removes it, and leaves those of a live process alone."""
+    import socket
+    import subprocess
+
+    from memorization.token_store import remove_stale_work_dirs
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    host = socket.gethostname().replace("-", "_")
+    stale = tmp_path / f".tokenize-{host}-{dead.pid}-abc"
+    live = tmp_path / f".tokenize-{host}-{os.getppid()}-def"
+    other_host = tmp_path / f".tokenize-elsewhere-{dead.pid}-ghi"
+    for d in (stale, live, other_host):
+        (d / "sub").mkdir(parents=True)
+    remove_stale_work_dirs(tmp_path, ".tokenize-")
+    assert not stale.exists() and live.exists() and other_host.exists()
+
+
+def test_an_impossible_row_length_is_refused_before_tokenizing():
+    """seq_len 100000000000 was refused only after the whole corpus was tokenized."""
+    with pytest.raises(ValueError, match=r"seq_len=100,000,000,000 exceeds 1,048,576 tokens a row"):
+        MixtureConfig(seq_len=100_000_000_000)
