@@ -34,14 +34,14 @@ def resolve(checkpoint: Path) -> Path:
 
 
 def _load(flag: str, value: str | None, auto_class: str):
-    """``transformers.<auto_class>.from_pretrained(value)``, None without a value; a ``ValueError`` naming
-    ``flag`` when it cannot be loaded."""
+    """``transformers.<auto_class>.from_pretrained(value, trust_remote_code=False)`` (custom code is refused),
+    None without a value; a ``ValueError`` naming ``flag`` when it cannot be loaded."""
     if not value:
         return None
     import transformers
 
     try:
-        return getattr(transformers, auto_class).from_pretrained(value)
+        return getattr(transformers, auto_class).from_pretrained(value, trust_remote_code=False)
     except (OSError, ValueError) as e:
         raise ValueError(f"{flag} {value}: cannot load it ({e}); give a local directory that holds it") from None
 

@@ -105,9 +105,9 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit(f"error: --batch-size must be >= 1, got {args.batch_size}")
     if args.prefix_mode == "all-but-suffix" and args.max_doc_tokens <= args.suffix:
         raise SystemExit(f"error: --max-doc-tokens {args.max_doc_tokens} must exceed --suffix {args.suffix}")
-    if args.samples < 0 or not args.temperature > 0 or args.top_k < 0:
+    if args.samples < 0 or not 0 < args.temperature < float("inf") or args.top_k < 0:
         raise SystemExit(f"error: --samples {args.samples}, --temperature {args.temperature}, --top-k {args.top_k}: "
-                         "need samples >= 0, temperature > 0, top-k >= 0")
+                         "need samples >= 0, temperature finite and > 0, top-k >= 0")
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit(f"error: --model {model_dir} is a training checkpoint without a tokenizer beside it: pass "
                          "--tokenizer (the run's tokenizer directory)")
     try:
-        tok = AutoTokenizer.from_pretrained(str(tok_dir))
+        tok = AutoTokenizer.from_pretrained(str(tok_dir), trust_remote_code=False)
     except (OSError, ValueError) as e:
         raise SystemExit(f"error: no tokenizer for {tok_dir} ({e}); pass --tokenizer") from None
     if args.manifest:
@@ -173,9 +173,10 @@ def main(argv: list[str] | None = None) -> dict:
         dtype = resolve_dtype(args.dtype, device)
         if args.device_map:  # accelerate places the layers; inputs go to the embedding's device, outputs come back
             model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype,
-                                                         device_map=args.device_map).eval()
+                                                         device_map=args.device_map, trust_remote_code=False).eval()
         else:
-            model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype).to(device).eval()
+            model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype,
+                                                         trust_remote_code=False).to(device).eval()
         try:
             res = extract(model, docs, cfg, tok, progress=not args.no_progress)
         except ValueError as e:

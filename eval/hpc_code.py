@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
+import math
 import shlex
 import signal
 import sys
@@ -119,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--memory-mb", type=int, default=4096,
                      help="address-space limit per process in MiB, each MPI rank included; > 0: the sandbox has no "
                           "unlimited mode (default: 4096)")
+    run.add_argument("--disk-mb", type=int, default=1024,
+                     help="MiB a build or run may write in its working directory, all files together (a tmpfs: "
+                          "the host's disk is never written beyond it); > 0 (default: 1024)")
     run.add_argument("--output-limit-kb", type=int, default=1024,
                      help="captured stdout+stderr per run before it is killed (default: 1024)")
     run.add_argument("--max-processes", type=int, default=256,
@@ -208,14 +212,16 @@ def main(argv: list[str] | None = None) -> int:
         ("--max-new-tokens", args.max_new_tokens, args.max_new_tokens >= 1),
         ("--batch-size", args.batch_size, args.batch_size >= 1),
         ("--top-p", args.top_p, 0 < args.top_p <= 1),
+        ("--temperature", args.temperature, math.isfinite(args.temperature)),
         ("--repeats", args.repeats, args.repeats >= 1),
-        ("--timeout", args.timeout, args.timeout > 0),
-        ("--build-timeout", args.build_timeout, args.build_timeout > 0),
+        ("--timeout", args.timeout, 0 < args.timeout < math.inf),
+        ("--build-timeout", args.build_timeout, 0 < args.build_timeout < math.inf),
         ("--memory-mb", args.memory_mb, args.memory_mb > 0),
+        ("--disk-mb", args.disk_mb, args.disk_mb > 0),
         ("--output-limit-kb", args.output_limit_kb, args.output_limit_kb >= 1),
         ("--max-processes", args.max_processes, args.max_processes >= 1)) if not ok]
     if bad:
-        print(f"error: out of range: {', '.join(bad)} (counts and limits must be positive, 0 < top-p <= 1)",
+        print(f"error: out of range: {', '.join(bad)} (counts and limits must be positive and finite, 0 < top-p <= 1, temperature finite)",
               file=sys.stderr)
         return 2
     for flag, path in (("--output", args.output), ("--save-completions", args.save_completions)):
@@ -261,8 +267,9 @@ def main(argv: list[str] | None = None) -> int:
         quick=args.quick,
         repeats=args.repeats,
         run_limits=SandboxLimits(args.timeout, args.memory_mb, args.output_limit_kb << 10, isolate,
-                                 max_processes=args.max_processes),
-        build_limits=SandboxLimits(args.build_timeout, None, 4 << 20, isolate, max_processes=args.max_processes),
+                                 max_processes=args.max_processes, work_mb=args.disk_mb),
+        build_limits=SandboxLimits(args.build_timeout, None, 4 << 20, isolate, max_processes=args.max_processes,
+                                   work_mb=args.disk_mb),
         keep_dirs=args.keep_temp,
         launcher=launch.launcher,
         launcher_args=launch.launcher_args,
@@ -350,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         "launcher": {"name": cfg.launcher, "args": list(cfg.launcher_args), "nodes": cfg.nodes,
                      "srun_mpi": cfg.srun_mpi if cfg.launcher == "srun" else None},
         "limits": {"timeout_s": args.timeout, "memory_mb": args.memory_mb, "output_kb": args.output_limit_kb,
-                   "max_processes": args.max_processes},
+                   "max_processes": args.max_processes, "disk_mb": args.disk_mb},
     }
     if sampler is not None:
         report["generation"] = {"temperature": args.temperature, "top_p": args.top_p,

@@ -6,6 +6,7 @@ Write to a temporary file in the destination's directory, flush and fsync it, th
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -30,5 +31,17 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         raise
 
 
+def finite_json(obj: object) -> object:
+    """``obj`` with every non-finite float (NaN, +-inf: not JSON) replaced by None (``null``)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_json(v) for v in obj]
+    return obj
+
+
 def atomic_write_json(path: str | Path, obj: object) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=1))
+    """Write ``obj`` as strict JSON (a non-finite float is written as ``null``: every file is valid JSON)."""
+    atomic_write_text(path, json.dumps(finite_json(obj), indent=1, allow_nan=False))

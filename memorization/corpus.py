@@ -339,14 +339,14 @@ def load_tokenizer(spec: str = DEFAULT_TOKENIZER):
     from transformers import AutoTokenizer
 
     if spec == DEFAULT_TOKENIZER:
-        tok = AutoTokenizer.from_pretrained(str(default_tokenizer_dir()))
+        tok = AutoTokenizer.from_pretrained(str(default_tokenizer_dir()), trust_remote_code=False)
     else:
         if spec.startswith(("/", ".", "~")) and not Path(spec).expanduser().exists():
             raise FileNotFoundError(f"tokenizer path {spec} does not exist")
         d = Path(spec).expanduser()
         if d.is_dir() and not has_tokenizer_files(d):  # transformers 4.x: AttributeError
             raise FileNotFoundError(f"{spec} holds no tokenizer (none of {', '.join(TOKENIZER_FILES)})")
-        tok = AutoTokenizer.from_pretrained(spec)
+        tok = AutoTokenizer.from_pretrained(spec, trust_remote_code=False)
     if tok.eos_token is None:
         raise ValueError(f"tokenizer {spec} has no EOS token; documents cannot be separated")
     if tok.pad_token is None:

@@ -125,7 +125,8 @@ def run_downstream(
     if grid and axonn_checkpoint(model_path) is not None:  # a training checkpoint, resharded onto the grid
         config = model_config_of(model_path)
     else:
-        config = AutoConfig.from_pretrained(str(check_model_config(model_path)))  # (weights: load_checkpoint checks)
+        config = AutoConfig.from_pretrained(str(check_model_config(model_path)),  # (weights: load_checkpoint checks)
+                                            trust_remote_code=False)
     check_context(max_length, model_context(config))
     if perplexity_source is not None:  # window and stride as perplexity() will take them
         L = int(max_length or model_max_length(config))

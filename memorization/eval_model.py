@@ -41,7 +41,7 @@ def load_tokenizer(path: str | os.PathLike) -> Any:
             "or pass --tokenizer PATH pointing to a directory that has one."
         )
     try:
-        tok = AutoTokenizer.from_pretrained(str(p))
+        tok = AutoTokenizer.from_pretrained(str(p), trust_remote_code=False)
     except Exception as err:  # noqa: BLE001 - re-raised with context
         raise MissingTokenizerError(
             f"could not load a tokenizer from {str(p)!r}: {err}. Pass --tokenizer PATH to a "
@@ -101,7 +101,8 @@ def load_checkpoint(
     p = check_model_dir(path, flag)  # a missing, damaged or truncated directory: one line naming the file
     device = device or default_device()
     tokenizer = _tokenizer_of(p, tokenizer_path, require_tokenizer)
-    model = AutoModelForCausalLM.from_pretrained(str(p), dtype=resolve_dtype(dtype, device))
+    model = AutoModelForCausalLM.from_pretrained(str(p), dtype=resolve_dtype(dtype, device),
+                                                 trust_remote_code=False)
     model.to(device)
     model.eval()
     return model, tokenizer
@@ -185,7 +186,7 @@ def model_config_of(path: str | os.PathLike):
 
     step = axonn_checkpoint(path)
     if step is None:
-        return AutoConfig.from_pretrained(str(path))
+        return AutoConfig.from_pretrained(str(path), trust_remote_code=False)
     from axonn.checkpoint import read_meta
 
     meta = read_meta(step)

@@ -47,8 +47,8 @@ class LMEvalNotInstalledError(ImportError):
 def check_lm_eval_args(limit: int | float | None, num_fewshot: int | None) -> None:
     """lm-eval would fail deep inside (islice of a negative count, "did not find any docs") or
     silently accept a negative few-shot count."""
-    if limit is not None and not limit > 0:
-        raise ValueError(f"limit must be > 0 (a count, or a fraction of each task when below 1), got {limit}")
+    if limit is not None and not 0 < limit < float("inf"):
+        raise ValueError(f"limit must be > 0 and finite (a count, or a fraction of each task when below 1), got {limit}")
     if num_fewshot is not None and num_fewshot < 0:
         raise ValueError(f"num_fewshot must be >= 0, got {num_fewshot}")
 

@@ -55,6 +55,9 @@ def check_hash_width(h: int) -> None:
                          f"of every row; h must be <= {CONTEXT_TOKENS}: use --goldfish-h <= {CONTEXT_TOKENS}")
 
 
+MAX_SEQ_LEN = 1 << 20  # tokens a training row may hold (refused before any tokenizing)
+
+
 @dataclass
 class MixtureConfig:
     seq_len: int = 256
@@ -79,6 +82,9 @@ class MixtureConfig:
             raise ValueError(f"exposures {self.exposures} invalid: each must be >= 0 (0 = never seen, a control)")
         if self.seq_len < 8:
             raise ValueError(f"seq_len={self.seq_len} too small")
+        if self.seq_len > MAX_SEQ_LEN:
+            raise ValueError(f"seq_len={self.seq_len:,} exceeds {MAX_SEQ_LEN:,} tokens a row: no model here has such a "
+                             "context")
         if self.num_targets < 1:
             raise ValueError("num_targets must be >= 1")
         if self.num_nonmembers < 0 or self.val_docs < 0 or self.batch_size < 1:

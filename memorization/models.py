@@ -257,7 +257,7 @@ def model_config(size: str | None, vocab_size: int, init: str | None = None, max
     path = Path(init)
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"--init {init}: no Hugging Face checkpoint (config.json) there")
-    config = AutoConfig.from_pretrained(str(path), attn_implementation="sdpa")
+    config = AutoConfig.from_pretrained(str(path), attn_implementation="sdpa", trust_remote_code=False)
     if config.model_type not in PLANS:
         raise ValueError(f"--init {init} is a {config.model_type!r} model, which has no parallel plan: supported "
                          f"are {', '.join(f'{t} ({p.hf_class})' for t, p in PLANS.items())}")

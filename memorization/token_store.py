@@ -12,8 +12,9 @@ selection and placement code, so the stream is the one built from the text) and 
     <out>/val_ids.bin, val_doc_ids.bin   (M, L)           held-out rows (M is set by val_docs, not the corpus)
     <out>/manifest.json        the mixture's manifest (Mixture.manifest(): targets, non-members, rows, steps)
     <out>/store.json           written last (the completion marker): format version, each array's file,
-                               dtype, shape and byte size, the token id range, the mixture config, and the
-                               fingerprints of corpus, targets and tokenizer
+                               dtype, shape, byte size and crc32s (one per 64 MiB block, computed as it was
+                               written), the token id range, the mixture config, and the fingerprints of
+                               corpus, targets and tokenizer
 
 All arrays are C-ordered raw little-endian files (``ndarray.tofile``).  The directory is written under a
 temporary name beside ``out`` and renamed into place, so a reader sees a whole store or none.
@@ -26,7 +27,10 @@ size.  The view's ``token_range`` is the one recorded at prepare time: the train
 model's vocabulary without reading the stream.  Asked with what the run names (``corpus``, ``tokenizer``,
 ``config``, ``target_texts``), ``open_store`` refuses a store of other data or settings, or one that cannot
 fill the steps asked for, with a ``StoreMismatch`` that names the difference and the ``prepare`` command
-that writes the right store.
+that writes the right store.  With ``verify=True`` (what a run does, on one rank) every array is first read
+whole and compared with the crc32s recorded when it was written (:func:`verify_store`): a damaged store is a
+:class:`StoreError` naming the file and the command that rebuilds it, not a run on other tokens.  The
+recorded token range is checked against the tokenizer's vocabulary here and against the model's by the trainer.
 
 A run given no store uses :func:`ensure_cached_store`: the store of its inputs in the cache
 (``$GOLDFISH_CACHE/stores/<key>``, the key a hash of every input), prepared on first use.
@@ -45,6 +49,9 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
+
+from axonn.checkpoint import CHECKSUM_BLOCK, CrcWriter
+from axonn.checkpoint.checksums import crcs_of_file
 
 from .atomic import atomic_write_json
 from .goldfish import RowContext
@@ -186,7 +193,8 @@ def write_store(out: str | Path, mixture: Mixture, identity: dict, vocab_size: i
     if out.exists() and not overwrite:
         raise StoreError(f"{out} exists: choose another --out, or pass --overwrite to replace it")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    remove_stale_work_dirs(out.parent, f".{out.name}.tmp-")
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-{_owner_tag()}"))
     tmp.chmod(0o755)  # (mkdtemp makes it private; a store is read by every rank and user of the run)
     try:
         ctx = mixture.row_context
@@ -207,13 +215,15 @@ def write_store(out: str | Path, mixture: Mixture, identity: dict, vocab_size: i
                 dt = _int_dtype(lo, hi) if hi >= lo else np.dtype(np.int16)
             path = tmp / f"{name}.bin"
             with open(path, "wb") as f:
+                w = CrcWriter(f)  # crc32 of each CHECKSUM_BLOCK bytes, hashed as they are written
                 for i in range(0, len(t), _CHUNK_ROWS):
-                    np.ascontiguousarray(np.asarray(t[i : i + _CHUNK_ROWS]).astype(dt.newbyteorder("<"))).tofile(f)
+                    w.write(np.ascontiguousarray(np.asarray(t[i : i + _CHUNK_ROWS]).astype(dt.newbyteorder("<"))))
             shape = [int(s) for s in t.shape]
             files[name] = {"file": path.name, "dtype": dt.str, "shape": shape, "bytes": path.stat().st_size,
-                           "range": [lo, hi]}
+                           "range": [lo, hi], "crc32": w.record()["crc32"]}
         atomic_write_json(tmp / MANIFEST_FILE, mixture.manifest())
-        header = {"version": STORE_VERSION, "arrays": files, "token_range": [tok_lo, tok_hi],
+        header = {"version": STORE_VERSION, "arrays": files, "checksum_block_bytes": CHECKSUM_BLOCK,
+                  "token_range": [tok_lo, tok_hi],
                   "vocab_size": int(vocab_size), "num_rows": int(len(mixture.input_ids)),
                   "num_steps": int(mixture.num_steps), "seq_len": int(mixture.input_ids.shape[1]),
                   "config": config_dict(mixture.config), "meta": mixture.meta, **identity}
@@ -231,6 +241,33 @@ def write_store(out: str | Path, mixture: Mixture, identity: dict, vocab_size: i
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def _owner_tag() -> str:
+    """``<host>-<pid>-``: which process made a work directory (so a later one can tell whether it died)."""
+    import socket
+
+    return f"{socket.gethostname().replace('-', '_')}-{os.getpid()}-"
+
+
+def remove_stale_work_dirs(parent: Path, prefix: str) -> None:
+    """Remove the directories ``<prefix><host>-<pid>-*`` in ``parent`` that a process of this host made and that
+    is gone (a preparation killed with SIGKILL cannot remove its own; one of another host is left alone)."""
+    import socket
+
+    host = socket.gethostname().replace("-", "_")
+    if not parent.is_dir():
+        return
+    for d in parent.glob(f"{prefix}{host}-*-*"):
+        pid = d.name[len(prefix) + len(host) + 1:].split("-")[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+        except PermissionError:  # alive, another user's
+            pass
 
 
 def auto_num_proc(num_docs: int) -> int:
@@ -258,8 +295,10 @@ def prepare_store(corpus: str, tokenizer: str, cfg: MixtureConfig, out: str | Pa
     docs = load_documents(corpus, text_field=text_field)
     target_texts = None if targets is None else list(targets)
     out = Path(out)
+    if out.parent.exists():
+        remove_stale_work_dirs(out.parent, ".tokenize-")
     with tempfile.TemporaryDirectory(dir=out.parent if out.parent.exists() else None,
-                                     prefix=".tokenize-") as work:
+                                     prefix=f".tokenize-{_owner_tag()}") as work:
         workers = auto_num_proc(len(docs)) if num_proc is None else num_proc
         token_ids = tokenize_corpus(docs, tok, num_proc=workers, work_dir=work)
         checks = data_checksums(corpus, tok)
@@ -391,6 +430,43 @@ class StoredArray:
         return {**self.__dict__, "_mm": None}
 
 
+def rebuild_command(path: str | Path, header: dict) -> str:
+    """The ``data/prepare.py`` command that writes the store ``header`` describes again, into ``path`` (the
+    directory as it was given now, which may not be where it was prepared), replacing what is there."""
+    try:
+        cfg = MixtureConfig(**{k: tuple(v) if k == "exposures" else v for k, v in header["config"].items()})
+        return prepare_command(path, header["corpus"], header["tokenizer"], cfg, header.get("targets"),
+                               header.get("text_field", "text")) + " --overwrite"
+    except (KeyError, TypeError, ValueError):  # a header too damaged to say what it was prepared from
+        return f"python {PREPARE_SCRIPT} --out {shlex.quote(str(path))} --overwrite ..."
+
+
+def verify_store(path: str | Path, header: dict | None = None) -> bool:
+    """Read every array of the store in ``path`` whole and compare it with the crc32s ``store.json`` recorded
+    when it was written (blocks hashed in parallel threads: about a second per GB and hashing thread).
+    :class:`StoreError` naming the first damaged file, the byte range and the command that rebuilds the
+    store; False (nothing checked) for a store prepared before checksums were recorded, True when intact."""
+    path = Path(path)
+    header = _read_header(path) if header is None else header
+    if header.get("checksum_block_bytes") != CHECKSUM_BLOCK:
+        return False
+    for name, a in header["arrays"].items():
+        f = path / a["file"]
+        try:
+            crcs = crcs_of_file(f, a["bytes"])
+        except (OSError, EOFError) as e:
+            raise StoreError(f"token store {path}: {a['file']} cannot be read ({e}): prepare it again: "
+                             f"{rebuild_command(path, header)}") from None
+        bad = [i for i, (got, want) in enumerate(zip(crcs, a["crc32"])) if f"{got:08x}" != want]
+        if bad or len(crcs) != len(a["crc32"]):
+            i = bad[0] if bad else min(len(crcs), len(a["crc32"]))
+            more = f", nor are those of {len(bad) - 1} more blocks" if len(bad) > 1 else ""
+            raise StoreError(f"token store {path}: {a['file']} is damaged (the crc32 of its bytes "
+                             f"{i * CHECKSUM_BLOCK}..{min(a['bytes'], (i + 1) * CHECKSUM_BLOCK)} is not the one "
+                             f"recorded when it was written{more}): prepare it again: {rebuild_command(path, header)}")
+    return True
+
+
 def _read_header(path: Path) -> dict:
     if not path.is_dir():
         raise StoreError(f"token store {path} does not exist: prepare it with `python {PREPARE_SCRIPT} "
@@ -402,10 +478,12 @@ def _read_header(path: Path) -> dict:
     try:
         header = json.loads(head.read_text())
     except json.JSONDecodeError as e:
-        raise StoreError(f"token store {path}: {STORE_FILE} is not valid JSON ({e}): prepare it again") from None
-    if header.get("version") != STORE_VERSION:
-        raise StoreError(f"token store {path} has format version {header.get('version')!r}, this code reads "
-                         f"{STORE_VERSION}: prepare it again with this version (`{header.get('command', '')}`)")
+        raise StoreError(f"token store {path}: {STORE_FILE} is not valid JSON ({e}): prepare it again: "
+                         f"python {PREPARE_SCRIPT} --out {shlex.quote(str(path))} --overwrite ...") from None
+    if not isinstance(header, dict) or header.get("version") != STORE_VERSION:
+        version = header.get("version") if isinstance(header, dict) else None
+        raise StoreError(f"token store {path} has format version {version!r}, this code reads "
+                         f"{STORE_VERSION}: prepare it again with this version: {rebuild_command(path, header)}")
     for name, a in header["arrays"].items():
         f = path / a["file"]
         size = f.stat().st_size if f.is_file() else None
@@ -413,7 +491,7 @@ def _read_header(path: Path) -> dict:
         if size != a["bytes"] or size != want:
             raise StoreError(f"token store {path}: {a['file']} holds {size} bytes, {STORE_FILE} records "
                              f"{a['bytes']} ({a['shape']} of {a['dtype']}): the store is damaged or incomplete; "
-                             f"prepare it again (`{header.get('command', '')}`)")
+                             f"prepare it again: {rebuild_command(path, header)}")
     return header
 
 
@@ -469,6 +547,9 @@ def check_store(header: dict, path: str | Path, corpus: str | None = None, token
     if text_field is not None and text_field != header.get("text_field"):
         problems.append(f"text field {header.get('text_field')!r}, this run reads {text_field!r}")
     tok_sha = tokenizer_sha256(tokenizer) if tokenizer is not None else None
+    lo, hi = header.get("token_range", (0, -1))
+    if tokenizer is not None and hi >= len(tokenizer):  # (the model's vocabulary: checked by the trainer)
+        problems.append(f"token ids up to {hi}, beyond this run's tokenizer's {len(tokenizer)} ids")
     if tok_sha is not None and tok_sha != header["tokenizer_sha256"]:
         problems.append(f"tokenizer {header['tokenizer']!r} (sha256 {header['tokenizer_sha256'][:12]}...), this "
                         f"run's tokenizer is another (sha256 {tok_sha[:12]}...)")
@@ -490,7 +571,7 @@ def check_store(header: dict, path: str | Path, corpus: str | None = None, token
 def open_store(path: str | Path, corpus: str | None = None, tokenizer=None, config: MixtureConfig | None = None,
                target_texts: Sequence[str] | None = None, text_field: str | None = None,
                tokenizer_spec: str | None = None, targets_path: str | None = None,
-               check_corpus_bytes: bool = True) -> Mixture:
+               check_corpus_bytes: bool = True, verify: bool = False) -> Mixture:
     """The :class:`~memorization.mixture.Mixture` of the token store in ``path``, its training rows, document
     ids and row context memory-mapped (:class:`StoredArray`; validation rows, targets and non-members loaded).
 
@@ -498,11 +579,14 @@ def open_store(path: str | Path, corpus: str | None = None, tokenizer=None, conf
     manifest and ``num_steps``.  Given what the run names, it checks the store was prepared from it
     (:func:`check_store`; ``tokenizer_spec`` and ``targets_path`` only make the suggested prepare command
     exact).  :class:`StoreError` for a missing, unfinished or damaged store, :class:`StoreMismatch` for one of
-    other data or settings or too few steps; both say how to prepare the right one."""
+    other data or settings or too few steps; both say how to prepare the right one.  ``verify`` reads every
+    array first and compares it with its recorded crc32s (:func:`verify_store`)."""
     path = Path(path)
     header = _read_header(path)
     check_store(header, path, corpus, tokenizer, config, target_texts, text_field, tokenizer_spec, targets_path,
                 check_corpus_bytes)
+    if verify:  # (after the cheap checks: a store of other settings is refused without reading it)
+        verify_store(path, header)
     manifest = json.loads((path / MANIFEST_FILE).read_text())
     cfg = MixtureConfig(**{k: tuple(v) if k == "exposures" else v for k, v in header["config"].items()})
     base = {"version", "config", "num_rows", "num_steps", "targets", "nonmembers"}

@@ -19,7 +19,10 @@ held-out validation loss, atomic checkpoints (resume continues the same loss cur
 
 SIGUSR1 (what the Slurm scripts in ``recipes/jobs`` send before the time limit) asks for a
 clean stop: the request is OR-ed over all ranks inside the next step, so every rank stops
-after the same step, writes the checkpoint and raises :class:`TrainingInterrupted`.
+after the same step, writes the checkpoint and raises :class:`TrainingInterrupted`.  SIGTERM does
+the same (what Slurm sends every task at the time limit or on ``scancel``, then SIGKILL after its
+``KillWait``, 30 s by default; and what a plain ``kill`` sends): the steps since the last checkpoint are
+kept if a step and a save fit in that grace.  SIGINT and SIGKILL still stop at once.
 """
 from __future__ import annotations
 
@@ -87,7 +90,20 @@ GRAD_REDUCE_DTYPES: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch
 # what a stream of token ids may be stored as (each batch is made int64 on the device)
 TOKEN_DTYPES = (torch.int64, torch.int32, torch.int16, torch.uint8)
 STOP_SIGNAL = signal.SIGUSR1
-EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: the exit status of a CLI whose training stopped on STOP_SIGNAL (resume it)
+STOP_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)  # each asks fit to checkpoint and stop (module docstring)
+EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: the exit status of a CLI whose training stopped on STOP_SIGNALS (resume it)
+
+
+class NonFiniteTraining(FloatingPointError):
+    """A step's loss or gradient norm, or the weights about to be checkpointed, are not finite: training stopped
+    at that step, and the checkpoints saved before it (the newest ``LATEST`` names) are left as they were."""
+
+    def __init__(self, step: int, what: str, ckpt_dir: Path, latest: int | None):
+        kept = (f"the last good checkpoint (step {latest}) in {ckpt_dir} is kept" if latest is not None
+                else "no checkpoint was saved before it")
+        super().__init__(f"training diverged: {what} at step {step}; stopped there, {kept}. Lower --lr (or raise "
+                         "--warmup-steps, lower --grad-clip) and start again")
+        self.step, self.ckpt_dir = step, ckpt_dir
 
 
 class TrainingInterrupted(Exception):
@@ -117,15 +133,16 @@ def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
 
 def _check_numbers(cfg: TrainConfig) -> None:
     """Refuse optimizer and schedule settings that would train wrongly without failing: a clip of 0 zeroes
-    every gradient and a negative one flips them, a negative micro-batch runs no forward at all."""
+    every gradient and a negative one flips them, a negative micro-batch runs no forward at all, an infinite
+    learning rate or weight decay makes every weight NaN after one step (NaN fails every range check)."""
     bad = [f"{name}={value!r} (must be {need})" for name, value, ok, need in (
         ("batch_size", cfg.batch_size, cfg.batch_size >= 1, ">= 1"),
         ("steps", cfg.steps, cfg.steps is None or cfg.steps >= 0, "None or >= 0; None or 0 = one pass over the stream"),
         ("micro_batch", cfg.micro_batch, cfg.micro_batch is None or cfg.micro_batch >= 1, "None or >= 1"),
-        ("lr", cfg.lr, cfg.lr > 0, "> 0"),
+        ("lr", cfg.lr, 0 < cfg.lr < math.inf, "finite, > 0"),
         ("min_lr_ratio", cfg.min_lr_ratio, 0 <= cfg.min_lr_ratio <= 1, "in [0, 1]"),
         ("warmup_steps", cfg.warmup_steps, cfg.warmup_steps >= 0, ">= 0"),
-        ("weight_decay", cfg.weight_decay, cfg.weight_decay >= 0, ">= 0"),
+        ("weight_decay", cfg.weight_decay, 0 <= cfg.weight_decay < math.inf, "finite, >= 0"),
         ("betas", cfg.betas, len(cfg.betas) == 2 and all(0 <= b < 1 for b in cfg.betas), "two numbers in [0, 1)"),
         ("grad_clip", cfg.grad_clip, cfg.grad_clip > 0, "> 0; math.inf = no clipping"),
         ("eval_every", cfg.eval_every, cfg.eval_every >= 0, ">= 0; 0 = at the end only"),
@@ -289,7 +306,7 @@ class Trainer:
         self.wandb_id: str | None = None  # the wandb run this training logs to; kept in the checkpoint
         self._seconds_before = 0.0  # training time of the sessions before a resume (kept in the checkpoint)
         self._fit_start: float | None = None
-        self.stop_requested = False  # set by request_stop (SIGUSR1 during fit); see train_step
+        self.stop_requested = False  # set by request_stop (SIGUSR1 or SIGTERM during fit); see train_step
         self._finish_save: Callable[[], None] | None = None  # a background checkpoint not yet published
         self._checkpointed_step: int | None = None  # the step of the checkpoint saved or resumed from last
         self.autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if (
@@ -304,6 +321,7 @@ class Trainer:
         """Checkpoint this step (collective).  With ``async_checkpoint`` the state is snapshotted to
         host memory and written while training goes on; :meth:`finish_checkpoint` publishes it."""
         self.finish_checkpoint()  # one save in flight at a time
+        self._check_finite_weights()
         extra = {"step": self.step, "history": self.history, "tracking": self.tracking,
                  "config": _jsonable(asdict(self.cfg)),
                  "total_steps": self.total_steps, "run": self.run_identity(), "wandb_id": self.wandb_id,
@@ -311,6 +329,16 @@ class Trainer:
         self._finish_save = self.rt.save_checkpoint(self.model, self.opt, self.ckpt_dir, extra,
                                                     background=self.cfg.async_checkpoint)
         self._checkpointed_step = self.step
+
+    def _check_finite_weights(self) -> None:
+        """Raise :class:`NonFiniteTraining` if some rank holds a non-finite weight (collective: every rank
+        raises).  One pass over the parameters, on the device, before a checkpoint: a checkpoint is only
+        ever of weights that are all finite."""
+        flags = [torch.isfinite(p.detach()).all() for p in self.model.parameters()]
+        bad = bool(flags) and not bool(torch.stack(flags).all())
+        if bool(self.rt.any_rank(bad)):
+            raise NonFiniteTraining(self.step, "a weight is not finite after the update", self.ckpt_dir,
+                                    self._checkpointed_step)
 
     def finish_checkpoint(self) -> None:
         """Wait for a background checkpoint and make it the one ``LATEST`` names (collective; a no-op
@@ -433,11 +461,12 @@ class Trainer:
         if threading.current_thread() is not threading.main_thread():
             yield
             return
-        previous = signal.signal(STOP_SIGNAL, self.request_stop)
+        previous = {s: signal.signal(s, self.request_stop) for s in STOP_SIGNALS}
         try:
             yield
         finally:
-            signal.signal(STOP_SIGNAL, previous)
+            for s, handler in previous.items():
+                signal.signal(s, handler)
 
     def fit(self, resume: bool = False, on_step: Callable[[dict], None] | None = None) -> dict:
         cfg = self.cfg
@@ -521,6 +550,11 @@ class Trainer:
         answer on every rank).
         """
         rec.update(read_record(rec))
+        for key in ("loss", "grad_norm"):  # the same values on every rank (all-reduced): every rank stops here
+            if isinstance(rec.get(key), float) and not math.isfinite(rec[key]):
+                self.finish_checkpoint()  # a save in flight is of an earlier, finite step
+                raise NonFiniteTraining(rec["step"], f"the {key.replace('_', ' ')} is {rec[key]}", self.ckpt_dir,
+                                        self._checkpointed_step)
         seconds = (t_end if t_end is not None else time.perf_counter()) - rec.pop("_t_start")
         rec["tokens_per_s"] = self.cfg.batch_size * self.rows.shape[1] / max(seconds, 1e-9)
         stop = bool(rec.pop("stop_requested", False))

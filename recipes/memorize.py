@@ -14,9 +14,9 @@ and ``results.png`` to ``--out``, with the run's resolved ``config.yaml`` (``--c
     torchrun --nproc_per_node 8 recipes/memorize.py --size tiny --grid 1,2,2,2
     python recipes/memorize.py --size 405b --gpus 4096 --machine frontier --plan
 
-SIGUSR1 (sent by the Slurm scripts of recipes/jobs before the time limit) makes every rank
-checkpoint after the same step and exit with status 75 (EX_TEMPFAIL); the same command with
---resume continues the loss curve exactly.  The experiment itself is
+SIGUSR1 (sent by the Slurm scripts of recipes/jobs before the time limit) or SIGTERM (Slurm at the
+limit or on scancel, or a plain kill) makes every rank checkpoint after the same step and exit with
+status 75 (EX_TEMPFAIL); the same command with --resume continues the loss curve exactly.  The experiment itself is
 memorization.experiment.run_experiment; this is its command line.
 """
 from __future__ import annotations

@@ -61,3 +61,38 @@ def one_thread():
         yield
     finally:
         torch.set_num_threads(n)
+
+
+class MarkerPayload:
+    """A pickled object whose unpickling creates the file ``marker`` (``open(marker, "w")``): what a hostile file
+    would use to run code, made harmless.  A loader that refuses untrusted pickles must leave ``marker`` absent."""
+
+    def __init__(self, marker) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def write_malicious_torch_file(path, marker, wrap=None) -> None:
+    """``torch.save`` of ``MarkerPayload(marker)`` (inside ``wrap(payload)`` when given, e.g. a dict) to ``path``."""
+    import torch
+
+    payload = MarkerPayload(marker)
+    torch.save(payload if wrap is None else wrap(payload), path)
+
+
+def rewrite_checksum(ckpt_dir, name: str) -> None:
+    """Recompute the crc32s that ``ckpt_dir/checksums.json`` records for ``name`` (as an attacker who replaced the
+    file would: a checksum proves integrity, not origin)."""
+    import json
+    import zlib
+
+    from axonn.checkpoint import CHECKSUM_BLOCK, CHECKSUMS
+
+    f = Path(ckpt_dir) / CHECKSUMS
+    sums = json.loads(f.read_text())
+    data = (Path(ckpt_dir) / name).read_bytes()
+    crcs = [zlib.crc32(data[i:i + CHECKSUM_BLOCK]) for i in range(0, len(data), CHECKSUM_BLOCK)]
+    sums["files"][name] = {"bytes": len(data), "crc32": [f"{c:08x}" for c in crcs]}
+    f.write_text(json.dumps(sums))

@@ -66,8 +66,8 @@ from __future__ import annotations
 from .checksums import (CHECKSUM_BLOCK, CHECKSUM_THREADS, CHECKSUMS, DAMAGED, CrcWriter, DamagedCheckpoint,
                         MissingFromCheckpoint, hash_pool, read_checksums)
 from .hf_export import HF_SHARD_BYTES, SafetensorsCheckpoint, export_hf, to_hf
-from .layout import (FORMAT, READABLE, TENSOR_AXES, build_index, read_extra, read_index, read_meta, tensor_owned,
-                     verify, writers)
+from .layout import (FORMAT, READABLE, TENSOR_AXES, UnsafeCheckpoint, build_index, load_plain, read_extra,
+                     read_index, read_meta, tensor_owned, verify, writers)
 from .loading import load, pieces_by_name, pieces_to_read
 from .publishing import LATEST, TRASH_PREFIX, discard, latest, retain, step_of, write_latest
 from .saving import SNAPSHOT_HOST_FRACTION, PendingSave, save, state_bytes
@@ -76,7 +76,7 @@ __all__ = [
     "CHECKSUM_BLOCK", "CHECKSUM_THREADS", "CHECKSUMS", "DAMAGED", "CrcWriter", "DamagedCheckpoint",
     "MissingFromCheckpoint", "hash_pool", "read_checksums",
     "HF_SHARD_BYTES", "SafetensorsCheckpoint", "export_hf", "to_hf",
-    "FORMAT", "READABLE", "TENSOR_AXES", "build_index", "read_extra", "read_index", "read_meta", "tensor_owned",
+    "FORMAT", "READABLE", "TENSOR_AXES", "UnsafeCheckpoint", "build_index", "load_plain", "read_extra", "read_index", "read_meta", "tensor_owned",
     "verify", "writers",
     "load", "pieces_by_name", "pieces_to_read",
     "LATEST", "TRASH_PREFIX", "discard", "latest", "retain", "step_of", "write_latest",

@@ -154,18 +154,43 @@ def read_extra(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def load_extra(path: str | os.PathLike) -> dict[str, Any]:
-    """``extra.pt`` of the checkpoint ``path``, checked against its checksum before it is unpickled (the caller
-    has checked with :func:`read_meta` that the checkpoint is complete)."""
+    """``extra.pt`` of the checkpoint ``path``, checked against its checksum, then unpickled with torch's
+    ``weights_only`` unpickler: plain containers, numbers, strings and tensors only, so no file can make a load
+    run code (a checksum proves nothing against whoever also rewrote ``checksums.json``).  Anything else is
+    refused as an :class:`UnsafeCheckpoint` naming the file.  (The caller has checked with :func:`read_meta`
+    that the checkpoint is complete.)"""
     path = Path(path)
     data = read_checked(path / "extra.pt", read_checksums(path))  # checked before it is unpickled
-    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+    return load_plain(io.BytesIO(data), path / "extra.pt")
+
+
+class UnsafeCheckpoint(DamagedCheckpoint):
+    """A checkpoint file holding something other than plain data (a pickle that could run code when loaded)."""
+
+
+def load_plain(f: Any, name: str | os.PathLike, mmap: bool = False, damaged: str = DAMAGED) -> Any:
+    """``torch.load(f, weights_only=True)``: only tensors, numbers, strings and plain containers; a pickle
+    naming any other class or function (which could run code) is refused as :class:`UnsafeCheckpoint`, one
+    that is no pickle as :class:`DamagedCheckpoint` (its message ends with ``damaged``: what to do)."""
+    import pickle
+    import re
+    try:
+        return torch.load(f, map_location="cpu", weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as e:
+        text = " ".join(str(e).split("Check the documentation")[0].split())
+        what = re.split(r" was not an allowed| Please use", text.split("WeightsUnpickler error:")[-1])[0].strip()[:200]
+        if not re.search(r"global|class|GLOBAL", what):  # a damaged pickle, not one naming code
+            raise DamagedCheckpoint(f"{name} cannot be read ({what}): {damaged}") from e
+        raise UnsafeCheckpoint(f"{name} holds something other than tensors and plain data and is refused: loading "
+                               f"it could run code ({what}); do not use a file from a source you do not "
+                               "trust") from e
 
 
 def load_shard_file(f: Path) -> dict:
     """A rank file of a checkpoint, memory-mapped; a truncated or damaged one is an error naming it."""
     try:
-        return torch.load(f, map_location="cpu", weights_only=True, mmap=True)
-    except FileNotFoundError:
+        return load_plain(f, f, mmap=True)
+    except (FileNotFoundError, DamagedCheckpoint):  # (UnsafeCheckpoint is one) said by load_plain
         raise
     except (RuntimeError, EOFError, ValueError) as e:  # torch's zip reader / unpickler on a damaged file
         raise DamagedCheckpoint(f"{f} cannot be read ({' '.join(str(e)[:200].split())}): {DAMAGED}") from e

@@ -90,18 +90,43 @@ def tokenizer_spec(cfg: ExperimentConfig) -> str:
     return init if init and cfg.data.tokenizer == DEFAULT_TOKENIZER else cfg.data.tokenizer
 
 
-def open_run_store(cfg: ExperimentConfig, tokenizer, targets: list[str] | None):
+def verified_store(path: str | Path, rt, flag: str) -> None:
+    """Check every array of the token store ``path`` against its recorded crc32s
+    (:func:`memorization.token_store.verify_store`) on rank 0 (every rank of ``rt`` when None: one process);
+    a damaged store is the same one-line SystemExit on every rank (:class:`axonn.cli.SameOnEveryRank`)."""
+    from memorization.token_store import StoreError, verify_store
+
+    error = None
+    if rt is None or rt.is_main:
+        try:
+            if not verify_store(path):
+                print(f"note: token store {path} was prepared before stores recorded checksums: read unverified",
+                      file=sys.stderr)
+        except (StoreError, ValueError) as e:
+            error = f"error: {flag}: {e}"
+    if rt is not None:
+        error = rt.from_main(error)
+    if error:
+        from axonn.cli import SameOnEveryRank
+
+        raise SameOnEveryRank(error)
+
+
+def open_run_store(cfg: ExperimentConfig, tokenizer, targets: list[str] | None, rt=None):
     """The mixture of the token store ``--store``, memory-mapped (:func:`memorization.token_store.open_store`),
-    after checking it was prepared from this run's corpus, tokenizer, targets and mixture settings; a
-    SystemExit with the ``data/prepare.py`` command that makes the right store otherwise."""
+    after checking its arrays against their recorded crc32s (:func:`verified_store`) and that it was prepared
+    from this run's corpus, tokenizer, targets and mixture settings; a SystemExit with the ``data/prepare.py``
+    command that makes the right store otherwise."""
     from memorization.token_store import StoreError, open_store
 
     try:
-        return open_store(cfg.data.store, corpus=cfg.data.corpus, tokenizer=tokenizer, config=mixture_config(cfg),
-                          target_texts=targets, text_field=cfg.data.text_field, tokenizer_spec=tokenizer_spec(cfg),
-                          targets_path=cfg.data.targets)
+        mixture = open_store(cfg.data.store, corpus=cfg.data.corpus, tokenizer=tokenizer,
+                             config=mixture_config(cfg), target_texts=targets, text_field=cfg.data.text_field,
+                             tokenizer_spec=tokenizer_spec(cfg), targets_path=cfg.data.targets)
     except (StoreError, ValueError) as e:
         raise SystemExit(f"error: --store: {e}") from None
+    verified_store(cfg.data.store, rt, "--store")  # (nothing read yet: the views map their files lazily)
+    return mixture
 
 
 def ensure_run_store(cfg: ExperimentConfig, tokenizer, targets: list[str] | None) -> tuple[Path, bool]:
@@ -140,11 +165,13 @@ def cached_run_store(cfg: ExperimentConfig, tokenizer, targets: list[str] | None
 
         raise SameOnEveryRank(error)
     try:
-        return open_store(path, corpus=cfg.data.corpus, tokenizer=tokenizer, config=mcfg, target_texts=targets,
-                          text_field=cfg.data.text_field, tokenizer_spec=tokenizer_spec(cfg),
-                          targets_path=cfg.data.targets)
+        mixture = open_store(path, corpus=cfg.data.corpus, tokenizer=tokenizer, config=mcfg, target_texts=targets,
+                             text_field=cfg.data.text_field, tokenizer_spec=tokenizer_spec(cfg),
+                             targets_path=cfg.data.targets)
     except (StoreError, ValueError) as e:
         raise SystemExit(f"error: the cached token store {path}: {e}") from None
+    verified_store(path, rt, "the cached token store")
+    return mixture
 
 
 def load_run_tokenizer(cfg: ExperimentConfig):

@@ -187,7 +187,7 @@ def run_experiment(cfg: ExperimentConfig) -> dict | None:
                          micro_steps=max(1, local_rows // micro), grad_reduce_dtype=cfg.execution.grad_reduce_dtype)
     targets = read_targets(cfg.data.targets, targets_text_field(cfg)) if cfg.data.targets else None
     if cfg.data.store:
-        mixture = open_run_store(cfg, tokenizer, targets)
+        mixture = open_run_store(cfg, tokenizer, targets, rt)
     else:
         mixture = cached_run_store(cfg, tokenizer, targets, rt)
     out = Path(cfg.output.out)
@@ -240,7 +240,7 @@ def _write_and_train(cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path) -
                "num_targets": len(mixture.targets), "skipped_targets": mixture.meta["skipped_short_targets"],
                "skipped_overlapping_targets": mixture.meta["skipped_overlapping_targets"],
                "arms": {}}
-    from memorization.train import EXIT_INTERRUPTED, TrainingInterrupted
+    from memorization.train import EXIT_INTERRUPTED, NonFiniteTraining, TrainingInterrupted
 
     try:
         for arm in arms_to_train(cfg):
@@ -249,6 +249,10 @@ def _write_and_train(cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path) -
         if rt.is_main:
             print(f"interrupted: {e} (--resume)", file=sys.stderr)
         raise SystemExit(EXIT_INTERRUPTED) from None
+    except NonFiniteTraining as e:  # no results: a diverged arm is not a measurement
+        if rt.is_main:
+            print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(1) from None
     by_target = [results["arms"].get(a, {}).get("exact_by_target") for a in ("standard", "goldfish")]
     if all(by_target):  # both arms, scored on the same targets (arm results of older runs lack it)
         from memorization.stats import paired_exact_test

@@ -6,6 +6,7 @@ section: ``training.lr``).  All raise :class:`~memorization.experiment.config.Co
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -110,7 +111,7 @@ def validate(cfg: ExperimentConfig) -> None:
                               f"a training row holds (--seq-len {d.seq_len}): no target is that long")
     bad = [f"{flag} {value} (must be {need})" for flag, value, ok, need in (
         ("--samples", x.samples, x.samples >= 0, ">= 0; 0 = greedy only"),
-        ("--temperature", x.temperature, x.temperature > 0, "> 0"),
+        ("--temperature", x.temperature, 0 < x.temperature < math.inf, "finite, > 0"),
         ("--top-k", x.top_k, x.top_k >= 0, ">= 0; 0 = the whole vocabulary"),
         ("--track-every", x.track_every, x.track_every >= 0, ">= 0; 0 = no tracking"),
         ("--track-targets", x.track_targets, x.track_targets >= 0, ">= 0; 0 = every target")) if not ok]
@@ -131,9 +132,9 @@ def _check_training_numbers(cfg: ExperimentConfig) -> None:
     bad = [f"{flag} {value} (must be {need})" for flag, value, ok, need in (
         ("--batch-size", t.batch_size, t.batch_size >= 1, ">= 1"),
         ("--steps", t.steps, t.steps >= 0, ">= 0; 0 = as many as the corpus fills"),
-        ("--lr", t.lr, t.lr > 0, "> 0"),
+        ("--lr", t.lr, 0 < t.lr < math.inf, "finite, > 0"),
         ("--warmup-steps", t.warmup_steps, t.warmup_steps is None or t.warmup_steps >= 0, ">= 0"),
-        ("--weight-decay", t.weight_decay, t.weight_decay >= 0, ">= 0"),
+        ("--weight-decay", t.weight_decay, 0 <= t.weight_decay < math.inf, "finite, >= 0"),
         ("--grad-clip", t.grad_clip, t.grad_clip > 0, "> 0; inf = no clipping"),
         ("--eval-every", t.eval_every, t.eval_every >= 0, ">= 0; 0 = at the end only"),
         ("--checkpoint-every", t.checkpoint_every, t.checkpoint_every >= 0, ">= 0; 0 = at the end only"))

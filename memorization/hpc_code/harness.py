@@ -71,6 +71,8 @@ def classify_run(res: SandboxResult) -> tuple[str, str] | None:
         return "timeout", f"killed after {res.wall_s:.1f}s"
     if res.output_exceeded:
         return "runtime_error", "output limit exceeded"
+    if res.disk_full:
+        return "runtime_error", "disk limit exceeded (filled its working directory: --disk-mb)"
     if res.returncode != 0:
         sig = res.signal_name
         m = _HYDRA_SIGNAL.search(res.stdout + res.stderr)  # mpiexec reports a rank's signal itself

@@ -92,6 +92,8 @@ def evaluate_python(problem: PyProblem, completion: str, limits: SandboxLimits, 
             return SampleResult("timeout", f"killed after {res.wall_s:.1f}s")
         if res.output_exceeded:
             return SampleResult("runtime_error", "output limit exceeded")
+        if res.disk_full:
+            return SampleResult("runtime_error", "disk limit exceeded (filled its working directory)")
         err = tail_text(res.stderr, 800)
         if res.returncode == 3:
             return SampleResult("build_error", err)

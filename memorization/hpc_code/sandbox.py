@@ -4,7 +4,9 @@ Where the machine allows (root, or unprivileged user namespaces), every command 
 ``unshare`` in fresh mount, network and PID namespaces, with :mod:`.sandbox_init` as the
 namespaces' PID 1 (see there for the steps).  The command then
 
-- sees only its working directory (at ``/sandbox``), read-only system directories (the
+- sees only a copy of its working directory (at ``/sandbox``: a tmpfs of ``work_mb``, so all it writes
+  there together is bounded and the host's disk untouched; a single sandbox's top-level files are copied
+  back when it ends), read-only system directories (the
   compilers, libraries, Python and the MPI install it needs), a private ``/tmp`` and
   ``/dev/shm``, its own ``/proc`` and a generated ``/etc``: no project tree, no home, no
   host files, no host socket (filesystem or abstract), no network (loopback only);
@@ -56,9 +58,10 @@ class SandboxLimits:
     max_processes: int = 256  # RLIMIT_NPROC: processes and threads of the command together
     file_mb: int = 2048  # RLIMIT_FSIZE: largest file the command may write
     tmpfs_mb: int = 512  # size of its private /tmp and /dev/shm (each)
+    work_mb: int = 1024  # size of the tmpfs its working directory is (with its own root): all its writes there
 
     def __post_init__(self) -> None:
-        for name in ("timeout_s", "output_bytes", "max_processes", "file_mb", "tmpfs_mb"):
+        for name in ("timeout_s", "output_bytes", "max_processes", "file_mb", "tmpfs_mb", "work_mb"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"sandbox limit {name} must be positive, got {getattr(self, name)!r}")
         if self.memory_mb is not None and not self.memory_mb > 0:
@@ -75,6 +78,7 @@ class SandboxResult:
     wall_s: float  # measured by the caller: sandbox set-up included
     command_s: float | None = None  # the command alone, fork to exit, measured by the sandbox's init
     window_s: float | None = None  # from the command's start mark to its end mark (see sandbox_init), if both came
+    disk_full: bool = False  # the command filled its working directory's tmpfs (SandboxLimits.work_mb)
 
     @property
     def signal_name(self) -> str | None:
@@ -156,6 +160,7 @@ def _run_in(iso: Isolation, cmd: list[str], cwd: str | os.PathLike, limits: Sand
     spec = {
         "loopback": "--net" in flags, "root": root, "marks": marks, "work": str(Path(cwd).resolve()),
         "ro": sorted({*system_paths(), *ro}), "etc": _etc(0 if uid is None else uid), "tmpfs_mb": limits.tmpfs_mb,
+        "work_mb": limits.work_mb, "copy_back": True,
         "uid": uid, "rlimits": rlimits, "timing_fd": write, "end_at_mark": end_at_mark,
     }
     wrapper = ["unshare", *flags, "--"] if flags else []
@@ -185,7 +190,7 @@ def _run_in(iso: Isolation, cmd: list[str], cwd: str | os.PathLike, limits: Sand
         raise SandboxError(f"sandbox set-up failed ({iso.how}): {report[6:].strip()}")
     timing = json.loads(report) if report and returncode is not None else {}
     return SandboxResult(returncode, out, err, timed_out, exceeded, wall_s, timing.get("command_s"),
-                         timing.get("window_s"))
+                         timing.get("window_s"), bool(timing.get("disk_full")))
 
 
 def _collect(proc: subprocess.Popen, deadline: float, cap: int,
@@ -396,6 +401,7 @@ def run_per_process(
     spec = {
         "loopback": "--net" in flags, "root": root, "marks": marks, "work": str(Path(cwd).resolve()),
         "ro": sorted({*system_paths(), *ro}), "etc": _etc(0 if uid is None else uid), "tmpfs_mb": limits.tmpfs_mb,
+        "work_mb": limits.work_mb, "copy_back": True,  # (rank 0's files: sandbox_init)
         "uid": uid, "rlimits": rlimits, "timing_fd": None, "end_at_mark": True, "report_dir": str(reports),
         "rank_env": list(rank_env),
         "env": {**(env or {}), "HOME": home, "TMPDIR": "/tmp" if root else home, "HPC_MARKS": marks},
@@ -426,7 +432,7 @@ def run_per_process(
         elif returncode is None or (returncode == 0 and timing):
             returncode = timing.get("rc", returncode)
     return SandboxResult(returncode, out, err, timed_out, exceeded, wall_s, timing.get("command_s"),
-                         timing.get("window_s"))
+                         timing.get("window_s"), bool(timing.get("disk_full")))
 
 
 def memory_limited(cmd: list[str], memory_mb: int | None) -> list[str]:

@@ -8,8 +8,11 @@ project is imported).  In order:
 2. when ``spec["root"]`` names an empty host directory (the mount namespace), builds the
    command's whole filesystem view there and ``chroot``\\ s into it: a tmpfs holding only
    the host paths in ``spec["ro"]`` (bound read-only: the compilers, system libraries,
-   Python, the MPI install), ``spec["work"]`` bound read-write at ``/sandbox`` (the
-   working directory), a private ``/tmp`` and ``/dev/shm``, the device nodes a program
+   Python, the MPI install), at ``/sandbox`` (the working directory) a tmpfs of
+   ``spec["work_mb"]`` MiB holding a copy of ``spec["work"]``'s files (the command's writes,
+   all of them together, are bounded by its size and never reach the host's disk; the
+   regular files of its top level are copied back when the command ends, see 4.), a
+   private ``/tmp`` and ``/dev/shm``, the device nodes a program
    needs, this PID namespace's ``/proc``, and an ``/etc`` of files written from
    ``spec["etc"]`` (no host ``passwd``, no host sockets: nothing else of the host exists);
 3. makes the FIFO ``spec["marks"]`` through which a program marks the start (``S``) and
@@ -22,6 +25,9 @@ project is imported).  In order:
 4. reaps every process until the command exits and timestamps the marks as they arrive; at
    ``E`` (in a PID namespace, unless ``spec["end_at_mark"]`` is false) it kills every other
    process of the run at once, so nothing changes the output after the window closed; then
+   copies back to ``spec["work"]`` (through a descriptor opened before the ``chroot``, never
+   following a link) the regular files of ``/sandbox``'s top level when ``spec["copy_back"]`` (rank 0's
+   alone, one sandbox per process) unless the command filled the tmpfs (``"disk_full"``: nothing),
    writes ``{"command_s": fork to exit, "window_s": S to E or null, "ended": ended at E}`` (JSON,
    ``time.monotonic()``) to the inherited
    ``spec["timing_fd"]`` -- a descriptor the command never holds -- and exits with the
@@ -133,8 +139,12 @@ def build_root(spec: dict) -> None:
         _bind(root, path, read_only=True)
     work = _inside(root, "sandbox")
     os.makedirs(work)
-    mount(spec["work"], work, None, MS_BIND)
-    mount(None, work, None, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV)
+    mount("tmpfs", work, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=755,size={spec['work_mb']}m")
+    _copy_tree(spec["work"], work)
+    if spec["uid"] is not None:  # (the host's root made the sandbox: the command runs as spec["uid"])
+        for dirpath, dirnames, filenames in os.walk(work):
+            for name in (dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)):
+                os.lchown(name, spec["uid"], spec["uid"])
     for name in DEVICES:
         dst = _inside(root, f"dev/{name}")
         open(dst, "w").close()
@@ -151,6 +161,42 @@ def build_root(spec: dict) -> None:
     os.makedirs(_inside(root, "run"))
     if spec["marks"]:
         spec["marks"] = _inside(root, spec["marks"])
+
+
+def _copy_tree(src: str, dst: str) -> None:
+    """Copy ``src``'s directories and regular files into ``dst`` (links and special files are left out)."""
+    import shutil
+
+    for entry in os.scandir(src):
+        target = os.path.join(dst, entry.name)
+        if entry.is_dir(follow_symlinks=False):
+            os.makedirs(target, exist_ok=True)
+            _copy_tree(entry.path, target)
+        elif entry.is_file(follow_symlinks=False):
+            shutil.copy2(entry.path, target, follow_symlinks=False)
+
+
+def copy_back(work_fd: int) -> None:
+    """Copy the regular files of ``/sandbox``'s top level (the root's: run after ``chroot``) into the host
+    directory ``work_fd``: bounded by the tmpfs's size, links neither read nor written through."""
+    for entry in os.scandir("/sandbox"):
+        if not entry.is_file(follow_symlinks=False):
+            continue
+        src = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW)
+        try:
+            mode = os.fstat(src).st_mode & 0o755
+            try:
+                os.unlink(entry.name, dir_fd=work_fd)
+            except FileNotFoundError:
+                pass
+            dst = os.open(entry.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode, dir_fd=work_fd)
+            try:
+                while chunk := os.read(src, 1 << 20):
+                    os.write(dst, chunk)
+            finally:
+                os.close(dst)
+        finally:
+            os.close(src)
 
 
 def enter_root(root: str) -> None:
@@ -272,8 +318,11 @@ def main() -> None:
     try:
         if spec["loopback"]:
             loopback_up()
+        work_fd = None
         if spec["root"]:
             build_root(spec)
+            if spec.get("copy_back") and (sink is None or sink.name == "timing.0"):  # (one rank copies back)
+                work_fd = os.open(spec["work"], os.O_RDONLY | os.O_DIRECTORY)
         marks = open_marks(spec["marks"], spec["uid"]) if spec["marks"] else (None, None)
         if spec["root"]:
             enter_root(spec["root"])
@@ -292,7 +341,7 @@ def main() -> None:
         try:
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            for fd in (report, sink and sink.dir, wake_r, wake_w, *marks):
+            for fd in (report, sink and sink.dir, wake_r, wake_w, work_fd, *marks):
                 if fd is not None:
                     os.close(fd)
             for name, (soft, hard) in spec["rlimits"].items():
@@ -303,6 +352,14 @@ def main() -> None:
             print(f"sandbox: cannot run {cmd[0]}: {exc}", file=sys.stderr)
         os._exit(127)
     rc, timing = supervise(pid, marks[0], wake_r, start, spec["end_at_mark"])
+    if spec["root"]:
+        st = os.statvfs("/sandbox")
+        timing["disk_full"] = st.f_bavail * st.f_frsize < (1 << 20)  # (under 1 MiB left: the command filled it)
+    if work_fd is not None and not timing.get("disk_full"):  # a command that filled its disk leaves nothing
+        try:
+            copy_back(work_fd)
+        except OSError as exc:  # (the host directory full or gone: the run's verdict stands, its files do not)
+            print(f"sandbox: cannot copy the work directory back: {exc}", file=sys.stderr)
     if sink is not None:
         timing["rc"] = rc
     send(json.dumps(timing).encode())

@@ -155,7 +155,7 @@ def run_mia(
 
         from memorization.models import model_context
 
-        check_max_length(max_length, model_context(AutoConfig.from_pretrained(str(model_path))))
+        check_max_length(max_length, model_context(AutoConfig.from_pretrained(str(model_path), trust_remote_code=False)))
     device = device or default_device()
     manifest = load_manifest(manifest_path)
     try:

@@ -559,3 +559,37 @@ def test_every_rank_falls_back_when_one_finds_its_shard_damaged() -> None:
         assert f"rank {r}: fell back to step 4 with its state" in out, out
         assert f"rank {r}: refused, no intact checkpoint" in out, out
     assert out.count("resuming from step_0000004") == 1, out  # said once, by rank 0
+
+
+@pytest.mark.parametrize("victim", ["extra.pt", "rank00000.pt"])
+def test_checkpoint_pickle_that_runs_code_is_refused_and_not_run(tmp_path, victim) -> None:
+    """A checkpoint file replaced by a pickle whose unpickling runs code (here: creates a marker file), its crc32
+    recomputed in checksums.json as an attacker would, is refused by every load (the extra state alone, and a
+    whole load) with an error naming the file; the payload never runs."""
+    import torch
+
+    import axonn
+    import axonn.checkpoint as ckpt
+    from memorization.models import build_model
+    from memorization.runtime import Runtime
+    from tests.support import rewrite_checksum, write_malicious_torch_file
+
+    rt = Runtime(axonn.init())
+    model = build_model("tiny", 512, seed=3, runtime=rt)
+    root = tmp_path / "ckpt"
+    rt.save_checkpoint(model, torch.optim.AdamW(model.parameters()), root,
+                       {"step": 4, "history": [{"step": 1, "loss": 2.5}], "wandb_id": None})
+    step = root / "step_0000004"
+    assert rt.checkpoint_extra(root)["history"] == [{"step": 1, "loss": 2.5}]  # plain extra state loads
+    marker = tmp_path / "PWNED"
+    write_malicious_torch_file(step / victim, marker, wrap=lambda p: {"step": 4, "x": p})
+    rewrite_checksum(step, victim)
+    assert ckpt.verify(step)  # the checksums match: only the refusal to unpickle code protects the load
+    loads = [lambda: rt.load_checkpoint(model, torch.optim.AdamW(model.parameters()), root)]
+    if victim == "extra.pt":
+        loads.append(lambda: ckpt.read_extra(step))
+    for load in loads:
+        with pytest.raises(ckpt.UnsafeCheckpoint, match=rf"{victim} holds something other than tensors and plain "
+                                                        r"data and is refused: loading it could run code"):
+            load()
+    assert not marker.exists()

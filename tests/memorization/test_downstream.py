@@ -379,6 +379,7 @@ def test_malformed_perplexity_sources_are_a_clear_value_error(tmp_path, name, co
     # "did not find any docs" (limit 0), and took a negative few-shot count silently
     ({"tasks": ["goldfish_mc"], "limit": -3}, "limit must be > 0"),
     ({"tasks": ["goldfish_mc"], "limit": 0}, "limit must be > 0"),
+    ({"tasks": ["goldfish_mc"], "limit": float("inf")}, "limit must be > 0 and finite"),
     ({"tasks": ["goldfish_mc"], "num_fewshot": -2}, "num_fewshot must be >= 0"),
     # max_length 0 silently meant "the model's context" for lm-eval
     ({"tasks": ["goldfish_mc"], "max_length": 0}, "max_length must be >= 2"),

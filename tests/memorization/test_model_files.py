@@ -97,3 +97,61 @@ def test_convert_refuses_an_output_path_under_a_file_before_reading_tensors(tmp_
         assert main([str(tmp_path / "no-checkpoint"), str(out)]) == 2
         assert capsys.readouterr().err == f"error: out {out}: {tmp_path / 'file'} is a file, not a directory; choose " \
                                           "another out\n"
+
+
+def _safetensors(path: Path, header, data: bytes = b"", claim: int | None = None) -> Path:
+    """A file in the safetensors layout: u64 header length (``claim`` if given), the JSON header, ``data``."""
+    import struct
+
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw) if claim is None else claim) + raw + data)
+    return path
+
+
+@pytest.mark.parametrize("header, data, match", [
+    ({"w": 5}, b"", r"tensor 'w' is not an object of dtype, shape and data_offsets"),
+    ([1, 2, 3], b"", r"its header is a JSON list, not an object of tensors"),
+    ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+      "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}, bytes(12), r"tensor 'b' at bytes 4..12 overlaps"),
+    ({"w": {"dtype": "F32", "shape": [10**12, 10**12], "data_offsets": [0, 8]}}, bytes(8),
+     r"tensor 'w' of shape \[1000000000000, 1000000000000\] \(F32\) needs [\d,]+ bytes, its data_offsets \[0, 8\] "
+     r"span 8"),
+    ({"w": {"dtype": "Q9", "shape": [2], "data_offsets": [0, 8]}}, bytes(8), r"tensor 'w' has an unknown dtype 'Q9'"),
+    ({"w": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}}, bytes(8),
+     r"tensor 'w' has data_offsets \[8, 0\], not \[begin, end\]"),
+    ({"__metadata__": {"format": 1}}, b"", r"its header's __metadata__ is not an object of strings"),
+], ids=["entry-not-object", "list", "overlap", "huge-shape", "dtype", "offsets-reversed", "metadata"])
+def test_a_malformed_safetensors_header_is_one_line(model, tmp_path, header, data, match):
+    """Headers that made safetensors or our own check raise TypeError, AttributeError or SafetensorError
+    tracebacks are refused by check_model_dir in one line naming the file and what is wrong."""
+    d = _copy(model, tmp_path)
+    _safetensors(d / "model.safetensors", header, data)
+    with pytest.raises(ModelDirError, match=rf"^--model .*copy: .*model\.safetensors is damaged: {match}"):
+        check_model_dir(d)
+
+
+def test_a_header_longer_than_safetensors_allows_is_refused_unread(model, tmp_path):
+    """A sparse file whose header claims 1.5 GB (safetensors caps headers at 100 MB) is refused without reading
+    the header: well under a second and no memory to speak of (it took 23 s and 2.1 GB)."""
+    import resource
+    import time
+
+    d = _copy(model, tmp_path)
+    f = _safetensors(d / "model.safetensors", {}, claim=1_500_000_000)
+    with open(f, "r+b") as fh:
+        fh.truncate(1_600_000_000)  # sparse: no disk used
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t = time.perf_counter()
+    with pytest.raises(ModelDirError, match=r"its header claims 1,500,000,000 bytes, more than the 100,000,000 it "
+                                            r"allows"):
+        check_model_dir(d)
+    assert time.perf_counter() - t < 1.0
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss < 100_000  # KiB: under 100 MB more
+
+
+def test_an_index_naming_a_file_outside_the_directory_is_refused(model, tmp_path):
+    """model.safetensors.index.json's weight_map may only name files of the model directory."""
+    d = _copy(model, tmp_path)
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"w": "../../etc/passwd"}}))
+    with pytest.raises(ModelDirError, match=r"names '../../etc/passwd', not a file of the model directory"):
+        check_model_dir(d)

@@ -186,10 +186,13 @@ def test_a_changed_local_corpus_is_refused(tmp_path):
 
 
 def test_an_unfinished_or_damaged_store_is_refused(store_copy, tmp_path):
+    """A missing, truncated or unfinished store is refused; the hint names the directory given (not where the store
+    was prepared) and --overwrite."""
     with pytest.raises(StoreError, match="does not exist"):
         open_store(tmp_path / "nowhere")
     os.truncate(store_copy / "doc_ids.bin", 1000)
-    with pytest.raises(StoreError, match="damaged or incomplete"):
+    with pytest.raises(StoreError, match=rf"damaged or incomplete; prepare it again: python data/prepare.py .*"
+                                         rf"--out {store_copy} --overwrite$"):
         open_store(store_copy)
     (store_copy / STORE_FILE).unlink()
     with pytest.raises(StoreError, match="unfinished"):
@@ -307,3 +310,85 @@ def test_a_run_whose_store_is_missing_or_of_other_settings_is_refused_with_the_p
         memorize.main(["--config", str(cfg), "--exposures", "3", "--out", str(tmp_path / "a")])
     with pytest.raises(SystemExit, match=r"--config decides the store's data and mixture; drop --seq-len"):
         _script("data/prepare.py").main(["--config", str(cfg), "--seq-len", "128", "--out", str(tmp_path / "s2")])
+
+
+@pytest.mark.parametrize("damage", ["xor-every-token", "one-token-65535"])
+def test_a_store_whose_bytes_changed_is_refused_naming_the_file_and_the_rebuild(store_copy, damage):
+    """Tokens changed in place (sizes the same, so the size check passes): every token XOR-ed with 0xA5 (all still
+    inside the vocabulary: it would train on other tokens), or one set to 65535 (an IndexError mid-run). Opening
+    with verify refuses it, naming input_ids.bin and the prepare command with this --out and --overwrite."""
+    from memorization.token_store import verify_store
+
+    assert verify_store(store_copy) is True
+    f = store_copy / "input_ids.bin"
+    ids = np.fromfile(f, np.uint16)
+    if damage == "xor-every-token":
+        ids ^= 0xA5
+        assert ids.max() < 4096
+    else:
+        ids[len(ids) // 2] = 65535
+    ids.tofile(f)
+    open_store(store_copy)  # (without verify: only the header and the sizes are checked)
+    with pytest.raises(StoreError, match=rf"token store {store_copy}: input_ids.bin is damaged \(the crc32 of its "
+                                         rf"bytes 0\.\.\d+ is not the one recorded when it was written\): prepare it "
+                                         rf"again: python data/prepare.py .*--out {store_copy} --overwrite$"):
+        open_store(store_copy, verify=True)
+
+
+@pytest.mark.slow
+def test_a_run_on_a_damaged_store_is_refused_before_training(tmp_path):
+    """memorize --store on a store whose tokens were changed after it was prepared: one line naming the file and
+    the command that rebuilds the store, nothing trained."""
+    cfg = tmp_path / "run.yaml"
+    store = tmp_path / "store"
+    cfg.write_text(RUN_YAML.replace("STORE", str(store)))
+    _script("data/prepare.py").main(["--config", str(cfg)])
+    moved = tmp_path / "moved"
+    store.rename(moved)  # the hint names the store where it is now
+    f = moved / "input_ids.bin"
+    ids = np.fromfile(f, np.uint16)
+    ids ^= 0xA5
+    ids.tofile(f)
+    with pytest.raises(SystemExit, match=rf"error: --store: token store {moved}: input_ids.bin is damaged .* "
+                                         rf"--out {moved} --overwrite$"):
+        _script("recipes/memorize.py").main(["--config", str(cfg), "--store", str(moved),
+                                             "--out", str(tmp_path / "a")])
+    assert not (tmp_path / "a" / "standard").exists()
+
+
+def test_a_store_with_ids_beyond_the_tokenizer_is_refused(stores, tokenizer, tmp_path):
+    """The token range store.json records is checked against the run's tokenizer's vocabulary."""
+    import shutil
+
+    copy = Path(shutil.copytree(stores[1], tmp_path / "c"))
+    head = json.loads((copy / STORE_FILE).read_text())
+    head["token_range"][1] = len(tokenizer)
+    (copy / STORE_FILE).write_text(json.dumps(head))
+    with pytest.raises(StoreMismatch, match=rf"token ids up to {len(tokenizer)}, beyond this run's tokenizer's "):
+        open_store(copy, tokenizer=tokenizer)
+
+
+def test_work_directories_of_a_killed_preparation_are_removed_by_the_next(tmp_path):
+    """A preparation killed with SIGKILL leaves its .tokenize-<host>-<pid>-* directory (corpus-sized) behind; the
+    next preparation beside it removes it, and leaves those of a live process alone."""
+    import socket
+    import subprocess
+
+    from memorization.token_store import remove_stale_work_dirs
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    host = socket.gethostname().replace("-", "_")
+    stale = tmp_path / f".tokenize-{host}-{dead.pid}-abc"
+    live = tmp_path / f".tokenize-{host}-{os.getppid()}-def"
+    other_host = tmp_path / f".tokenize-elsewhere-{dead.pid}-ghi"
+    for d in (stale, live, other_host):
+        (d / "sub").mkdir(parents=True)
+    remove_stale_work_dirs(tmp_path, ".tokenize-")
+    assert not stale.exists() and live.exists() and other_host.exists()
+
+
+def test_an_impossible_row_length_is_refused_before_tokenizing():
+    """seq_len 100000000000 was refused only after the whole corpus was tokenized."""
+    with pytest.raises(ValueError, match=r"seq_len=100,000,000,000 exceeds 1,048,576 tokens a row"):
+        MixtureConfig(seq_len=100_000_000_000)

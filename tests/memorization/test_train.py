@@ -240,27 +240,31 @@ def test_tokens_per_s_has_no_spikes_at_checkpoints_and_evals(tmp_path):
     assert [h["step"] for h in hist if "val_loss" in h] == [3, 6, 9, 12]
 
 
-@pytest.mark.parametrize("signal_after", [5, 6])
-def test_sigusr1_checkpoints_then_stops_and_resume_continues_the_curve(tmp_path, signal_after, plain_run):
+@pytest.mark.parametrize("signal_after, signame", [(5, "SIGUSR1"), (6, "SIGUSR1"), (5, "SIGTERM")])
+def test_stop_signal_checkpoints_then_stops_and_resume_continues_the_curve(tmp_path, signal_after, signame,
+                                                                          plain_run):
+    """SIGUSR1 (Slurm's warning before the limit) and SIGTERM (Slurm at the limit, scancel, kill) each make the
+    run checkpoint and stop within two steps; the resume continues the uninterrupted loss curve exactly."""
     import os
     import signal
 
     from memorization.train import TrainingInterrupted
 
     ref = [h["loss"] for h in plain_run["history"]]
+    sig = getattr(signal, signame)
 
     def send_signal(rec):
         if rec["step"] == signal_after:
-            os.kill(os.getpid(), signal.SIGUSR1)
+            os.kill(os.getpid(), sig)
 
-    before = signal.getsignal(signal.SIGUSR1)
+    before = signal.getsignal(sig)
     t = _trainer(tmp_path / "b")
     saved = []
     save = t.save_checkpoint
     t.save_checkpoint = lambda: (saved.append(t.step), save())
     with pytest.raises(TrainingInterrupted) as e:
         t.fit(on_step=send_signal)
-    assert signal.getsignal(signal.SIGUSR1) is before  # handler restored
+    assert signal.getsignal(sig) is before  # handler restored
     # on_step(5) runs once step 6 is enqueued, so step 7 carries the request; it is read once step 8 is
     # enqueued. on_step(6) runs once step 7 is enqueued, so step 8 carries it, read at step 8 itself.
     # Either way the run stops after step 8, which is also a periodic checkpoint: written once.
@@ -568,3 +572,66 @@ def test_unknown_fp8_recipe_refused_before_work(tmp_path):
     with pytest.raises(ValueError, match="fp8 must be one of rowwise, tensorwise"):
         _trainer(tmp_path, fp8="e4m3")
     assert not (tmp_path / "checkpoint").exists()
+
+
+@pytest.mark.parametrize("field", ["lr", "weight_decay"])
+@pytest.mark.parametrize("value", [math.inf, math.nan])
+def test_non_finite_optimizer_settings_are_refused(tmp_path, field, value):
+    """An infinite (or NaN) learning rate or weight decay makes every weight NaN after one step: refused when the
+    trainer is built, naming the setting and its range."""
+    with pytest.raises(ValueError, match=rf"TrainConfig: {field}={value!r} \(must be finite"):
+        _trainer(tmp_path, **{field: value})
+
+
+def test_a_non_finite_loss_stops_at_its_step_and_keeps_the_last_good_checkpoint(tmp_path):
+    """The loss of step 5 made NaN (checkpoints every 2 steps): fit raises NonFiniteTraining naming step 5 (the
+    loss is read one step late; the run stops there all the same), LATEST stays at step 4, whose weights are
+    finite, and no train_result.json is written."""
+    from memorization.train import NonFiniteTraining
+
+    tr = _trainer(tmp_path, checkpoint_every=2)
+    forward = tr.forward
+
+    def poisoned(*a, **k):
+        ls, n = forward(*a, **k)
+        return (ls * math.nan if tr.step == 4 else ls), n
+
+    tr.forward = poisoned
+    with pytest.raises(NonFiniteTraining, match=r"training diverged: the loss is nan at step 5; stopped there, the "
+                                                r"last good checkpoint \(step 4\) in .* is kept"):
+        tr.fit()
+    ckpt = tmp_path / "checkpoint"
+    assert (ckpt / "LATEST").read_text() == "step_0000004"
+    assert not (tmp_path / "train_result.json").exists()
+    fresh = _trainer(tmp_path / "fresh", checkpoint_every=2)
+    tr.rt.load_checkpoint(fresh.model, fresh.opt, ckpt)
+    assert all(torch.isfinite(p).all() for p in fresh.model.parameters())
+
+
+def test_a_checkpoint_of_non_finite_weights_is_refused(tmp_path):
+    """A NaN weight (a step whose loss was still finite, but whose update was not) is never checkpointed: the save
+    raises NonFiniteTraining and writes nothing."""
+    from memorization.train import NonFiniteTraining
+
+    tr = _trainer(tmp_path)
+    with torch.no_grad():
+        next(tr.model.parameters()).view(-1)[0] = math.inf
+    with pytest.raises(NonFiniteTraining, match=r"a weight is not finite after the update at step 0; stopped there, "
+                                                r"no checkpoint was saved before it"):
+        tr.save_checkpoint()
+    assert not (tmp_path / "checkpoint").exists()
+
+
+def test_results_files_are_valid_json_even_with_non_finite_numbers(tmp_path):
+    """atomic_write_json writes NaN and infinities as null: the file parses as strict JSON."""
+    import json
+
+    from memorization.atomic import atomic_write_json
+
+    atomic_write_json(tmp_path / "r.json", {"loss": math.nan, "h": [{"x": math.inf}, -math.inf, 1.5], "s": "nan"})
+
+    def strict(c):
+        raise ValueError(c)
+
+    assert json.loads((tmp_path / "r.json").read_text(), parse_constant=strict) == {
+        "loss": None, "h": [{"x": None}, None, 1.5], "s": "nan"}

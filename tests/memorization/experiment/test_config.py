@@ -127,7 +127,7 @@ def test_a_high_lr_with_init_is_refused_unless_acknowledged(tmp_path, no_work):
 
 
 @pytest.mark.parametrize("cfg, match", [
-    (ExperimentConfig(training=Training(lr=-1.0)), r"--lr -1.0 \(must be > 0\)"),
+    (ExperimentConfig(training=Training(lr=-1.0)), r"--lr -1.0 \(must be finite, > 0\)"),
     (ExperimentConfig(training=Training(micro_batch=3)), "--micro-batch 3 does not divide"),
     (replace(ExperimentConfig(), goldfish=replace(ExperimentConfig().goldfish, strategy="hsah")),
      "unknown goldfish strategy 'hsah'"),

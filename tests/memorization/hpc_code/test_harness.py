@@ -226,10 +226,12 @@ def test_missing_tool_is_a_setup_error_not_a_failed_sample(tmp_path, monkeypatch
 
 
 def test_cli_zero_or_negative_limits_are_refused(capsys):
-    """Every sandbox limit must be positive: 0 or less is refused, not read as "no limit"."""
+    """Every sandbox limit must be positive and finite: 0 or less is refused, not read as "no limit", and so are an
+    infinite time-out and a non-finite temperature."""
     cli = load_eval_cli("hpc_code")
     for flag, v in (("--memory-mb", "0"), ("--memory-mb", "-5"), ("--timeout", "0"), ("--build-timeout", "-1"),
-                    ("--output-limit-kb", "0")):
+                    ("--output-limit-kb", "0"), ("--timeout", "inf"), ("--build-timeout", "nan"),
+                    ("--temperature", "inf")):
         rc = cli.main(["--use-references", "--quick", "--no-progress", "--problems", "reduce_array_sum_serial",
                        flag, v])
         assert rc == 2 and f"out of range: {flag} " in capsys.readouterr().err, (flag, v)

@@ -123,6 +123,49 @@ def test_a_hostile_command_sees_and_reaches_nothing_of_the_host(tmp_path, iso):
         host_tmp.unlink(missing_ok=True)
 
 
+DISK_FILLER = ("import os\nwritten = 0\ntry:\n    for i in range(8):\n        with open(f'fill{i}.bin', 'wb') as f:\n"
+               "            for _ in range(40):\n                f.write(bytes(1 << 20))\n                written += 1 << 20\n"
+               "except OSError as e:\n    print('stopped', e.errno, written >> 20, flush=True)\n"
+               "print('wrote', written >> 20, flush=True)\n")
+
+
+@needs_namespaces
+@pytest.mark.parametrize("iso", MODES)
+def test_a_command_that_fills_its_disk_is_bounded_and_leaves_the_host_untouched(tmp_path, iso):
+    """A command writing eight 40 MiB files (each under the per-file cap) into a 64 MiB working directory: it
+    runs out of space there at about 64 MiB, the run is marked disk_full (a 'disk limit exceeded' verdict), and
+    nothing it wrote reaches the host's directory; a command within the bound gets its files back."""
+    from memorization.hpc_code.harness import classify_run
+
+    work = tmp_path / "work"
+    work.mkdir()
+    res = _run(iso, [sys.executable, "-I", "-c", DISK_FILLER], work, work_mb=64)
+    assert "stopped 28" in res.stdout, (res.stdout, res.stderr)  # ENOSPC
+    assert int(res.stdout.split("wrote ")[1]) <= 64
+    assert res.disk_full and classify_run(res) == ("runtime_error", "disk limit exceeded (filled its working "
+                                                                    "directory: --disk-mb)")
+    assert not list(work.glob("fill*"))
+    ok = _run(iso, [sys.executable, "-I", "-c", "open('out.txt', 'w').write('x' * 1000)"], work, work_mb=64)
+    assert ok.returncode == 0 and not ok.disk_full and (work / "out.txt").read_text() == "x" * 1000
+
+
+@needs_namespaces
+@pytest.mark.parametrize("iso", MODES)
+def test_mountinfo_shows_no_host_path_of_the_work_directory(tmp_path, iso):
+    """/proc/self/mountinfo inside the sandbox names no host path of the working directory (it was the source of
+    the /sandbox bind)."""
+    work = tmp_path / "work_dir_on_the_host"
+    work.mkdir()
+    res = _run(iso, ["cat", "/proc/self/mountinfo"], work)
+    assert res.returncode == 0 and " /sandbox " in res.stdout, res.stderr
+    assert str(tmp_path) not in res.stdout and "work_dir_on_the_host" not in res.stdout
+
+
+def test_a_disk_limit_that_is_not_positive_is_refused():
+    with pytest.raises(ValueError, match=r"sandbox limit work_mb must be positive, got 0"):
+        SandboxLimits(work_mb=0)
+
+
 FORK_BOMB = ("import os, time\nn = 0\ntry:\n    while n < 10000:\n        if os.fork() == 0:\n"
              "            time.sleep(60)\n            os._exit(0)\n        n += 1\nexcept OSError:\n    pass\n"
              "print(n, flush=True)\n")
