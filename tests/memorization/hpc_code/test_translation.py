@@ -17,9 +17,10 @@ def test_every_problem_gets_each_pair_and_the_prompt_carries_the_renamed_source(
     tasks = translation_problems(problems)
     assert len(tasks) == len({p.function for p in problems}) * len(PAIRS) == 300
     by_name = {p.name: p for p in problems}
+    by_function = {(p.function, p.model): p for p in problems}
     for t in tasks:
         source = by_name[t.name.rsplit("_to_", 1)[0]]
-        target = next(p for p in problems if p.function == t.function and p.model == t.model)
+        target = by_function[(t.function, t.model)]
         assert (t.source_model, t.task) == (source.model, "translate") and (source.model, t.model) in PAIRS
         assert t.prompt.endswith(target.prompt) and t.function == target.function
         assert f"{target.function}_{SHORT[source.model]}(" in t.prompt
