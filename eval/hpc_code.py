@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""HPC-code evaluation: pass@k, build@k and speedup_n@k on serial C / OpenMP / MPI problems.
+"""HPC-code evaluation: pass@k, build@k and speedup_n@k on serial C / OpenMP / MPI / MPI+OpenMP / Kokkos problems.
 
 Scores either the suite's reference solutions (``--use-references``: a sanity
 check of the suite and the harness, everything should pass) or completions
@@ -31,7 +31,7 @@ from memorization.hpc_code import report as hpc_report
 from memorization.hpc_code.completions import CompletionsError, check_problems, load_completions
 from memorization.hpc_code.extract import extract_c_body, extract_python_body
 from memorization.hpc_code.harness import RunConfig, require_tools
-from memorization.hpc_code.toolchain import LAUNCHERS, launcher_refusal, sandbox_report
+from memorization.hpc_code.toolchain import LAUNCHERS, launcher_refusal, sandbox_report, unavailable_models
 from memorization.hpc_code.humaneval import humaneval_available, load_humaneval
 from memorization.hpc_code.problems import MODELS, default_suite_dir, load_suite
 from memorization.hpc_code.runner import evaluate_samples, summarize
@@ -75,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"only these execution models ({', '.join(MODELS)})")
     sel.add_argument("--tasks", default="write", metavar="LIST",
                      help="hpc task kinds, comma-separated: write (from the description) and translate (from a working "
-                          "solution in another execution model: serial->OpenMP, serial->MPI, OpenMP->MPI; named "
+                          "solution in another execution model: serial->OpenMP, serial->MPI, OpenMP->MPI, "
+                          "MPI->MPI+OpenMP, serial->Kokkos; named "
                           "<source problem>_to_<model>) (default: write)")
     sel.add_argument("--humaneval-limit", type=int, metavar="N",
                      help="only the first N HumanEval tasks (default: all 164)")
@@ -281,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     progress = not args.no_progress
 
     suites: dict[str, tuple[list, list, object]] = {}
+    not_run: list[dict] = []  # execution models this machine cannot build (e.g. Kokkos not installed)
     if "hpc" in benches:
         try:
             problems, errors = load_suite(args.suite, args.problems, args.execution_models)
@@ -309,6 +311,16 @@ def main(argv: list[str] | None = None) -> int:
         if not problems:
             print("error: no problem selected (see --problems / --execution-models)", file=sys.stderr)
             return 2
+        missing = unavailable_models(cfg, {p.model for p in problems})
+        for model, why in missing.items():  # listed as not run, never as failed
+            names = [p.name for p in problems if p.model == model]
+            not_run.append({"model": model, "reason": why, "problems": names})
+            print(f"note: {len(names)} {model} problem(s) not run: {why}", file=sys.stderr)
+        problems = [p for p in problems if p.model not in missing]
+        if not problems:
+            print("error: nothing to run here: every selected problem's execution model is unavailable "
+                  f"({'; '.join(f'{m}: {w}' for m, w in missing.items())})", file=sys.stderr)
+            return 2
         try:
             require_tools(cfg, {p.model for p in problems})
         except FileNotFoundError as exc:
@@ -324,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
         for bench, (problems, errors, extract) in list(suites.items()):
             rows = given.get(bench, {})
             try:
-                check_problems(rows, [p.name for p in problems], bench, args.completions)
+                skipped = [name for entry in not_run for name in entry["problems"]] if bench == "hpc" else []
+                check_problems(rows, [p.name for p in problems] + skipped, bench, args.completions)
             except CompletionsError as exc:
                 print(f"error: {exc}", file=sys.stderr)
                 return 2
@@ -358,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
                      "srun_mpi": cfg.srun_mpi if cfg.launcher == "srun" else None},
         "limits": {"timeout_s": args.timeout, "memory_mb": args.memory_mb, "output_kb": args.output_limit_kb,
                    "max_processes": args.max_processes, "disk_mb": args.disk_mb},
+        "not_run": not_run,
     }
     if sampler is not None:
         report["generation"] = {"temperature": args.temperature, "top_p": args.top_p,

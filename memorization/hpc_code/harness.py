@@ -1,7 +1,7 @@
 """Build, run and score one C candidate; nothing the candidate can reach decides its verdict.
 
 A candidate is ``problem.prompt + body``, compiled in a sandbox into a shared library
-(``gcc -O2 -fopenmp`` for serial/OpenMP, ``mpicc`` for MPI).  The problem's trusted runner
+(``gcc -O2 -fopenmp`` for serial/OpenMP, ``mpicc`` for MPI, ``g++`` against Kokkos for Kokkos).  The problem's trusted runner
 (:mod:`.reference`) loads it once per timed repetition and worker count
 (``OMP_NUM_THREADS=n`` or ``mpiexec -n n``; serial problems only with 1), each run on
 fresh inputs from its own random seed, and writes the function's output to a file; the

@@ -4,7 +4,7 @@ A suite directory holds ``problems/*.yaml`` (one problem per file), the shared
 per-type drivers in ``drivers/`` and the generic mains in ``harness/``.
 A problem file has the keys::
 
-    name, type, model (serial|openmp|mpi|mpi+omp), description, driver (path relative
+    name, type, model (serial|openmp|mpi|mpi+omp|kokkos), description, driver (path relative
     to the suite), size, quick_size, prompt (C code ending in the function's
     opening brace), reference (the body that completes the prompt)
 
@@ -21,8 +21,10 @@ from pathlib import Path
 
 import yaml
 
-MODELS = ("serial", "openmp", "mpi", "mpi+omp")
+C_MODELS = ("serial", "openmp", "mpi", "mpi+omp")  # C, built with gcc / mpicc
+MODELS = (*C_MODELS, "kokkos")
 MPI_MODELS = ("mpi", "mpi+omp")  # built with mpicc, launched by mpiexec
+CXX_MODELS = ("kokkos",)  # C++ with an extern "C" function, built with g++ against a library (memorization.hpc_code.kokkos)
 REQUIRED_KEYS = ("name", "type", "model", "driver", "size", "quick_size", "prompt", "reference")
 
 
@@ -55,6 +57,11 @@ class Problem:
     @property
     def uses_mpi(self) -> bool:
         return self.model in MPI_MODELS
+
+    @property
+    def cxx(self) -> bool:
+        """Whether the candidate is C++ (``candidate.cpp``, g++) rather than C."""
+        return self.model in CXX_MODELS
 
     @property
     def function(self) -> str:

@@ -142,7 +142,7 @@ def summarize(
     ks: Sequence[int],
     cfg: RunConfig,
     task_errors: Sequence[TaskError] = (),
-    speedup_models: Sequence[str] = ("openmp", "mpi", "mpi+omp"),
+    speedup_models: Sequence[str] = ("openmp", "mpi", "mpi+omp", "kokkos"),
 ) -> dict:
     """Aggregate per-problem results into the JSON report.
 

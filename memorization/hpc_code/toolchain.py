@@ -1,4 +1,4 @@
-"""Building and launching a problem's programs: compilers, MPI launcher, sandboxed environment.
+"""Building and launching a problem's programs: compilers (gcc, mpicc; g++ against Kokkos), MPI launcher, sandbox.
 
 A problem has two kinds of program (see :mod:`.reference` and :mod:`.harness`): trusted
 ones compiled from its driver and a generic main of ``data/hpc_code/harness``
@@ -17,7 +17,8 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
-from memorization.hpc_code.problems import MPI_MODELS, Problem
+from memorization.hpc_code.kokkos import INSTALL_HINT, find_kokkos, require_kokkos
+from memorization.hpc_code.problems import CXX_MODELS, MPI_MODELS, Problem
 from memorization.hpc_code.sandbox import (SandboxLimits, SandboxResult, memory_limited, run_per_process,
                                            run_sandboxed, scratch_dir, system_paths)
 
@@ -43,6 +44,9 @@ class RunConfig:
     mpicc: str = "mpicc"
     mpiexec: str = "mpiexec"
     cflags: tuple[str, ...] = ("-O2", "-fopenmp", "-std=gnu17")
+    cxx: str = "g++"  # Kokkos problems (C++)
+    cxxflags: tuple[str, ...] = ("-O2", "-fopenmp", "-std=c++17")
+    kokkos_prefix: str | None = None  # a Kokkos install prefix; None: $KOKKOS_ROOT, else Debian's (see .kokkos)
     keep_dirs: bool = False
     # how runs are started (see :func:`launch`): "local" -- all in one sandbox here; "mpiexec" -- MPI runs
     # through ``mpiexec`` (``launcher_args`` after it, e.g. ``-hosts a,b``), one sandbox per rank; "srun" --
@@ -58,6 +62,8 @@ class RunConfig:
         """The worker counts n a problem runs with: cores a run may use (ranks x threads for mpi+omp)."""
         if problem.model == "serial":
             return (1,)
+        if problem.model == "kokkos" and not require_kokkos(self.kokkos_prefix).threaded:
+            return (1,)  # a Serial-only Kokkos (Debian's) runs every parallel_for on one core
         if problem.model == "mpi+omp":
             return tuple(r * self.threads_per_rank for r in self.workers)
         return self.workers
@@ -102,13 +108,32 @@ def tool(name: str) -> str:
 
 def require_tools(cfg: RunConfig, models: set[str] | list[str]) -> None:
     """Raise ``FileNotFoundError`` unless the compilers/launcher for ``models`` can be found."""
-    names = {cfg.cc} if set(models) & {"serial", "openmp"} else set()
+    names = {cfg.cc} if set(models) & {"serial", "openmp", *CXX_MODELS} else set()
     if set(models) & set(MPI_MODELS):
         names |= {cfg.mpicc, cfg.mpiexec}
+    if set(models) & set(CXX_MODELS):
+        names.add(cfg.cxx)
+    if "kokkos" in models:
+        require_kokkos(cfg.kokkos_prefix)
     if cfg.launcher == "srun":
         names.add(cfg.srun)
     for name in sorted(names):
         tool(name)
+
+
+def unavailable_models(cfg: RunConfig, models: set[str] | list[str]) -> dict[str, str]:
+    """The execution models of ``models`` this machine cannot build, each with the reason: Kokkos without a Kokkos
+    install or a C++ compiler.  Their problems are listed as not run, never scored as failures."""
+    out = {}
+    if "kokkos" in models:
+        if find_kokkos(cfg.kokkos_prefix) is None:
+            out["kokkos"] = INSTALL_HINT
+        else:
+            try:
+                tool(cfg.cxx)
+            except FileNotFoundError as exc:
+                out["kokkos"] = str(exc)
+    return out
 
 
 @lru_cache(maxsize=8)
@@ -144,6 +169,8 @@ def tool_dirs(cfg: RunConfig, model: str) -> tuple[str, ...]:
     """Install prefixes of the tools ``model`` needs that a sandbox does not show already (e.g. a cluster's
     MPI module): bound read-only into it."""
     names = [cfg.mpicc, cfg.mpiexec] if model in MPI_MODELS else [cfg.cc]
+    if model in CXX_MODELS:
+        names.append(cfg.cxx)
     shown = system_paths()
     dirs = set()
     for name in names:
@@ -151,11 +178,9 @@ def tool_dirs(cfg: RunConfig, model: str) -> tuple[str, ...]:
         prefix = path.parent.parent if path.parent.name == "bin" else path.parent
         if not any(str(path).startswith(s.rstrip("/") + "/") for s in shown):
             dirs.add(str(prefix))
+    if model == "kokkos":
+        dirs.update(require_kokkos(cfg.kokkos_prefix).prefixes())
     return tuple(sorted(dirs))
-
-
-def _compiler(problem: Problem, cfg: RunConfig) -> str:
-    return tool(cfg.mpicc if problem.uses_mpi else cfg.cc)
 
 
 def compile_library(problem: Problem, body: str, workdir: str | Path, cfg: RunConfig,
@@ -166,25 +191,50 @@ def compile_library(problem: Problem, body: str, workdir: str | Path, cfg: RunCo
     not a failed load at run time.
     """
     wd = Path(workdir)
+    if problem.cxx:  # C++ against Kokkos: the function is extern "C", so the runner finds it by its name
+        kokkos = require_kokkos(cfg.kokkos_prefix)
+        (wd / f"{name}.cpp").write_text(problem.prompt + body)
+        cmd = [tool(cfg.cxx), *cfg.cxxflags, *kokkos.compile_flags(), "-fPIC", "-shared", f"{name}.cpp", "-o",
+               f"{name}.so", *kokkos.link_flags(), "-lm", "-Wl,--no-undefined"]
+        return run_sandboxed(cmd, wd, cfg.build_limits, candidate_env(1), ro=tool_dirs(cfg, problem.model))
     (wd / f"{name}.c").write_text(problem.prompt + body)
-    cmd = [_compiler(problem, cfg), *cfg.cflags, "-fPIC", "-shared", f"{name}.c", "-o", f"{name}.so", "-lm",
-           "-Wl,--no-undefined"]
+    cmd = [tool(cfg.mpicc if problem.uses_mpi else cfg.cc), *cfg.cflags, "-fPIC", "-shared", f"{name}.c", "-o",
+           f"{name}.so", "-lm", "-Wl,--no-undefined"]
     return run_sandboxed(cmd, wd, cfg.build_limits, candidate_env(1), ro=tool_dirs(cfg, problem.model))
+
+
+_KOKKOS_INIT: dict[tuple, bytes] = {}  # the Kokkos runner's start-up object (kokkos_init.o) by toolchain
 
 
 def compile_driver(problem: Problem, workdir: str | Path, cfg: RunConfig, main: str) -> SandboxResult:
     """Compile the problem's driver with ``main`` into ``workdir/prog`` (trusted: no candidate code).
 
     The driver's calls to the candidate's function go through ``hpc_kernel``, a pointer the
-    runner sets from the library it loads (see ``hpc_harness.h``).
+    runner sets from the library it loads (see ``hpc_harness.h``).  A Kokkos problem's runner
+    (``main_run_omp.c`` with ``-DHPC_KOKKOS``) also links ``kokkos_init.cpp``, which starts Kokkos
+    before the timed window.
     """
     wd = Path(workdir)
     for src in (problem.driver_path, problem.harness_dir / "hpc_harness.h", problem.harness_dir / main):
         shutil.copyfile(src, wd / src.name)
     fn = problem.function
-    cmd = [_compiler(problem, cfg), *cfg.cflags, f"-D{fn}=(*hpc_kernel)", f'-DHPC_KERNEL_NAME="{fn}"', "-I.",
-           problem.driver_path.name, main, "-o", "prog", "-lm", "-ldl"]
-    return run_sandboxed(cmd, wd, cfg.build_limits, candidate_env(1), ro=tool_dirs(cfg, problem.model))
+    extra: list[str] = []
+    ro = tool_dirs(cfg, problem.model)
+    if problem.model == "kokkos" and main == "main_run_omp.c":
+        kokkos = require_kokkos(cfg.kokkos_prefix)
+        key = (str(problem.harness_dir), tool(cfg.cxx), cfg.cxxflags, kokkos)
+        if key not in _KOKKOS_INIT:  # compiled once per process: a Kokkos header costs seconds to compile
+            shutil.copyfile(problem.harness_dir / "kokkos_init.cpp", wd / "kokkos_init.cpp")
+            res = run_sandboxed([tool(cfg.cxx), *cfg.cxxflags, *kokkos.compile_flags(), "-c", "kokkos_init.cpp",
+                                 "-o", "kokkos_init.o"], wd, cfg.build_limits, candidate_env(1), ro=ro)
+            if res.returncode != 0:
+                return res
+            _KOKKOS_INIT[key] = (wd / "kokkos_init.o").read_bytes()
+        (wd / "kokkos_init.o").write_bytes(_KOKKOS_INIT[key])
+        extra = ["-DHPC_KOKKOS", "kokkos_init.o", *kokkos.link_flags(), "-lstdc++"]
+    cmd = [tool(cfg.mpicc if problem.uses_mpi else cfg.cc), *cfg.cflags, f"-D{fn}=(*hpc_kernel)",
+           f'-DHPC_KERNEL_NAME="{fn}"', "-I.", problem.driver_path.name, main, *extra, "-o", "prog", "-lm", "-ldl"]
+    return run_sandboxed(cmd, wd, cfg.build_limits, candidate_env(1), ro=ro)
 
 
 def launch(problem: Problem, workdir: str | Path, cfg: RunConfig, workers: int, program: str | Path,

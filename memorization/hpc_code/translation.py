@@ -5,7 +5,8 @@ is the *source* problem's prompt and reference solution -- its function renamed 
 that both live in one translation unit, and real code, so the model reads it as code -- followed by an
 instruction and the *target* problem's prompt; everything else (driver, reference, sizes) is the target's, so
 a translation is built, run, checked and timed exactly like the target problem, and its metrics compare with
-writing the target from its description alone.  ``Problem.source_model`` names the source.
+writing the target from its description alone.  Into Kokkos the whole file is C++: the serial sources are
+written to compile as C and C++ alike (``malloc``'s result cast).  ``Problem.source_model`` names the source.
 """
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ from dataclasses import replace
 
 from memorization.hpc_code.problems import Problem
 
-PAIRS = (("serial", "openmp"), ("serial", "mpi"), ("openmp", "mpi"), ("mpi", "mpi+omp"))
-SHORT = {"serial": "serial", "openmp": "omp", "mpi": "mpi", "mpi+omp": "mpi_omp"}
-LABEL = {"serial": "serial C", "openmp": "OpenMP", "mpi": "MPI", "mpi+omp": "MPI+OpenMP"}
+PAIRS = (("serial", "openmp"), ("serial", "mpi"), ("openmp", "mpi"), ("mpi", "mpi+omp"), ("serial", "kokkos"))
+SHORT = {"serial": "serial", "openmp": "omp", "mpi": "mpi", "mpi+omp": "mpi_omp", "kokkos": "kokkos"}
+LABEL = {"serial": "serial C", "openmp": "OpenMP", "mpi": "MPI", "mpi+omp": "MPI+OpenMP", "kokkos": "Kokkos"}
 
 
 def translation_prompt(source: Problem, target: Problem) -> str:

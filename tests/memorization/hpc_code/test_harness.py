@@ -18,7 +18,7 @@ import pytest
 from memorization.hpc_code import SandboxLimits, load_suite
 from memorization.hpc_code.extract import extract_c_body
 from memorization.hpc_code.harness import RunConfig, evaluate_c
-from memorization.hpc_code.problems import MODELS
+from memorization.hpc_code.problems import C_MODELS
 from memorization.hpc_code.reference import SetupError, prepare_reference
 from memorization.hpc_code.sandbox import isolation
 from tests.support import TESTS, hpc_code_report, load_eval_cli
@@ -26,10 +26,10 @@ from tests.support import TESTS, hpc_code_report, load_eval_cli
 
 def quick_subset(problems: list) -> list:
     """Every other problem of the suite (two or three of each type), each once, its execution model in rotation
-    (serial, OpenMP, MPI, MPI+OpenMP): 30 of the 240 prompts, every type and every model -- the default suite's
-    share; the slow tests run all."""
+    (serial, OpenMP, MPI, MPI+OpenMP): 30 of the 240 C prompts, every type and every C model -- the default suite's
+    share; the slow tests run all (Kokkos: test_kokkos.py)."""
     functions = sorted({(p.type, p.function) for p in problems})[::2]
-    want = {key: MODELS[i % len(MODELS)] for i, key in enumerate(functions)}
+    want = {key: C_MODELS[i % len(C_MODELS)] for i, key in enumerate(functions)}
     return [p for p in problems if want.get((p.type, p.function)) == p.model]
 
 
@@ -37,8 +37,8 @@ def quick_subset(problems: list) -> list:
 def test_references_pass_via_cli(which):
     """The public interface: every reference passes and parallel problems report speedups at every worker count
     (an MPI+OpenMP run's n is ranks x 2 threads); the default suite runs :func:`quick_subset` with 2 workers, the
-    slow one all 240 prompts with 1 and 2."""
-    problems, _ = load_suite()
+    slow one all 240 C prompts with 1 and 2 (the 60 Kokkos ones: test_kokkos.py)."""
+    problems, _ = load_suite(models=list(C_MODELS))
     names = [p.name for p in (quick_subset(problems) if which == "subset" else problems)]
     workers = "2" if which == "subset" else "1,2"
     repeats = "1" if which == "subset" else "3"  # the default suite checks verdicts; timing is the slow run's
@@ -49,7 +49,7 @@ def test_references_pass_via_cli(which):
     assert report["build@1"] == 1.0
     assert report["speedup@1"] > 0 and report["speedup_n"] == 2
     assert report["status_counts"]["passed"] == report["problems"]
-    assert set(report["by_model"]) == set(MODELS)
+    assert set(report["by_model"]) == set(C_MODELS)
     n = [int(w) for w in workers.split(",")]
     expected_n = {"serial": {"1"}, "openmp": {str(w) for w in n}, "mpi": {str(w) for w in n},
                   "mpi+omp": {str(2 * w) for w in n}}
@@ -152,7 +152,7 @@ def test_plausible_wrong_candidates_are_rejected(which, tmp_path):
     from memorization.hpc_code.completions import load_completions
 
     rows = [json.loads(x) for x in WRONG_CANDIDATES.read_text().splitlines() if x.strip()]
-    problems, _ = load_suite()
+    problems, _ = load_suite(models=list(C_MODELS))  # Kokkos: test_kokkos.py
     by_name = {p.name: p for p in problems}
     covered = {by_name[r["problem"]].function for r in rows}
     assert covered | set(BROKEN_WRAPPERS) == {p.function for p in problems}

@@ -125,7 +125,8 @@ def test_an_openmp_fork_bomb_is_contained_in_its_srun_step(slurm):
 @pytest.mark.slow
 def test_cli_under_srun_reports_the_per_process_sandbox(slurm, tmp_path):
     out = subprocess.run([sys.executable, str(REPO / "eval" / "hpc_code.py"), "--use-references", "--quick",
-                          "--problems", "reduce_array_sum_*", "--workers", "2", "--launcher", "srun",
+                          "--problems", "reduce_array_sum_*", "--execution-models", "serial", "openmp", "mpi",
+                          "mpi+omp", "--workers", "2", "--launcher", "srun",
                           "--work-dir", str(tmp_path), "--json", "--no-progress"],
                          capture_output=True, text=True, timeout=600, cwd=REPO)
     assert out.returncode == 0, out.stderr

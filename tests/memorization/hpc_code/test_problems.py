@@ -10,11 +10,11 @@ from tests.support import hpc_code_report
 
 
 def test_suite_has_five_problems_per_type_each_in_every_model():
-    """ParEval's breadth: 12 types x 5 problems x {serial, OpenMP, MPI, MPI+OpenMP} = 240 prompts, each problem's
-    four prompts asking for one function (its name unique in the suite) on one driver."""
+    """ParEval's breadth: 12 types x 5 problems x {serial, OpenMP, MPI, MPI+OpenMP, Kokkos} = 300 prompts, each
+    problem's five prompts asking for one function (its name unique in the suite) on one driver."""
     problems, errors = load_suite()
     assert not errors
-    assert len(problems) == 240
+    assert len(problems) == 300
     by_problem: dict[tuple[str, str], list] = {}
     for p in problems:
         by_problem.setdefault((p.type, p.function), []).append(p)
