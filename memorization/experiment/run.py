@@ -137,7 +137,7 @@ def extraction_config(cfg: ExperimentConfig):
     x = cfg.extraction
     return ExtractionConfig(prefix_len=x.prefix, suffix_len=x.suffix, all_but_suffix=x.prefix_mode == "all-but-suffix",
                             batch_size=x.batch, samples=x.samples, temperature=x.temperature, top_k=x.top_k,
-                            seed=cfg.training.seed)
+                            seed=cfg.training.seed, beam=x.beam, hints=x.hints)
 
 
 def length_config(cfg: ExperimentConfig, prefix: int | None, suffix: int):

@@ -113,9 +113,19 @@ def validate(cfg: ExperimentConfig) -> None:
         ("--temperature", x.temperature, x.temperature > 0, "> 0"),
         ("--top-k", x.top_k, x.top_k >= 0, ">= 0; 0 = the whole vocabulary"),
         ("--track-every", x.track_every, x.track_every >= 0, ">= 0; 0 = no tracking"),
-        ("--track-targets", x.track_targets, x.track_targets >= 0, ">= 0; 0 = every target")) if not ok]
+        ("--track-targets", x.track_targets, x.track_targets >= 0, ">= 0; 0 = every target"),
+        ("--beam", x.beam, x.beam >= 0, ">= 0; 0 = no beam search"),
+        ("--canaries", d.canaries, d.canaries >= 0, ">= 0; 0 = none"),
+        ("--canary-digits", d.canary_digits, 1 <= d.canary_digits <= 12, "in 1..12")) if not ok]
     if bad:
         raise ConfigError(f"error: {'; '.join(bad)}")
+    if d.canaries:
+        from memorization.canary import parse_canary_exposures
+
+        try:
+            parse_canary_exposures(d.canary_exposures)
+        except ValueError as e:
+            raise ConfigError(f"error: {e}") from None
     _check_training_numbers(cfg)
     if o.resume and o.overwrite:
         raise ConfigError("error: --resume and --overwrite contradict each other")
