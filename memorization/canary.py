@@ -17,9 +17,9 @@ uniformly sampled candidates (the paper's estimate) and takes ``exposure = -log2
 
 In training, canaries are written over background tokens of chosen rows (:func:`place_canaries`,
 :class:`CanaryRows`), the same rows in every arm, each a part of the document it is written into (its document
-id continues the preceding token's), at an offset of at least :data:`MIN_OFFSET` tokens into the row, so the
-Goldfish hash of each secret label sees only canary tokens when the carrier is at least ``h`` tokens long: the
-same labels are dropped at every exposure, as for a repeated document.
+id continues the preceding token's), at a random offset in the row.  The Goldfish hash of each secret label sees
+only canary tokens when the carrier is at least ``h`` tokens long (the default carrier is 24 to 27 tokens of the
+builtin tokenizer, ``h`` 13): the same secret labels are dropped at every exposure, as for a repeated document.
 """
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-#: a canary starts at least this many tokens into its row (a Goldfish hash of width <= 64 sees no row boundary)
-MIN_OFFSET = 64
+#: a canary starts at least this many tokens into its row (its document id continues the token before it)
+MIN_OFFSET = 1
 #: candidate spaces up to this size are enumerated exactly; larger ones are estimated from samples
 EXACT_LIMIT = 10 ** 5
 CARRIER = "Please keep this private: the secret access code of the account of {name} is "
