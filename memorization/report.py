@@ -20,7 +20,10 @@ def results_markdown(results: dict) -> str:
         f"{model}, {results['num_targets']} targets seen "
         f"{s['exposures']} time(s) each, {results['num_steps']} steps of {s['batch_size']} x {s['seq_len']} tokens, "
         f"seed {s['seed']}; extraction: prefix {s['prefix'] if s['prefix_mode'] == 'fixed' else 'all but suffix'}"
-        f" -> greedy {s['suffix']} tokens.",
+        f" -> greedy {s['suffix']} tokens." + (
+            f" Every target copy in training was a near-duplicate: {s['perturb_fraction']:g} of its tokens "
+            f"perturbed ({s.get('perturb_kind', 'substitute')}), extraction scores the original."
+            if s.get("perturb_fraction") else ""),
         "",
         "| arm | exact match (95% CI) | token match | Rouge-L | held-out loss | final train loss | dropped labels "
         "| train time |",

@@ -102,13 +102,20 @@ def build_parser(description: str = DESCRIPTION) -> argparse.ArgumentParser:
     add(g, "--canary-digits", type=int, help="digits of a canary's secret (the space has 10^digits candidates; "
         "exposure is at most digits x log2 10 bits): exact enumeration up to 5 digits, a skew-normal fit of "
         "sampled candidates' log-perplexities above")
+    add(g, "--perturb-fraction", type=float, help="near-duplicate exposure: every copy of a target in the stream is "
+        "perturbed at this fraction of its tokens, a different perturbation per copy (memorization.perturb); "
+        "extraction and MIA still score the original, never seen verbatim (0: exact copies)")
+    add(g, "--perturb-kind", choices=["substitute", "shuffle"], help="substitute: that fraction of the tokens "
+        "replaced by random ones; shuffle: spans of 4 tokens covering that fraction reordered at random")
     g = p.add_argument_group("goldfish")
     add(g, "--goldfish-k", type=int, help="drop 1/k of the labels in the Goldfish arm (k >= 2); 0 runs only the "
         "standard arm")
     add(g, "--goldfish-h", type=int, help="hash context width: the decision for a label depends on the h tokens "
         "before it (1..64: a row carries the 64 stream tokens before it)")
-    add(g, "--goldfish-strategy", choices=["hash", "static"],
-        help="hash: pseudo-random from the preceding h-gram; static: every k-th position")
+    add(g, "--goldfish-strategy", choices=["hash", "minhash", "static"],
+        help="hash: pseudo-random from the preceding h-gram; minhash: from the h-gram's smallest token hash and the "
+        "previous token, so a copy with a few tokens substituted or shuffled is masked mostly alike (for "
+        "--perturb-fraction); static: every k-th position")
     add(g, "--goldfish-doc-start", choices=DOC_STARTS,
         help="a label with fewer than h tokens of its document before it (a document's first h labels, all of a "
         "document of at most h tokens): keep: never dropped (the drop rate falls below 1/k); stream: hashed from "

@@ -96,7 +96,9 @@ class Data:
     corpus), each seen ``exposures`` times (a comma list splits them into groups) at steps chosen by
     ``placement`` (memorization.mixture.PLACEMENTS), rows of ``seq_len``; ``canaries`` random secrets of
     ``canary_digits`` digits in carrier sentences, written into background rows ``canary_exposures`` times
-    (a comma list, the canaries dealt round-robin over it; memorization.canary)."""
+    (a comma list, the canaries dealt round-robin over it; memorization.canary); with ``perturb_fraction`` > 0
+    every copy of a target is a near-duplicate, that fraction of it perturbed by ``perturb_kind``
+    (memorization.perturb)."""
 
     corpus: str = _opt("--corpus", "builtin:pydocs")
     text_field: str = _opt("--text-field", "text")
@@ -114,6 +116,8 @@ class Data:
     canaries: int = _opt("--canaries", 0)
     canary_exposures: str = _opt("--canary-exposures", "0,1,4,16,64")
     canary_digits: int = _opt("--canary-digits", 4)
+    perturb_fraction: float = _opt("--perturb-fraction", 0.0)
+    perturb_kind: str = _opt("--perturb-kind", "substitute")
 
 
 @dataclass(frozen=True)

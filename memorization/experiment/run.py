@@ -93,6 +93,11 @@ def run_arm(arm: str, cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path, 
         targets = tracked_targets(mixture.targets, x.track_targets, t.seed)
         tracker = Tracker(targets, ecfg, arm_goldfish("goldfish", cfg))
     rows, doc_ids = mixture.input_ids, mixture.doc_ids
+    if cfg.data.perturb_fraction:  # near-duplicates: every target copy perturbed (memorization.perturb)
+        from memorization.perturb import PerturbedRows, target_copies
+
+        rows = PerturbedRows(rows, target_copies(mixture.targets, rows.shape[1]), cfg.data.perturb_fraction,
+                             cfg.data.perturb_kind, len(tokenizer), t.seed)
     if canaries:  # the same canary copies in every arm's rows (memorization.canary)
         from memorization.canary import CanaryRows
 
