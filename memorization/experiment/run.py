@@ -151,7 +151,8 @@ def arm_mia(model, mixture, tokenizer, batch_size: int) -> dict:
     """Membership inference on a trained arm (``--mia``): the scores of :func:`memorization.mia.mia_scores` for the
     members (targets seen >= 1 time) and the nonmembers :func:`memorization.mia.select_nonmembers` picks (the
     exposure-0 targets, pooled with the held-out corpus documents for corpus targets), and
-    :func:`memorization.mia.mia_report`'s AUC and TPR at 1% FPR, overall and by exposure count."""
+    :func:`memorization.mia.mia_report`'s AUC and TPR at 1% FPR, overall and by exposure count; and every scored
+    document's loss (``loss_by_document``, for counterfactual memorization: memorization.replicates)."""
     from memorization.mia import mia_report, mia_scores, select_nonmembers
 
     members, nonmembers, source, warns = select_nonmembers(mixture.manifest())
@@ -160,8 +161,9 @@ def arm_mia(model, mixture, tokenizer, batch_size: int) -> dict:
     n = len(members)
     report = mia_report({k: v[:n] for k, v in scores.items()}, {k: v[n:] for k, v in scores.items()},
                         member_exposures=[int(d["exposures"]) for d in members])
+    loss = [None if v != v else float(v) for v in scores["loss"].tolist()]  # NaN (too short to score): None
     return {**report, "n_members": n, "n_nonmembers": len(nonmembers), "nonmember_source": source,
-            "warnings": warns}
+            "warnings": warns, "loss_by_document": {str(d["id"]): x for d, x in zip(docs, loss)}}
 
 
 def run_canaries(cfg: ExperimentConfig, mixture, tokenizer) -> list:
