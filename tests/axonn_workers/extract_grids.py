@@ -12,13 +12,17 @@ from memorization.runtime import Runtime
 
 GRIDS = ((1, 2, 2, 1), (1, 1, 2, 2), (2, 2, 1, 1), (1, 2, 1, 2))  # data, row, column, depth
 docs = json.loads(open(os.environ["DOCS"]).read())
-cfg = ExtractionConfig(prefix_len=10, suffix_len=12, batch_size=3)
+cfg = ExtractionConfig(prefix_len=10, suffix_len=12, batch_size=3, beam=int(os.environ.get("BEAM", "0")),
+                       hints=bool(int(os.environ.get("HINTS", "0"))))
 out = {}
 for g in GRIDS:
     rt = Runtime.create(*g)
     model = build_model(None, int(os.environ["VOCAB"]), init=os.environ["MODEL_DIR"], runtime=rt).eval()
     res = extract_on_grid(model, docs, rt.grid, cfg)
     out[",".join(map(str, g))] = [r["generated_ids"] for r in res["documents"]]
+    if cfg.beam or cfg.hints:  # the adaptive attacks' per-document results (memorization.adaptive)
+        out["adaptive " + ",".join(map(str, g))] = [[r.get("beam_rank"), r.get("hints"), r.get("longest_run")]
+                                                    for r in res["documents"]]
     rt.grid.destroy()
 if int(os.environ["RANK"]) == 0:
     with open(os.environ["OUT_JSON"], "w") as f:
