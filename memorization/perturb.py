@@ -52,7 +52,8 @@ class PerturbedRows:
             raise ValueError(f"the perturbed fraction must be in [0, 1], got {fraction}")
         if kind not in KINDS:
             raise ValueError(f"unknown perturbation {kind!r}: choose one of {KINDS}")
-        self.base, self.copies, self.fraction, self.kind, self.vocab, self.seed = base, copies, fraction, kind, vocab, seed
+        self.base, self.copies, self.fraction, self.kind = base, copies, fraction, kind
+        self.vocab, self.seed = vocab, seed
         self.shape, self.dtype = tuple(base.shape), base.dtype
         self.device = getattr(base, "device", torch.device("cpu"))
         if isinstance(base, torch.Tensor):

@@ -30,7 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     from axonn.cli import HelpFormatter
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
-                                formatter_class=HelpFormatter, epilog="any other option is passed to every memorize run")
+                                formatter_class=HelpFormatter,
+                                epilog="any other option is passed to every memorize run")
     p.add_argument("--seeds", default="0,1,2", help="comma list of seeds: one run per seed, the table of means and 95%% "
                    "t intervals over them (the mode unless --counterfactual)")
     p.add_argument("--counterfactual", action="store_true", help="one run per rotation of --exposures (which must "
