@@ -32,8 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
                                 formatter_class=HelpFormatter,
                                 epilog="any other option is passed to every memorize run")
-    p.add_argument("--seeds", default="0,1,2", help="comma list of seeds: one run per seed, the table of means and 95%% "
-                   "t intervals over them (the mode unless --counterfactual)")
+    p.add_argument("--seeds", default="0,1,2", help="comma list of seeds: one run per seed, the table of means and "
+                   "95%% t intervals over them (the mode unless --counterfactual)")
     p.add_argument("--counterfactual", action="store_true", help="one run per rotation of --exposures (which must "
                    "hold a 0 and a count > 0, e.g. 64,0): each target a member of some runs and not of others; "
                    "reports per-target counterfactual memorization of exact match, token match and loss (--mia)")
