@@ -24,6 +24,11 @@ documents with at least one, ``sampled_rate`` the mean per-sample rate ``p̂`` (
 within n' samples with probability ``1 - (1 - p̂)^n'``).  Each document's draws depend on ``seed`` and its
 id alone (:func:`sample_continue`).
 
+Adaptive extraction (``beam`` = B > 0, ``hints``; :mod:`memorization.adaptive`): whether the suffix is among the
+B beams of a beam search (``beam_match``; ``beam_top1``: the best beam), and the number of hints a greedy
+decoder needs when given the true token at each error (``hints``; ``longest_run``: the longest verbatim run
+between hints); a summary gives the shares and means.
+
 Generation is batched: prefixes are sorted by length, left-padded, and decoded together with
 a KV cache (one forward of the prefixes, keeping only the last position's logits, then one
 token per step for the whole batch).
@@ -57,6 +62,8 @@ class ExtractionConfig:
     temperature: float = 1.0  # of the sampled continuations
     top_k: int = 40  # sample among the k most likely tokens (0: all)
     seed: int = 0  # of the sampled continuations (each document's draws depend on it and the document's id only)
+    beam: int = 0  # beam-search width of the adaptive attack (0: none; memorization.adaptive)
+    hints: bool = False  # hint-counting teacher forcing (memorization.adaptive)
 
     def __post_init__(self) -> None:
         if self.suffix_len < 1 or (not self.all_but_suffix and self.prefix_len < 1):
@@ -66,6 +73,8 @@ class ExtractionConfig:
                              f"{self.temperature}, {self.top_k}")
         if self.batch_size < 1:
             raise ValueError(f"batch size must be >= 1, got {self.batch_size}")
+        if self.beam < 0:
+            raise ValueError(f"beam width must be >= 0 (0: no beam search), got {self.beam}")
         if self.all_but_suffix and self.max_tokens <= self.suffix_len:
             raise ValueError(f"max_tokens ({self.max_tokens}) must exceed the suffix length ({self.suffix_len})")
 
@@ -331,7 +340,28 @@ def extraction_records(model: torch.nn.Module, kept: list[dict], splits: list[tu
         for r, (_, suffix), conts in zip(records, splits, drawn):
             r["sampled_matches"] = sum(c == list(suffix) for c in conts)
             r["samples"] = cfg.samples
+    if cfg.beam or cfg.hints:
+        adaptive_records(model, records, splits, cfg, pad)
     return records
+
+
+def adaptive_records(model: torch.nn.Module, records: list[dict], splits: list[tuple[list[int], list[int]]],
+                     cfg: ExtractionConfig, pad_id: int = 0) -> None:
+    """Add the adaptive attacks' per-document fields to ``records`` (:mod:`memorization.adaptive`): with
+    ``cfg.beam`` = B, ``beam_match`` (the suffix is one of the B beams), ``beam_top1`` (it is the best one) and
+    ``beam_rank`` (its 1-based place among them, None if absent); with ``cfg.hints``, ``hints`` and
+    ``longest_run``."""
+    from .adaptive import beam_continue, hint_counts
+
+    prefixes, suffixes = [p for p, _ in splits], [list(s) for _, s in splits]
+    if cfg.beam:
+        beams = beam_continue(model, prefixes, cfg.suffix_len, cfg.beam, cfg.batch_size, pad_id)
+        for r, s, bs in zip(records, suffixes, beams):
+            rank = next((j + 1 for j, (t, _) in enumerate(bs) if t == s), None)
+            r.update(beam_match=rank is not None, beam_top1=rank == 1, beam_rank=rank, beam=cfg.beam)
+    if cfg.hints:
+        for r, h in zip(records, hint_counts(model, prefixes, suffixes, cfg.batch_size, pad_id)):
+            r.update(h)
 
 
 def extraction_result(records: list[dict], cfg: ExtractionConfig, ctx: int | None, skipped: list) -> dict:
@@ -422,6 +452,16 @@ def summarize(records: list[dict]) -> dict:
     if all("sampled_matches" in r for r in records):  # sampled extraction: any of n, and the per-sample rate
         out["sampled_any"] = sum(r["sampled_matches"] > 0 for r in records) / n
         out["sampled_rate"] = sum(r["sampled_matches"] / r["samples"] for r in records) / n
+    if all("beam_match" in r for r in records):  # beam search: the suffix among the B beams, or the best one
+        out["beam_match"] = sum(bool(r["beam_match"]) for r in records) / n
+        out["beam_match_ci95"] = list(rate_ci(sum(bool(r["beam_match"]) for r in records), n))
+        out["beam_top1"] = sum(bool(r["beam_top1"]) for r in records) / n
+    if all("hints" in r for r in records):  # hint-counting teacher forcing
+        hints = sorted(r["hints"] for r in records)
+        out["hints_mean"] = sum(hints) / n
+        out["hints_median"] = float(hints[n // 2] if n % 2 else (hints[n // 2 - 1] + hints[n // 2]) / 2)
+        out["hints_le1"] = sum(h <= 1 for h in hints) / n
+        out["longest_run_mean"] = sum(r["longest_run"] for r in records) / n
     if approx:
         out["prefix_match"] = sum(r["prefix_match"] for r in records) / n
         out["edit_similarity"] = sum(r["edit_similarity"] for r in records) / n

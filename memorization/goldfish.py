@@ -33,6 +33,20 @@ Strategies
     * ``static``: dropped at every k-th position of its document (``p % k == k - 1``, ``p``
       counted from the document's first token): a fixed ``1/k`` of the opening, the same at
       every exposure, and documents of at most ``h`` tokens are protected too.
+``minhash``
+    Like ``hash`` (the same ``doc_start`` rules), but robust to local edits of the text: the window is summarised
+    by its smallest token hash, an order-free min-hash, combined with the token just before the label::
+
+        m_t = min_{j < h} mix32(x[t-h+j] XOR seed)
+        u_t = mix32(m_t XOR mix32(x[t-1] + 0x9E3779B9 mod 2^32)) / 2^32        drop  <=>  u_t < 1/k
+
+    Substituting a fraction q of a text's tokens changes ``hash``'s decision at a label whenever one of its h
+    context tokens changed (probability ``1 - (1 - q)^h``, 0.75 at q = 0.1, h = 13), but ``minhash``'s only when
+    ``x[t-1]`` changed or the window's minimum moved (about ``q (1 + 2h / (h + 1))``); shuffling tokens inside
+    the window changes ``m_t`` not at all.  So a text seen only as perturbed copies is masked at mostly the
+    same labels in every copy, as an exact repeat is under ``hash``.  The previous token in the mix keeps
+    neighbouring decisions independent (a window minimum alone persists over ~h consecutive labels, which would
+    drop labels in long runs and keep long verbatim runs).
 ``static``
     Drop the label at every k-th position of the row (``t % k == k - 1``).
 
@@ -49,7 +63,9 @@ IGNORE_INDEX = -100
 _MASK32 = 0xFFFFFFFF
 _MIX_MULT = 0x45D9F3B  # < 2^27: x * _MIX_MULT < 2^59 for x < 2^32
 _GOLDEN = 0x9E3779B9
-STRATEGIES = ("hash", "static")
+STRATEGIES = ("hash", "minhash", "static")
+#: the strategies that hash the context before each label (and so use the row context and ``doc_start``)
+HASHED = ("hash", "minhash")
 #: how the hash strategy decides a label with fewer than h preceding tokens in its document (module docstring)
 DOC_STARTS = ("keep", "stream", "static")
 
@@ -120,6 +136,21 @@ def hash_context(input_ids: torch.Tensor, h: int, seed: int = 0) -> torch.Tensor
     return out
 
 
+def minhash_context(input_ids: torch.Tensor, h: int, seed: int = 0) -> torch.Tensor:
+    """The ``minhash`` strategy's value of each position (module docstring), uint32 in an int64 tensor: entry
+    ``t`` from ``input_ids[..., t-h:t]``; entries with ``t < h`` are 0, as in :func:`hash_context`."""
+    ids = input_ids.long() & _MASK32
+    T = ids.shape[-1]
+    out = torch.zeros_like(ids)
+    if T <= h:
+        return out
+    per_token = _mix32(ids[..., : T - 1] ^ (seed & _MASK32))
+    m = per_token.unfold(-1, h, 1).min(-1).values  # (..., T-h): windows ending at t-1 for t = h..T-1
+    prev = _mix32((ids[..., h - 1 : T - 1] + _GOLDEN) & _MASK32)
+    out[..., h:] = _mix32(m ^ prev)
+    return out
+
+
 def goldfish_mask(
     input_ids: torch.Tensor,
     k: int = 4,
@@ -142,7 +173,7 @@ def goldfish_mask(
     if strategy == "static":
         pos = torch.arange(T, device=input_ids.device)
         return (pos % k == k - 1).expand_as(input_ids).clone()
-    hashed = hash_context(input_ids, h, seed)
+    hashed = (minhash_context if strategy == "minhash" else hash_context)(input_ids, h, seed)
     # drop <=> u < 1/k with u = hash / 2^32  <=>  hash < 2^32 / k  <=>  hash < ceil(2^32 / k)  (exact integer
     # test; ``hash * k`` would overflow int64 for k >= 2^31)
     drop = hashed < -(-(1 << 32) // k)
@@ -206,8 +237,9 @@ def goldfish_mask_in_stream(
     h: int = 13,
     seed: int = 0,
     doc_start: str = "keep",
+    strategy: str = "hash",
 ) -> torch.Tensor:
-    """:func:`goldfish_mask` (hash strategy) of packed rows, each continuing its background stream.
+    """:func:`goldfish_mask` (a :data:`HASHED` strategy) of packed rows, each continuing its background stream.
 
     Each row is rotated so that its background comes first, preceded by its ``C`` stream tokens:
     ``V = [ctx | row[start:] | row[:start]]`` (the part before ``start``, the target document, is
@@ -231,7 +263,7 @@ def goldfish_mask_in_stream(
     v_ids = torch.cat([ctx.ids, input_ids.gather(1, src)], 1)
     v_docs = torch.cat([ctx.doc_ids.to(document_ids.dtype),
                         document_ids.gather(1, src).masked_fill(moved, MOVED_DOC)], 1)
-    drop_v = goldfish_mask(v_ids, k, h, "hash", seed, v_docs, doc_start)[:, C:]
+    drop_v = goldfish_mask(v_ids, k, h, strategy, seed, v_docs, doc_start)[:, C:]
     return torch.empty_like(drop_v).scatter_(1, src, drop_v)
 
 
@@ -272,8 +304,9 @@ def apply_goldfish(
     """
     if not cfg.enabled:
         return labels, torch.zeros((), device=labels.device)
-    if context is not None and cfg.strategy == "hash":  # static drops are row positions by definition
-        mask = goldfish_mask_in_stream(input_ids, document_ids, context, cfg.k, cfg.h, cfg.seed, cfg.doc_start)
+    if context is not None and cfg.strategy in HASHED:  # static drops are row positions by definition
+        mask = goldfish_mask_in_stream(input_ids, document_ids, context, cfg.k, cfg.h, cfg.seed, cfg.doc_start,
+                                       cfg.strategy)
     else:
         mask = goldfish_mask(input_ids, cfg.k, cfg.h, cfg.strategy, cfg.seed, document_ids, cfg.doc_start)
     valid = labels != IGNORE_INDEX

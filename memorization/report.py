@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 
 from .atomic import atomic_write_bytes
-from .extraction import fmt_metric, metric_cells
+from .extraction import exact_with_ci, fmt_metric, metric_cells
 
 
 def results_markdown(results: dict) -> str:
@@ -20,7 +20,10 @@ def results_markdown(results: dict) -> str:
         f"{model}, {results['num_targets']} targets seen "
         f"{s['exposures']} time(s) each, {results['num_steps']} steps of {s['batch_size']} x {s['seq_len']} tokens, "
         f"seed {s['seed']}; extraction: prefix {s['prefix'] if s['prefix_mode'] == 'fixed' else 'all but suffix'}"
-        f" -> greedy {s['suffix']} tokens.",
+        f" -> greedy {s['suffix']} tokens." + (
+            f" Every target copy in training was a near-duplicate: {s['perturb_fraction']:g} of its tokens "
+            f"perturbed ({s.get('perturb_kind', 'substitute')}), extraction scores the original."
+            if s.get("perturb_fraction") else ""),
         "",
         "| arm | exact match (95% CI) | token match | Rouge-L | held-out loss | final train loss | dropped labels "
         "| train time |",
@@ -54,6 +57,9 @@ def results_markdown(results: dict) -> str:
             lines.append(f"| {name} | {n} | {v['n']} | {metric_cells(v)} |")
     lines += recency_lines(results)
     lines += sampled_lines(arms)
+    lines += adaptive_lines(arms, s.get("beam"))
+    lines += canary_lines(arms)
+    lines += mia_lines(arms)
     lines += length_lines(arms)
     lines += tracking_lines(arms)
     if results.get("skipped_targets"):
@@ -95,6 +101,81 @@ def sampled_lines(arms: dict) -> list[str]:
         return []
     lines = ["", "## Sampled extraction", "", "| arm | extracted by any sample | per-sample rate |", "|---|---|---|"]
     lines += [f"| {n} | {fmt_metric(a['sampled_any'])} | {fmt_metric(a['sampled_rate'])} |" for n, a in rows]
+    return lines
+
+
+def adaptive_lines(arms: dict, width: int | None = None) -> list[str]:
+    """The table of the adaptive attacks (``--beam``, ``--hints``) beside greedy, by exposure count."""
+    beam = any("beam_match" in v for a in arms.values() for v in a["by_exposure"].values())
+    hints = any("hints_mean" in v for a in arms.values() for v in a["by_exposure"].values())
+    if not (beam or hints):
+        return []
+    head = ["arm", "exposures", "n", "greedy exact (95% CI)"]
+    if any("sampled_any" in v for a in arms.values() for v in a["by_exposure"].values()):
+        head.append("any sample")
+    if beam:
+        head += ["suffix in beams (95% CI)", "best beam = suffix"]
+    if hints:
+        head += ["hints mean", "hints median", "hints <= 1", "longest verbatim run"]
+    lines = ["", "## Adaptive extraction", "",
+             "Beam search: a target counts when its suffix is one of the beams; hints: greedy decoding given the "
+             "true token at each error (hints per suffix, and the longest run of tokens it reproduces between "
+             "hints)." + (f" Beam width {width}." if width else ""), "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, a in arms.items():
+        for n, v in [*a["by_exposure"].items(), ("all but 0", a)]:
+            cells = [name, n, str(v["n"]), exact_with_ci(v)]
+            if "any sample" in head:
+                cells.append(fmt_metric(v.get("sampled_any")))
+            if beam:
+                ci = v.get("beam_match_ci95")
+                cells += [f"{fmt_metric(v.get('beam_match'))}" + (f" ({ci[0]:.2f}–{ci[1]:.2f})" if ci else ""),
+                          fmt_metric(v.get("beam_top1"))]
+            if hints:
+                cells += [fmt_metric(v.get("hints_mean"), 2), fmt_metric(v.get("hints_median"), 1),
+                          fmt_metric(v.get("hints_le1")), fmt_metric(v.get("longest_run_mean"), 1)]
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def canary_lines(arms: dict) -> list[str]:
+    """The table of canary exposure (``--canaries``), by exposure count."""
+    rows = [(n, a["canaries"]) for n, a in arms.items() if a.get("canaries")]
+    if not rows:
+        return []
+    first = rows[0][1]["canaries"][0]
+    lines = ["", "## Canary exposure", "",
+             f"Exposure = log2|R| - log2 rank of the secret among all {2 ** first['max_exposure']:.0f} candidates "
+             f"(at most {first['max_exposure']:.1f} bits; ~1 bit for an unseen secret); {first['method']}; "
+             "mean (95% t interval) over the canaries.", "",
+             "| arm | exposures | canaries | exposure mean (95% CI) | median | max |", "|---|---|---|---|---|---|"]
+    for name, c in rows:
+        for n, v in c["by_exposure"].items():
+            ci = f" ({v['ci95'][0]:.2f}–{v['ci95'][1]:.2f})" if v["ci95"] else ""
+            lines.append(f"| {name} | {n} | {v['n']} | {v['mean']:.2f}{ci} | {v['median']:.2f} | {v['max']:.2f} |")
+    return lines
+
+
+def mia_lines(arms: dict) -> list[str]:
+    """The table of membership inference (``--mia``): AUC and TPR at 1% FPR of every score, by exposure count."""
+    rows = [(n, a["mia"]) for n, a in arms.items() if a.get("mia")]
+    if not rows:
+        return []
+    m = rows[0][1]
+    lines = ["", "## Membership inference", "",
+             f"Members: targets seen >= 1 time; nonmembers: {m['nonmember_source']} ({m['n_nonmembers']}). "
+             f"AUC / TPR at {100 * m['fpr_target']:g}% FPR (FPR resolution {fmt_metric(m['fpr_resolution'])}).", ""]
+    scores = list(m["scores"])
+    exposures = list(next(iter(m["scores"].values())).get("by_exposure", {}))
+    head = ["arm", "exposures", *scores]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, r in rows:
+        for e in [*exposures, "all but 0"]:
+            cells = [name, e]
+            for s in scores:
+                v = r["scores"][s] if e == "all but 0" else r["scores"][s]["by_exposure"].get(e)
+                cells.append("–" if v is None else f"{fmt_metric(v.get('auc'))} / {fmt_metric(v.get('tpr_at_fpr'))}")
+            lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 

@@ -5,6 +5,7 @@ With 32 targets, 31/32 against 0/32 extracted is decisive; 6/32 against 2/32 is 
 
 * :func:`rate_ci`: the Wilson score interval of a rate ``k/n``. Unlike the normal approximation it
   stays inside [0, 1] and is not zero-width at 0/n or n/n (0/32 gives [0, 0.107] at 95%).
+* :func:`mean_ci`: the Student-t interval of a mean (a per-seed or per-canary average).
 * :func:`paired_exact_test`: the exact McNemar test of two arms scored on the *same* documents.
   Only discordant documents carry evidence: ``b`` extracted by arm A alone, ``c`` by arm B alone.
   Under H0 (both arms extract a document with the same probability) ``b ~ Binomial(b + c, 1/2)``;
@@ -23,6 +24,20 @@ def rate_ci(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
         raise ValueError(f"a rate needs 0 <= k <= n and n >= 1, got k={k}, n={n}")
     ci = binomtest(k, n).proportion_ci(confidence_level=confidence, method="wilson")
     return float(ci.low), float(ci.high)
+
+
+def mean_ci(xs: list[float], confidence: float = 0.95) -> list[float] | None:
+    """Student-t interval of the mean of ``xs``: ``mean +- t_{n-1} s / sqrt(n)``; None for fewer than 2 values
+    (a single value has no spread to estimate)."""
+    from scipy.stats import t
+
+    n = len(xs)
+    if n < 2:
+        return None
+    mean = sum(xs) / n
+    sd = (sum((x - mean) ** 2 for x in xs) / (n - 1)) ** 0.5
+    half = float(t.ppf(0.5 + confidence / 2, n - 1)) * sd / n ** 0.5
+    return [mean - half, mean + half]
 
 
 def _outcome(value: object, doc: str, arm: str) -> bool:

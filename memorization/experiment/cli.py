@@ -93,13 +93,29 @@ def build_parser(description: str = DESCRIPTION) -> argparse.ArgumentParser:
         help="which steps a target's exposures take: random (seeded); spaced evenly over the run; last: spaced "
         "with every target's last exposure in the run's final steps, so the steps since the last exposure do not "
         "depend on the exposure count (the report shows extraction against them)")
+    add(g, "--canaries", type=int, help="random secrets (Carlini et al. 2019's canaries: --canary-digits random digits "
+        "after a carrier sentence naming a random account) written over background tokens of the training rows, "
+        "the same rows in every arm; after training each arm reports their exposure log2|R| - log2 rank, exact by "
+        "enumerating all 10^digits secrets (memorization.canary), by exposure count (0: off)")
+    add(g, "--canary-exposures", help="times each canary is written into the stream: a comma list, the canaries "
+        "dealt round-robin over it (0 = never seen: the control, exposure ~ 1 bit expected)")
+    add(g, "--canary-digits", type=int, help="digits of a canary's secret (the space has 10^digits candidates; "
+        "exposure is at most digits x log2 10 bits): exact enumeration up to 5 digits, a skew-normal fit of "
+        "sampled candidates' log-perplexities above")
+    add(g, "--perturb-fraction", type=float, help="near-duplicate exposure: every copy of a target in the stream is "
+        "perturbed at this fraction of its tokens, a different perturbation per copy (memorization.perturb); "
+        "extraction and MIA still score the original, never seen verbatim (0: exact copies)")
+    add(g, "--perturb-kind", choices=["substitute", "shuffle"], help="substitute: that fraction of the tokens "
+        "replaced by random ones; shuffle: spans of 4 tokens covering that fraction reordered at random")
     g = p.add_argument_group("goldfish")
     add(g, "--goldfish-k", type=int, help="drop 1/k of the labels in the Goldfish arm (k >= 2); 0 runs only the "
         "standard arm")
     add(g, "--goldfish-h", type=int, help="hash context width: the decision for a label depends on the h tokens "
         "before it (1..64: a row carries the 64 stream tokens before it)")
-    add(g, "--goldfish-strategy", choices=["hash", "static"],
-        help="hash: pseudo-random from the preceding h-gram; static: every k-th position")
+    add(g, "--goldfish-strategy", choices=["hash", "minhash", "static"],
+        help="hash: pseudo-random from the preceding h-gram; minhash: from the h-gram's smallest token hash and the "
+        "previous token, so a copy with a few tokens substituted or shuffled is masked mostly alike (for "
+        "--perturb-fraction); static: every k-th position")
     add(g, "--goldfish-doc-start", choices=DOC_STARTS,
         help="a label with fewer than h tokens of its document before it (a document's first h labels, all of a "
         "document of at most h tokens): keep: never dropped (the drop rate falls below 1/k); stream: hashed from "
@@ -163,6 +179,13 @@ def build_parser(description: str = DESCRIPTION) -> argparse.ArgumentParser:
         "after the last) extraction on the tracked targets and their loss, on all their labels and apart on the "
         "labels Goldfish keeps and drops; logged (wandb, <out>/<arm>/arm_result.json) and plotted (0: off)")
     add(g, "--track-targets", type=int, help="how many targets --track-every follows (a seeded sample; 0: all)")
+    add(g, "--beam", type=int, help="beam-search extraction of this width besides greedy (0: off): a target counts "
+        "as extracted when its suffix is one of the beams (memorization.adaptive; batched with a KV cache)")
+    add(g, "--hints", action="store_true", help="hint-counting teacher forcing: greedy decoding given the true token "
+        "each time it errs; the report gives the hints per suffix and the longest verbatim run between them")
+    add(g, "--mia", action="store_true", help="membership inference on every arm: loss, zlib, min-k%%, Min-K%%++ "
+        "scores of the targets (members) against the exposure-0 targets and held-out documents; AUC and TPR at 1%% "
+        "FPR by exposure count (memorization.mia)")
     g = p.add_argument_group("output")
     add(g, "--out", help="output directory")
     add(g, "--resume", action="store_true", help="continue the interrupted run in --out (after a crash, or after "

@@ -98,7 +98,11 @@ class Model:
 class Data:
     """The mixture: background ``corpus``, the targets (``targets`` or ``num_targets`` held out of the
     corpus), each seen ``exposures`` times (a comma list splits them into groups) at steps chosen by
-    ``placement`` (memorization.mixture.PLACEMENTS), rows of ``seq_len``."""
+    ``placement`` (memorization.mixture.PLACEMENTS), rows of ``seq_len``; ``canaries`` random secrets of
+    ``canary_digits`` digits in carrier sentences, written into background rows ``canary_exposures`` times
+    (a comma list, the canaries dealt round-robin over it; memorization.canary); with ``perturb_fraction`` > 0
+    every copy of a target is a near-duplicate, that fraction of it perturbed by ``perturb_kind``
+    (memorization.perturb)."""
 
     corpus: str = _opt("--corpus", "builtin:pydocs")
     text_field: str = _opt("--text-field", "text")
@@ -113,6 +117,11 @@ class Data:
     seq_len: int | None = _opt("--seq-len", aliases=("sequence_length", "seq"))
     store: str | None = _opt("--store", aliases=("token_store",))
     placement: str = _opt("--placement", "random")
+    canaries: int = _opt("--canaries", 0)
+    canary_exposures: str = _opt("--canary-exposures", "0,1,4,16,64")
+    canary_digits: int = _opt("--canary-digits", 4)
+    perturb_fraction: float = _opt("--perturb-fraction", 0.0)
+    perturb_kind: str = _opt("--perturb-kind", "substitute")
 
 
 @dataclass(frozen=True)
@@ -171,7 +180,8 @@ class Extraction:
     reproduce the next ``suffix`` greedily; ``batch`` documents are decoded together.  Besides: ``samples``
     sampled continuations per target (``temperature``, ``top_k``); more prefix:suffix pairs (``lengths``,
     :func:`parse_lengths`); and every ``track_every`` training steps extraction and loss of ``track_targets``
-    targets (memorization.tracking; 0: all)."""
+    targets (memorization.tracking; 0: all).  Adaptive attacks: a ``beam`` search of that width and ``hints``
+    counting (memorization.adaptive); ``mia``: membership inference scores of the targets (memorization.mia)."""
 
     prefix: int = _opt("--prefix", 50)
     suffix: int = _opt("--suffix", 50)
@@ -183,6 +193,9 @@ class Extraction:
     top_k: int = _opt("--top-k", 40)
     track_every: int = _opt("--track-every", 0)
     track_targets: int = _opt("--track-targets", 0)
+    beam: int = _opt("--beam", 0)
+    hints: bool = _opt("--hints", False)
+    mia: bool = _opt("--mia", False)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,8 @@ from memorization.experiment.validate import check_grid_divides, config_grid, va
 #: the resolved config of a run, in its --out (``--config`` reads it back)
 CONFIG_FILE = "config.yaml"
 # What a run writes into --out: all that --overwrite deletes (anything else there is left alone).
-RUN_ENTRIES = ("run_config.json", CONFIG_FILE, "manifest.json", "results.json", "results.md", "results.png", *ARMS)
+RUN_ENTRIES = ("run_config.json", CONFIG_FILE, "manifest.json", "canaries.json", "results.json", "results.md",
+               "results.png", *ARMS)
 
 
 def arms_to_train(cfg: ExperimentConfig) -> list[str]:
@@ -59,8 +60,9 @@ def make_runtime(cfg: ExperimentConfig):
         raise SystemExit(f"error: --grid {cfg.execution.grid}: {e}") from None
 
 
-def run_arm(arm: str, cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path) -> dict:
-    """Train one arm from the shared initial weights, export it, and run extraction on it."""
+def run_arm(arm: str, cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path, canaries: list | None = None) -> dict:
+    """Train one arm from the shared initial weights, export it, and run extraction on it (and, as the config
+    asks, MIA and the exposure of the ``canaries`` written into its training rows)."""
     import torch
 
     from memorization.extraction import extract, trained
@@ -90,7 +92,17 @@ def run_arm(arm: str, cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path) 
     if x.track_every:  # the labels are split by the run's Goldfish mask in every arm (memorization.tracking)
         targets = tracked_targets(mixture.targets, x.track_targets, t.seed)
         tracker = Tracker(targets, ecfg, arm_goldfish("goldfish", cfg))
-    trainer = Trainer(model, mixture.input_ids, mixture.doc_ids, mixture.val_ids, tcfg, arm_dir, rt, run_name=arm,
+    rows, doc_ids = mixture.input_ids, mixture.doc_ids
+    if cfg.data.perturb_fraction:  # near-duplicates: every target copy perturbed (memorization.perturb)
+        from memorization.perturb import PerturbedRows, target_copies
+
+        rows = PerturbedRows(rows, target_copies(mixture.targets, rows.shape[1]), cfg.data.perturb_fraction,
+                             cfg.data.perturb_kind, len(tokenizer), t.seed)
+    if canaries:  # the same canary copies in every arm's rows (memorization.canary)
+        from memorization.canary import CanaryRows
+
+        rows, doc_ids = CanaryRows(rows, canaries), CanaryRows(doc_ids, canaries, doc_ids=True)
+    trainer = Trainer(model, rows, doc_ids, mixture.val_ids, tcfg, arm_dir, rt, run_name=arm,
                       row_context=mixture.row_context, tracker=tracker)
     train = trainer.fit(resume=cfg.output.resume)
     model = trainer.model
@@ -103,6 +115,8 @@ def run_arm(arm: str, cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path) 
             e = extract(model, mixture.targets, length_config(cfg, p, sfx))
             by_length.append({"prefix": "all" if p is None else p, "suffix": sfx, **e["overall"],
                               "skipped": len(e["skipped"])})
+        mia = arm_mia(model, mixture, tokenizer, x.batch) if x.mia else None
+        canary = arm_canaries(model, canaries, tokenizer, t.seed) if canaries else None
     drop = [h["goldfish_drop_frac"] for h in train["history"]]
     result = {
         **ext["overall"],
@@ -121,12 +135,61 @@ def run_arm(arm: str, cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path) 
     }
     if by_length:
         result["by_length"] = by_length
+    if mia is not None:
+        result["mia"] = mia
+    if canary is not None:
+        result["canaries"] = canary
     if train["tracking"]:
         result["tracking"] = train["tracking"]
     if rt.is_main:
         atomic_write_json(arm_dir / "extraction.json", ext)
         atomic_write_json(done, result)
     return result
+
+
+def arm_mia(model, mixture, tokenizer, batch_size: int) -> dict:
+    """Membership inference on a trained arm (``--mia``): the scores of :func:`memorization.mia.mia_scores` for the
+    members (targets seen >= 1 time) and the nonmembers :func:`memorization.mia.select_nonmembers` picks (the
+    exposure-0 targets, pooled with the held-out corpus documents for corpus targets), and
+    :func:`memorization.mia.mia_report`'s AUC and TPR at 1% FPR, overall and by exposure count; and every scored
+    document's loss (``loss_by_document``, for counterfactual memorization: memorization.replicates)."""
+    from memorization.mia import mia_report, mia_scores, select_nonmembers
+
+    members, nonmembers, source, warns = select_nonmembers(mixture.manifest())
+    docs = members + nonmembers
+    scores = mia_scores(model, tokenizer, [d["token_ids"] for d in docs], batch_size=batch_size)
+    n = len(members)
+    report = mia_report({k: v[:n] for k, v in scores.items()}, {k: v[n:] for k, v in scores.items()},
+                        member_exposures=[int(d["exposures"]) for d in members])
+    loss = [None if v != v else float(v) for v in scores["loss"].tolist()]  # NaN (too short to score): None
+    return {**report, "n_members": n, "n_nonmembers": len(nonmembers), "nonmember_source": source,
+            "warnings": warns, "loss_by_document": {str(d["id"]): x for d, x in zip(docs, loss)}}
+
+
+def run_canaries(cfg: ExperimentConfig, mixture, tokenizer) -> list:
+    """The run's canaries (``--canaries``), placed in rows of the stream that hold no target; [] when off."""
+    from memorization.canary import make_canaries, parse_canary_exposures, place_canaries
+
+    d = cfg.data
+    if not d.canaries:
+        return []
+    try:
+        cans = make_canaries(d.canaries, parse_canary_exposures(d.canary_exposures), d.canary_digits, tokenizer,
+                             cfg.training.seed)
+        busy = {r for t in mixture.targets for r in t.get("rows", [])}
+        place_canaries(cans, len(mixture.input_ids), mixture.input_ids.shape[1], busy, cfg.training.seed)
+    except ValueError as e:
+        raise SystemExit(f"error: --canaries: {e}") from None
+    return cans
+
+
+def arm_canaries(model, canaries: list, tokenizer, seed: int) -> dict:
+    """The exposure of every canary in a trained arm (:func:`memorization.canary.canary_exposures`) and its
+    summary by exposure count."""
+    from memorization.canary import canary_exposures, digit_alphabet, summarize_exposures
+
+    rows = canary_exposures(model, canaries, digit_alphabet(tokenizer), seed=seed)
+    return {"by_exposure": summarize_exposures(rows), "canaries": rows}
 
 
 def extraction_config(cfg: ExperimentConfig):
@@ -137,7 +200,7 @@ def extraction_config(cfg: ExperimentConfig):
     x = cfg.extraction
     return ExtractionConfig(prefix_len=x.prefix, suffix_len=x.suffix, all_but_suffix=x.prefix_mode == "all-but-suffix",
                             batch_size=x.batch, samples=x.samples, temperature=x.temperature, top_k=x.top_k,
-                            seed=cfg.training.seed)
+                            seed=cfg.training.seed, beam=x.beam, hints=x.hints)
 
 
 def length_config(cfg: ExperimentConfig, prefix: int | None, suffix: int):
@@ -242,9 +305,14 @@ def _write_and_train(cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path) -
                "arms": {}}
     from memorization.train import EXIT_INTERRUPTED, NonFiniteTraining, TrainingInterrupted
 
+    canaries = run_canaries(cfg, mixture, tokenizer)
+    if canaries and rt.is_main:
+        atomic_write_json(out / "canaries.json", [
+            {"id": c.id, "exposures": c.exposures, "text": tokenizer.decode(c.ids), "token_ids": c.ids,
+             "rows": c.rows, "offsets": c.offsets} for c in canaries])
     try:
         for arm in arms_to_train(cfg):
-            results["arms"][arm] = run_arm(arm, cfg, rt, mixture, tokenizer, out)
+            results["arms"][arm] = run_arm(arm, cfg, rt, mixture, tokenizer, out, canaries)
     except TrainingInterrupted as e:
         if rt.is_main:
             print(f"interrupted: {e} (--resume)", file=sys.stderr)

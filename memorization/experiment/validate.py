@@ -67,14 +67,15 @@ def validate(cfg: ExperimentConfig) -> None:
         validate_goldfish_args(g.k, g.h, g.strategy, allow_zero=True, doc_start=g.doc_start)
     except ValueError as e:
         raise ConfigError(f"error: {e}") from None
-    for flag, value, choices in (("--goldfish-strategy", g.strategy, ("hash", "static")),
+    for flag, value, choices in (("--goldfish-strategy", g.strategy, ("hash", "minhash", "static")),
                                  ("--prefix-mode", x.prefix_mode, ("fixed", "all-but-suffix")),
+                                 ("--perturb-kind", d.perturb_kind, ("substitute", "shuffle")),
                                  ("--grad-reduce-dtype", cfg.execution.grad_reduce_dtype, ("fp32", "bf16")),
                                  ("--export-dtype", o.export_dtype, ("float32", "bfloat16"))):
         if value not in choices:
             raise ConfigError(f"error: {flag} {value!r}: choose from {', '.join(choices)}")
     parse_arms(g.arms, g.k)
-    if g.k and g.strategy == "hash":
+    if g.k and g.strategy in ("hash", "minhash"):
         try:
             check_hash_width(g.h)
         except ValueError as e:
@@ -114,9 +115,20 @@ def validate(cfg: ExperimentConfig) -> None:
         ("--temperature", x.temperature, 0 < x.temperature < math.inf, "finite, > 0"),
         ("--top-k", x.top_k, x.top_k >= 0, ">= 0; 0 = the whole vocabulary"),
         ("--track-every", x.track_every, x.track_every >= 0, ">= 0; 0 = no tracking"),
-        ("--track-targets", x.track_targets, x.track_targets >= 0, ">= 0; 0 = every target")) if not ok]
+        ("--track-targets", x.track_targets, x.track_targets >= 0, ">= 0; 0 = every target"),
+        ("--beam", x.beam, x.beam >= 0, ">= 0; 0 = no beam search"),
+        ("--canaries", d.canaries, d.canaries >= 0, ">= 0; 0 = none"),
+        ("--canary-digits", d.canary_digits, 1 <= d.canary_digits <= 12, "in 1..12"),
+        ("--perturb-fraction", d.perturb_fraction, 0 <= d.perturb_fraction <= 1, "in [0, 1]")) if not ok]
     if bad:
         raise ConfigError(f"error: {'; '.join(bad)}")
+    if d.canaries:
+        from memorization.canary import parse_canary_exposures
+
+        try:
+            parse_canary_exposures(d.canary_exposures)
+        except ValueError as e:
+            raise ConfigError(f"error: {e}") from None
     _check_training_numbers(cfg)
     if o.resume and o.overwrite:
         raise ConfigError("error: --resume and --overwrite contradict each other")

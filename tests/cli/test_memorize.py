@@ -1,5 +1,6 @@
 """recipes/memorize.py end to end on a very small setting, and every bad input refused before training."""
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -21,14 +22,42 @@ SMALL = ["--num-targets", "4", "--num-nonmembers", "2", "--exposures", "2", "--s
          "--suffix", "10", "--seq-len", "64", "--no-progress", "--checkpoint-every", "5"]
 
 
+def _check_attack_outputs(out) -> None:
+    """The adaptive attacks, canaries and MIA of a run: zero hints is exactly greedy exact match (the hinted decoder
+    never needs a hint iff greedy reproduces the suffix); the suffix's place among the beams is consistent; every
+    canary has an exposure in [0, 2 log2 10], and its copies lie in rows holding no target; MIA reports every score
+    for members of exposure 2 against the exposure-0 targets and held-out documents."""
+    data = json.loads((out / "results.json").read_text())
+    manifest = json.loads((out / "manifest.json").read_text())
+    target_rows = {r for t in manifest["targets"] for r in t["rows"]}
+    canaries = json.loads((out / "canaries.json").read_text())
+    assert [c["exposures"] for c in canaries] == [0, 2, 0, 2]
+    assert all(len(c["rows"]) == c["exposures"] and not target_rows & set(c["rows"]) for c in canaries)
+    for arm in ("standard", "goldfish", "equal-tokens"):
+        ext = json.loads((out / arm / "extraction.json").read_text())
+        for d in ext["documents"]:
+            assert (d["hints"] == 0) == d["exact_match"] and 0 <= d["longest_run"] <= 10
+            assert d["beam_match"] == (d["beam_rank"] is not None) and d["beam_top1"] == (d["beam_rank"] == 1)
+        a = data["arms"][arm]
+        assert {c["id"] for c in a["canaries"]["canaries"]} == {c["id"] for c in canaries}
+        assert all(0 <= c["exposure"] <= 2 * math.log2(10) + 1e-9 for c in a["canaries"]["canaries"])
+        assert set(a["canaries"]["by_exposure"]) == {"0", "2"}
+        assert set(a["mia"]["scores"]) == {"loss", "zlib", "min_k", "min_k_pp"}
+        assert all(0 <= s["auc"] <= 1 and s["n_members"] == 4 for s in a["mia"]["scores"].values())
+    md = (out / "results.md").read_text()
+    assert "## Adaptive extraction" in md and "## Canary exposure" in md and "## Membership inference" in md
+
+
 def test_small_run_writes_results_for_every_arm(tmp_path):
     """Also the science options on one run (so their outputs cost one more small arm): the equal-supervised-tokens
     arm, placement with a common last exposure, the static fallback for document starts, tracking during
     training, more prefix:suffix pairs and sampled extraction."""
     out = tmp_path / "run"
     science = ["--arms", "all", "--placement", "last", "--goldfish-doc-start", "static", "--track-every", "6",
-               "--extract-lengths", "5:5,all:8", "--samples", "2"]
+               "--extract-lengths", "5:5,all:8", "--samples", "2", "--beam", "2", "--hints", "--mia",
+               "--canaries", "4", "--canary-exposures", "0,2", "--canary-digits", "2"]
     res = memorize.main(SMALL + ["--out", str(out)] + science)
+    _check_attack_outputs(out)
     data = json.loads((out / "results.json").read_text())
     for arm in ("standard", "goldfish", "equal-tokens"):
         a = data["arms"][arm]

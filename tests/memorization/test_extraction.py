@@ -277,20 +277,30 @@ def test_token_edit_distance_is_levenshtein_on_every_row():
 def test_extraction_on_four_grids_generates_the_tokens_of_one_process(grid_checkpoint, tmp_path):
     """The model sharded over row, column and depth and the documents split over data and depth replicas
     (1,2,2,1 / 1,1,2,2 / 2,2,1,1 / 1,2,1,2 on 4 gloo ranks, fp32, one job) give the greedy tokens of the
-    unsharded model decoding every document in one process, up to fp32 near-ties."""
+    unsharded model decoding every document in one process, up to fp32 near-ties; and so do beam search (width 2,
+    its batch rows' KV caches reordered on every rank) and hint counting, wherever greedy agrees."""
     import sys as _sys
 
     _sys.path.insert(0, str(WORKERS))
     import launcher
 
     root, model, docs, vocab = grid_checkpoint
-    cfg = ExtractionConfig(prefix_len=10, suffix_len=12, batch_size=3)
-    want = [r["generated_ids"] for r in extract(model, docs, cfg)["documents"]]
+    cfg = ExtractionConfig(prefix_len=10, suffix_len=12, batch_size=3, beam=2, hints=True)
+    serial = extract(model, docs, cfg)["documents"]
+    want = [r["generated_ids"] for r in serial]
     out = tmp_path / "grids.json"
     codes, log = launcher.launch("extract_grids.py", 4, timeout=240, extra_env={
-        "MODEL_DIR": str(root / "model"), "DOCS": str(root / "docs.json"), "OUT_JSON": str(out), "VOCAB": str(vocab)})
+        "MODEL_DIR": str(root / "model"), "DOCS": str(root / "docs.json"), "OUT_JSON": str(out), "VOCAB": str(vocab),
+        "BEAM": "2", "HINTS": "1"})
     assert codes == [0, 0, 0, 0], log[-3000:]
     got = json.loads(out.read_text())
+    adaptive = {k.split()[1]: v for k, v in got.items() if k.startswith("adaptive ")}
+    got = {k: v for k, v in got.items() if not k.startswith("adaptive ")}
+    assert sorted(adaptive) == sorted(got)
+    for grid, rows in adaptive.items():
+        for r, g, w, row in zip(serial, got[grid], want, rows):
+            if g == w:  # greedy agrees: no near-tie on this document, so the argmax-based attacks agree too
+                assert row == [r["beam_rank"], r["hints"], r["longest_run"]], f"grid {grid}, {r['id']}"
     assert sorted(got) == ["1,1,2,2", "1,2,1,2", "1,2,2,1", "2,2,1,1"]
     for grid, gens in got.items():
         for d, g, w in zip(docs, gens, want):
