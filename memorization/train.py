@@ -46,7 +46,7 @@ from axonn import optimize_communication
 from axonn.intra_layer.fp8 import RECIPES as FP8_RECIPES, enable_fp8
 
 from .attention import unpacked_rows, use_causal_sdpa
-from .goldfish import IGNORE_INDEX, GoldfishConfig, RowContext, apply_goldfish
+from .goldfish import HASHED, IGNORE_INDEX, GoldfishConfig, RowContext, apply_goldfish
 from .loss import causal_lm_loss_sum
 from .mixture import atomic_write_json
 from .runtime import Runtime
@@ -254,7 +254,7 @@ class Trainer:
         _check_stream(rows, doc_ids, val_rows[: cfg.eval_rows], getattr(getattr(model, "config", None),
                                                                           "vocab_size", None))
         gf = cfg.goldfish
-        if row_context is not None and gf.enabled and gf.strategy == "hash" and gf.h > row_context.ids.shape[-1]:
+        if row_context is not None and gf.enabled and gf.strategy in HASHED and gf.h > row_context.ids.shape[-1]:
             raise ValueError(f"goldfish h={gf.h} needs the {gf.h} stream tokens before each row, but the row "
                              f"context holds only {row_context.ids.shape[-1]}: use h <= "
                              f"{row_context.ids.shape[-1]}, or build the mixture with a longer context")
