@@ -153,9 +153,9 @@ def convert(m: RegistryModel, gguf_dir: Path, out: Path) -> dict:
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    kw = dict(gguf_file=m.gguf_file, trust_remote_code=False)
-    tok = AutoTokenizer.from_pretrained(str(gguf_dir), **kw)
-    gguf_model = AutoModelForCausalLM.from_pretrained(str(gguf_dir), dtype=torch.float32, **kw).eval()
+    tok = AutoTokenizer.from_pretrained(str(gguf_dir), gguf_file=m.gguf_file, trust_remote_code=False)
+    gguf_model = AutoModelForCausalLM.from_pretrained(str(gguf_dir), gguf_file=m.gguf_file, dtype=torch.float32,
+                                                      trust_remote_code=False).eval()
     want = logits_of(gguf_model, tok)
     plain = _plain_copy(gguf_model)
     plain.save_pretrained(str(out), safe_serialization=True)

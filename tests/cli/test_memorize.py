@@ -189,7 +189,7 @@ def _refused(tmp_path, args, match):
     (["--extract-lengths", "32-32"], r"'32-32' is not PREFIX:SUFFIX"),
     (["--extract-lengths", "all:64"], r"all:64 needs 65 tokens, more than a training row holds \(--seq-len 64\)"),
     (["--track-every", "-1"], r"--track-every -1 \(must be >= 0"),
-    (["--samples", "2", "--temperature", "0"], r"--temperature 0.0 \(must be > 0\)"),
+    (["--samples", "2", "--temperature", "0"], r"--temperature 0.0 \(must be finite, > 0\)"),
 ])
 def test_bad_input_refused_before_training(tmp_path, args, match):
     _refused(tmp_path, args, match)
