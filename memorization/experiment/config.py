@@ -22,9 +22,6 @@ the row length, batch and activation checkpointing from ``execution.plan``, and 
   and Stanford Alpaca's recipe fine-tunes LLaMA at 2e-5, cosine, warmup ratio 0.03.  A learning rate
   above :data:`MAX_FINE_TUNE_LR` with ``init`` is refused by validation unless
   ``training.allow_high_lr`` is set: a rate for training from scratch would wreck the pretrained weights.
-
-With ``init`` and the default tokenizer, the tokenizer resolves to the checkpoint's own (its directory), so a
-run's ``config.yaml`` names the tokenizer it used.
 """
 from __future__ import annotations
 
@@ -39,7 +36,6 @@ from typing import Any
 import yaml
 
 from axonn.cli import SameOnEveryRank
-from memorization.corpus import DEFAULT_TOKENIZER
 
 #: From-scratch optimizer defaults (the default experiment's).
 SCRATCH_LR, SCRATCH_WARMUP_STEPS, SCRATCH_WEIGHT_DECAY = 3e-3, 10, 0.0
@@ -306,8 +302,6 @@ def resolve(cfg: ExperimentConfig) -> ExperimentConfig:
     plan, t = cfg.execution.plan, cfg.training
     fine_tune = cfg.model.init is not None
     data = replace(cfg.data, seq_len=(2048 if plan else 128) if cfg.data.seq_len is None else cfg.data.seq_len)
-    if fine_tune and data.tokenizer == DEFAULT_TOKENIZER:  # --init without --tokenizer: the checkpoint's own
-        data = replace(data, tokenizer=cfg.model.init)
     warmup = t.warmup_steps
     if warmup is None:
         warmup = (fine_tune_warmup(t.steps) if t.steps > 0 else None) if fine_tune else SCRATCH_WARMUP_STEPS
