@@ -28,6 +28,7 @@ def _pair():
     return ref, ours
 
 
+@pytest.mark.slow  # (~65 s on 2 cores: compiles the model; the default suite checks what the compiled step dispatches)
 def test_compiled_loss_and_grads_equal_hf_sdpa():
     ref, ours = _pair()
     ids = torch.randint(3, V, (2, 64))

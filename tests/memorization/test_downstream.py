@@ -305,6 +305,7 @@ def test_cli_exits_2_when_nothing_could_run(ckpt, tmp_path, capsys):
     assert "no nonmembers" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # (~40 s on 2 cores; the default suite checks extraction on the same four grids)
 def test_perplexity_on_four_grids_equals_one_process(grid_checkpoint, tmp_path):
     """Sliding-window perplexity (windows of 24 tokens, stride 8: several windows per document) from the model
     sharded over row, column and depth with the windows split over data and depth replicas (1,2,2,1 /

@@ -31,6 +31,7 @@ def grid_answers(grid_checkpoint, tmp_path_factory):
     return out, texts
 
 
+@pytest.mark.slow  # (~55 s on 2 cores, most of it the four grids' setup; extraction on the same grids stays default)
 def test_every_request_type_on_four_grids_equals_hflm_in_one_process(grid_checkpoint, grid_answers):
     """Log-likelihoods (with truncation to the context and an empty context), rolling log-likelihoods (several
     windows per text) and greedy generations cut at stop sequences: to 1e-5, the same greedy flags and texts."""
@@ -57,6 +58,7 @@ def test_every_request_type_on_four_grids_equals_hflm_in_one_process(grid_checkp
         assert got["generate_until"] == want["generate_until"], grid
 
 
+@pytest.mark.slow  # (shares the four grids' setup above)
 def test_a_task_on_four_grids_scores_as_in_one_process(grid_checkpoint, grid_answers):
     """The shipped goldfish_mc task (12 questions x 4 choices) through run_downstream(grid=...) on two of the grids
     (every request type is compared on all four above): acc, acc_norm and their stderrs equal the single-process

@@ -452,6 +452,7 @@ def test_min_k_pp_is_the_mean_of_the_lowest_standardised_log_probs():
         assert g == pytest.approx(want, rel=1e-4, abs=1e-5)
 
 
+@pytest.mark.slow  # (~65 s on 2 cores; the default suite checks extraction on the same four grids)
 def test_mia_on_four_grids_scores_what_one_process_scores(grid_checkpoint, tmp_path):
     """Every score of every document (loss, zlib, Min-k%, Min-K%++, the reference difference) from the model
     sharded over row, column and depth with the documents split over data and depth replicas (1,2,2,1 /
