@@ -4,7 +4,8 @@ Every wrapper takes the *axes* (e.g. ``"col"`` or ``("row", "col")``) instead of
 a raw group, is a no-op on a size-1 axis, supports ``async_op`` (returning a
 :class:`Pending` whose ``wait()`` gives the result) and reports to an optional
 byte counter (:func:`count_bytes`) the per-rank volume of the *logical*
-collective with the ring formulas of REFERENCES.md:
+collective with the ring formulas (Thakur, Rabenseifner and Gropp, "Optimization of Collective
+Communication Operations in MPICH", 2005):
 
 * all-gather / reduce-scatter of ``n`` elements (``n`` = full size) over ``p``
   ranks: ``(p-1)/p * n``;

@@ -8,8 +8,8 @@ Run on CPU with gloo, e.g.::
 ``--grid data,row,col,depth``.  One forward + backward of a small LlamaForCausalLM
 runs under :func:`axonn.communication.count_bytes`; every collective issued by
 each ``axonn.intra_layer.Linear`` is attributed to (layer, collective, axis) and
-compared with the per-rank volumes of REFERENCES.md ("The 3D tensor-parallel
-matmul"), for ``W`` of shape ``n × k`` (out × in) and ``m`` tokens per
+compared with the per-rank volumes of the 3D tensor-parallel matmul (Singh et al., AxoNN, arXiv:2502.08145),
+for ``W`` of shape ``n × k`` (out × in) and ``m`` tokens per
 data-parallel replica (``m/Gz`` per rank), non-transposed layer:
 
 * forward  all-gather W over depth:     (Gz-1)/Gz · nk/(GrGc)

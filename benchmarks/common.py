@@ -5,7 +5,7 @@ import time
 
 import torch
 
-H100_BF16_PEAK = 989e12  # dense bf16 FLOP/s of an H100 SXM (REFERENCES.md)
+H100_BF16_PEAK = 989e12  # dense bf16 FLOP/s of an H100 SXM (NVIDIA H100 Tensor Core GPU datasheet)
 
 
 def device() -> torch.device:

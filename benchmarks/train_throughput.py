@@ -95,7 +95,7 @@ def hf_trainer(size: str, rows: torch.Tensor, batch: int, dev: torch.device, wei
     ``weights="fp32"``: fp32 weights and AdamW state, bf16 autocast on CUDA (the same numerics as our
     trainer). ``weights="bf16"``: the model cast to bf16 and trained without autocast, AdamW state in bf16
     too: fewer bytes per step, the usual "plain HF in bf16" and the stronger baseline on a GPU.
-    REFERENCES.md's HF run of this shape (47.7k tok/s, 37% MFU, 24 GiB at 4 x 2048) fits this one: fp32
+    A plain HF run of this shape measured elsewhere (47.7k tok/s, 37% MFU, 24 GiB at 4 x 2048) fits this one: fp32
     weights, gradients and AdamW state alone would take 17.6 GB before any activation.
     ``weights="bf16-compile"``: the bf16 model with ``model.compile()`` (its forward compiled by
     ``torch.compile``, default mode; backward through AOTAutograd), the optimizer step left eager.

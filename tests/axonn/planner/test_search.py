@@ -257,7 +257,7 @@ def _wire_profile(gpus_per_node: int = 1 << 20):
 @pytest.mark.parametrize("ckpt", [True, False])
 def test_bytes_per_axis_are_every_collective_the_trainer_issues(ckpt):
     """The per-axis traffic of one step equals the sum over the collectives the trainer issues, counted
-    here from REFERENCES.md's per-rank volumes, independently of the model's code. Beyond the 3D
+    here from the 3D matmul's per-rank volumes (AxoNN, arXiv:2502.08145), independently of the model's code. Beyond the 3D
     matmul's own: the column re-layouts (o_proj's and down_proj's outputs all-gathered in the forward in
     bf16, the three RMSNorm slices' gradients in the backward in fp32: `benchmarks/collectives.py
     --grid 1,2,2,1 --layers 1 --hidden 64 --seq 32 --batch 2 --autocast` measures 32768 B of them); with
