@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from .row_overlay import read_rows
+
 #: a canary starts at least this many tokens into its row (its document id continues the token before it)
 MIN_OFFSET = 1
 #: candidate spaces up to this size are enumerated exactly; larger ones are estimated from samples
@@ -136,14 +138,7 @@ class CanaryRows:
         return self.shape[0]
 
     def __getitem__(self, index) -> torch.Tensor:
-        out = self.base[index]
-        if isinstance(index, slice):
-            rows = list(range(*index.indices(len(self))))
-        elif isinstance(index, int):
-            rows, out = [index % len(self)], out.unsqueeze(0)
-        else:
-            rows = [int(i) % len(self) for i in torch.as_tensor(index).reshape(-1)]
-        out = out.clone() if isinstance(self.base, torch.Tensor) else out
+        rows, out = read_rows(self.base, index, len(self))
         for k, r in enumerate(rows):
             for o, ids in self.spans.get(r, ()):
                 if self.doc_ids:

@@ -18,6 +18,8 @@ import random
 
 import torch
 
+from .row_overlay import read_rows
+
 KINDS = ("substitute", "shuffle")
 #: tokens per shuffled span
 SPAN = 4
@@ -70,14 +72,7 @@ class PerturbedRows:
         return perturb(ids, self.fraction, self.kind, self.vocab, random.Random(f"perturb:{self.seed}:{row}"))
 
     def __getitem__(self, index) -> torch.Tensor:
-        out = self.base[index]
-        if isinstance(index, slice):
-            rows = list(range(*index.indices(len(self))))
-        elif isinstance(index, int):
-            rows, out = [index % len(self)], out.unsqueeze(0)
-        else:
-            rows = [int(i) % len(self) for i in torch.as_tensor(index).reshape(-1)]
-        out = out.clone() if isinstance(self.base, torch.Tensor) else out
+        rows, out = read_rows(self.base, index, len(self))
         for k, r in enumerate(rows):
             n = self.copies.get(r)
             if n:
