@@ -28,20 +28,12 @@ import torch.distributed as dist
 sys.path.insert(0, os.path.dirname(__file__))
 import axonn  # noqa: E402
 import axonn.checkpoint as ckpt  # noqa: E402
-from common import assert_close, batch, run_main, tiny_llama  # noqa: E402
+from common import assert_close, batch, run_main, tiny_llama, train_step  # noqa: E402
 from family_checks import check_families  # noqa: E402
-from grid_checks import mean_over_batch_ranks  # noqa: E402
 
 
 def step(model, opt, s: int) -> float:
-    x, y = batch(s)
-    loss = model(input_ids=axonn.batch_slice(x), labels=axonn.batch_slice(y)).loss
-    loss.backward()
-    axonn.sync_gradients(model)
-    axonn.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    return float(mean_over_batch_ranks(loss))
+    return train_step(model, opt, *batch(s))
 
 
 def make(seed: int, **kw):

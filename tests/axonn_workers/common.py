@@ -98,6 +98,20 @@ def assert_matches_serial(par, ref, x: torch.Tensor, loss: torch.Tensor, ref_out
         assert torch.equal(sd[n], t), f"{what}full_state_dict {n}"
 
 
+def train_step(model, opt, x: torch.Tensor, y: torch.Tensor) -> float:
+    """One optimizer step of a parallel model on this rank's slice of the global batch ``(x, y)`` (gradient sync,
+    clipping to 1.0, AdamW); returns the loss averaged over the batch replicas."""
+    import axonn
+
+    loss = model(input_ids=axonn.batch_slice(x), labels=axonn.batch_slice(y)).loss
+    loss.backward()
+    axonn.sync_gradients(model)
+    axonn.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return float(mean_over_batch_ranks(loss))
+
+
 def batch(step: int, b: int = 4, t: int = 16, vocab: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
     """Deterministic global batch; every 5th label is -100 (same count in every row, Goldfish-style)."""
     g = torch.Generator().manual_seed(1000 + step)

@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import axonn  # noqa: E402
 import axonn.checkpoint as ckpt  # noqa: E402
-from common import assert_close, mean_over_batch_ranks, run_main  # noqa: E402
+from common import assert_close, mean_over_batch_ranks, run_main, train_step  # noqa: E402
 
 from memorization.models import build_model  # noqa: E402
 from memorization.runtime import Runtime  # noqa: E402
@@ -57,17 +57,7 @@ def check_grid(spec: str, model_dir: str, ref, ref_out, x) -> tuple[Runtime, tor
 
 
 def steps(model, opt, first: int, n: int) -> list[float]:
-    losses = []
-    for s in range(first, first + n):
-        x, y = batch(s)
-        loss = model(input_ids=axonn.batch_slice(x), labels=axonn.batch_slice(y)).loss
-        loss.backward()
-        axonn.sync_gradients(model)
-        axonn.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(float(mean_over_batch_ranks(loss)))
-    return losses
+    return [train_step(model, opt, *batch(s)) for s in range(first, first + n)]
 
 
 def main() -> None:
