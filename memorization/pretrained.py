@@ -19,7 +19,6 @@ bf16 ones: right for memorization studies, not for reproducing the model's publi
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -29,6 +28,8 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from .corpus import sha256_file
 
 WEIGHTS_FILE = "model.safetensors"
 PROVENANCE_FILE = "provenance.json"
@@ -80,15 +81,6 @@ def models_dir() -> Path:
     """Where converted models live: ``$GOLDFISH_CACHE/models``, else ``~/.cache/goldfish-axonn/models``."""
     env = os.environ.get("GOLDFISH_CACHE")
     return (Path(env) if env else Path.home() / ".cache" / "goldfish-axonn") / "models"
-
-
-def sha256_file(path: str | Path, block: int = 1 << 22) -> str:
-    """The sha256 of a file, read in 4 MiB blocks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(block):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def registry_model(name: str) -> RegistryModel:

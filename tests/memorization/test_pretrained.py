@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from memorization import pretrained
+from memorization.corpus import sha256_file
 from tests.support import REPO
 
 
@@ -51,7 +52,7 @@ def test_the_registry_model_converts_to_the_pinned_weights_with_the_gguf_models_
     prov = json.loads((path / pretrained.PROVENANCE_FILE).read_text())
     m = pretrained.MODELS["smollm2-135m"]
     assert prov["source"]["wheel_sha256"] == m.wheel_sha256 and prov["source"]["gguf_sha256"] == m.gguf_sha256
-    assert prov["weights_sha256"] == m.weights_sha256 == pretrained.sha256_file(path / pretrained.WEIGHTS_FILE)
+    assert prov["weights_sha256"] == m.weights_sha256 == sha256_file(path / pretrained.WEIGHTS_FILE)
     assert prov["tie_word_embeddings"] and prov["parameters"] == 134_515_008
 
 
