@@ -117,7 +117,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--jobs", type=int, default=1,
                      help="candidates evaluated concurrently (default: 1; >1 distorts speedups on few cores)")
     run.add_argument("--timeout", type=float, default=60.0, help="seconds per candidate run (default: 60)")
-    run.add_argument("--build-timeout", type=float, default=120.0, help="seconds per compile (default: 120)")
+    run.add_argument("--build-timeout", type=float, default=60.0,
+                     help="seconds to compile one preprocessed candidate (default: 60; a Kokkos build takes ~4 here)")
+    run.add_argument("--preprocess-timeout", type=float, default=10.0,
+                     help="seconds to preprocess one candidate, the build's first step: a macro that expands without "
+                          "bound fails here (default: 10; a Kokkos prompt takes ~0.6 here)")
     run.add_argument("--memory-mb", type=int, default=4096,
                      help="address-space limit per process in MiB, each MPI rank included; > 0: the sandbox has no "
                           "unlimited mode (default: 4096)")
@@ -217,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         ("--repeats", args.repeats, args.repeats >= 1),
         ("--timeout", args.timeout, 0 < args.timeout < math.inf),
         ("--build-timeout", args.build_timeout, 0 < args.build_timeout < math.inf),
+        ("--preprocess-timeout", args.preprocess_timeout, 0 < args.preprocess_timeout < math.inf),
         ("--memory-mb", args.memory_mb, args.memory_mb > 0),
         ("--disk-mb", args.disk_mb, args.disk_mb > 0),
         ("--output-limit-kb", args.output_limit_kb, args.output_limit_kb >= 1),
@@ -271,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
                                  max_processes=args.max_processes, work_mb=args.disk_mb),
         build_limits=SandboxLimits(args.build_timeout, None, 4 << 20, isolate, max_processes=args.max_processes,
                                    work_mb=args.disk_mb),
+        preprocess_timeout_s=args.preprocess_timeout,
         keep_dirs=args.keep_temp,
         launcher=launch.launcher,
         launcher_args=launch.launcher_args,

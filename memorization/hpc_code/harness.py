@@ -95,8 +95,8 @@ def evaluate_c(problem: Problem, body: str, cfg: RunConfig, reference: Reference
     workdir = Path(tempfile.mkdtemp(prefix=f"hpc_{problem.name}_", dir=cfg.scratch()))
     try:
         b = compile_library(problem, body, workdir, cfg)
-        if b.timed_out:
-            return SampleResult("build_error", "compiler timed out")
+        if b.timed_out:  # the build's last line says which step ran past its time-out
+            return SampleResult("build_error", b.stderr.strip().splitlines()[-1])
         if b.returncode != 0 or not (workdir / "candidate.so").is_file():
             return SampleResult("build_error", tail_text(b.stderr or b.stdout))
         result = SampleResult("passed")

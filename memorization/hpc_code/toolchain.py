@@ -39,7 +39,12 @@ class RunConfig:
     quick: bool = False  # small inputs, one run per worker count (tests)
     repeats: int = 3  # timed runs per worker count, each on fresh inputs; the best time counts
     run_limits: SandboxLimits = SandboxLimits()
-    build_limits: SandboxLimits = SandboxLimits(timeout_s=120.0, memory_mb=None)
+    # a build is two sandboxed steps: the preprocessor alone, then the compiler on its output.  Preprocessing
+    # every prompt + reference here takes <= 0.6 s (a Kokkos prompt, 3.3 MB of output) and a whole build
+    # <= 4.4 s, so a candidate whose macros expand without bound is stopped after preprocess_timeout_s
+    # instead of the build's time-out
+    build_limits: SandboxLimits = SandboxLimits(timeout_s=60.0, memory_mb=None)
+    preprocess_timeout_s: float = 10.0
     cc: str = "gcc"
     mpicc: str = "mpicc"
     mpiexec: str = "mpiexec"
@@ -187,20 +192,34 @@ def compile_library(problem: Problem, body: str, workdir: str | Path, cfg: RunCo
                     name: str = "candidate") -> SandboxResult:
     """Compile prompt + ``body`` alone into the shared library ``workdir/<name>.so``, sandboxed.
 
-    Every symbol must resolve (``--no-undefined``), so a wrong call is a build error here,
-    not a failed load at run time.
+    Two steps, each in the sandbox: the preprocessor writes ``<name>.i`` (``.ii`` for C++) within
+    ``cfg.preprocess_timeout_s``, then the compiler builds the library from it within
+    ``cfg.build_limits``; the result of the first step that fails is returned.  Every symbol must
+    resolve (``--no-undefined``), so a wrong call is a build error here, not a failed load at run time.
     """
     wd = Path(workdir)
     if problem.cxx:  # C++ against Kokkos: the function is extern "C", so the runner finds it by its name
         kokkos = require_kokkos(cfg.kokkos_prefix)
-        (wd / f"{name}.cpp").write_text(problem.prompt + body)
-        cmd = [tool(cfg.cxx), *cfg.cxxflags, *kokkos.compile_flags(), "-fPIC", "-shared", f"{name}.cpp", "-o",
-               f"{name}.so", *kokkos.link_flags(), "-lm", "-Wl,--no-undefined"]
-        return run_sandboxed(cmd, wd, cfg.build_limits, candidate_env(1), ro=tool_dirs(cfg, problem.model))
-    (wd / f"{name}.c").write_text(problem.prompt + body)
-    cmd = [tool(cfg.mpicc if problem.uses_mpi else cfg.cc), *cfg.cflags, "-fPIC", "-shared", f"{name}.c", "-o",
-           f"{name}.so", "-lm", "-Wl,--no-undefined"]
-    return run_sandboxed(cmd, wd, cfg.build_limits, candidate_env(1), ro=tool_dirs(cfg, problem.model))
+        source, flags, link = f"{name}.cpp", [tool(cfg.cxx), *cfg.cxxflags, *kokkos.compile_flags()], \
+            [*kokkos.link_flags(), "-lm"]
+        preprocessed = f"{name}.ii"
+    else:
+        source, flags, link = f"{name}.c", [tool(cfg.mpicc if problem.uses_mpi else cfg.cc), *cfg.cflags], ["-lm"]
+        preprocessed = f"{name}.i"
+    (wd / source).write_text(problem.prompt + body)
+    env, ro = candidate_env(1), tool_dirs(cfg, problem.model)
+    pre = run_sandboxed([*flags, "-E", source, "-o", preprocessed], wd,
+                        replace(cfg.build_limits, timeout_s=cfg.preprocess_timeout_s), env, ro=ro)
+    if pre.timed_out:
+        pre.stderr += (f"\npreprocessing ran past {cfg.preprocess_timeout_s:g} s (a macro that expands without "
+                       f"bound?)")
+    if pre.returncode != 0:
+        return pre
+    built = run_sandboxed([*flags, "-fPIC", "-shared", preprocessed, "-o", f"{name}.so", *link,
+                           "-Wl,--no-undefined"], wd, cfg.build_limits, env, ro=ro)
+    if built.timed_out:
+        built.stderr += f"\ncompiling ran past {cfg.build_limits.timeout_s:g} s"
+    return built
 
 
 _KOKKOS_INIT: dict[tuple, bytes] = {}  # the Kokkos runner's start-up object (kokkos_init.o) by toolchain

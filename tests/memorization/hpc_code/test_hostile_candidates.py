@@ -170,3 +170,17 @@ def test_a_fork_bomb_is_contained(reduce_serial):
         pytest.skip("no process cap here")
     res = evaluate_c(problem, FORK_BOMB, CFG, ref)
     assert res.status in ("wrong_output", "runtime_error", "timeout"), res
+
+
+# 2**40 tokens from 41 lines: the preprocessor would run for hours
+MACRO_BOMB = "\n".join(["#define A0 x"] + [f"#define A{i} A{i - 1} A{i - 1}" for i in range(1, 41)]
+                       + ["    return A40;\n}\n"])
+
+
+def test_a_macro_bomb_costs_the_preprocessing_limit_not_the_build_limit(reduce_serial):
+    """A body whose macros expand without bound is a build error after ``preprocess_timeout_s``."""
+    problem, ref = reduce_serial
+    cfg = replace(CFG, preprocess_timeout_s=2.0)
+    assert cfg.build_limits.timeout_s >= 10 * cfg.preprocess_timeout_s
+    res = evaluate_c(problem, MACRO_BOMB, cfg, ref)
+    assert res.status == "build_error" and "preprocessing ran past 2 s" in res.message, res
