@@ -30,8 +30,8 @@ import torch.distributed as dist
 
 from .grid import Grid, get_grid
 
-# backend -> does it support reduce_scatter_tensor?  AXONN_RS_FALLBACK=1 forces the fallback (tests).
-_RS_SUPPORTED: dict[str, bool] = {"gloo": False} if os.environ.get("AXONN_RS_FALLBACK") == "1" else {}
+# backend -> does it support reduce_scatter_tensor?  AXONN_RS_FALLBACK=1 (read at each call) forces the fallback.
+_RS_SUPPORTED: dict[str, bool] = {}
 # torch >= 2.13 renamed the tensor-in/tensor-out collectives; keep working on older torch.
 _ALL_GATHER_T = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _REDUCE_SCATTER_T = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
@@ -163,7 +163,7 @@ def reduce_scatter(t: torch.Tensor, axes, async_op: bool = False, grid: Grid | N
     t = t.contiguous()
     n = t.shape[0] // p
     backend = dist.get_backend(g)
-    if _RS_SUPPORTED.get(backend, True):
+    if _RS_SUPPORTED.get(backend, True) and os.environ.get("AXONN_RS_FALLBACK") != "1":
         out = torch.empty((n,) + tuple(t.shape[1:]), dtype=t.dtype, device=t.device)
         try:
             work = _REDUCE_SCATTER_T(out, t, group=g, async_op=async_op)

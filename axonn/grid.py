@@ -44,7 +44,11 @@ import torch.distributed as dist
 
 from .grid_shape import AXES, GridShape  # AXES: slowest ... fastest
 
-DEFAULT_TIMEOUT_S: float = float(os.environ.get("AXONN_TIMEOUT", "300"))
+
+
+def default_timeout_s() -> float:
+    """Seconds a collective may wait before it fails: ``$AXONN_TIMEOUT`` when :func:`init` runs, else 300."""
+    return float(os.environ.get("AXONN_TIMEOUT", "300"))
 
 _GRID: "Grid | None" = None
 
@@ -289,7 +293,7 @@ def init(G_data: int | GridShape = 1, G_intra_r: int = 1, G_intra_c: int = 1, G_
             raise ValueError(f"grid axis {a} must be >= 1, got {v}")
     if backend is None:
         backend = dist.get_backend() if dist.is_initialized() else ("nccl" if torch.cuda.is_available() else "gloo")
-    timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else float(timeout_s)
+    timeout_s = default_timeout_s() if timeout_s is None else float(timeout_s)
     # Refuse before any allocation / rendezvous when the world size is already known.
     world = launcher_world_size()
     _check_product(sizes, world)
