@@ -37,14 +37,14 @@ def fake_grid(data: int = 1, depth: int = 1, row: int = 1, col: int = 1):
 
 
 def hpc_code_report(*args: str, timeout: float = 300) -> dict:
-    """``eval/hpc_code.py ARGS --json --no-progress`` in a subprocess from the repository root: its JSON report
+    """``eval/hpc_code.py ARGS --json --no-progress`` in a process of its own (tests/forked.py) from the repository root: its JSON report
     (the run must exit 0)."""
     import json
-    import subprocess
-    import sys
 
-    out = subprocess.run([sys.executable, str(REPO / "eval" / "hpc_code.py"), *args, "--json", "--no-progress"],
-                         capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    from tests.forked import run_python
+
+    out = run_python([str(REPO / "eval" / "hpc_code.py"), *args, "--json", "--no-progress"], timeout=timeout,
+                     cwd=REPO)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.forked import run_python
 from tests.support import REPO, WORKERS
 
 _spec = importlib.util.spec_from_file_location("axonn_launcher", WORKERS / "launcher.py")
@@ -85,8 +86,8 @@ def test_convert_cli_turns_a_trainer_checkpoint_into_a_hf_model(tmp_path) -> Non
     assert all(torch.equal(sd[n], t) for n, t in axonn.full_state_dict(model).items())  # a copy: bitwise
     with torch.no_grad():  # HF's modules vs axonn's: fp32 rounding, not necessarily the same bits on every CPU
         torch.testing.assert_close(hf(input_ids=x).logits, model(input_ids=x).logits, rtol=1e-5, atol=1e-5)
-    bad = subprocess.run([sys.executable, "-m", "axonn.convert", str(tmp_path / "nothing"), str(tmp_path / "o")],
-                         cwd=REPO, capture_output=True, text=True, timeout=60)
+    bad = run_python(["-m", "axonn.convert", str(tmp_path / "nothing"), str(tmp_path / "o")],
+                         cwd=REPO, timeout=60)
     assert bad.returncode == 2 and "not a complete axonn checkpoint" in bad.stderr
     # a LATEST that names a checkpoint which is gone: the trainer's resume and the converter say so
     (tmp_path / "ckpt" / "LATEST").write_text("step_0000009")

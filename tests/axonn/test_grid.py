@@ -6,14 +6,13 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
+from tests.forked import run_python
 from tests.support import REPO, WORKERS, fake_grid
 
 _spec = importlib.util.spec_from_file_location("axonn_launcher", WORKERS / "launcher.py")
@@ -88,7 +87,7 @@ def test_init_takes_a_grid_shape() -> None:
 @pytest.mark.parametrize("cmd", [["recipes/memorize.py", "--grid", "2,2"],
                                  ["benchmarks/collectives.py", "--grid", "1,x,1,1"]])
 def test_cli_grid_errors_say_what_to_give(cmd: list[str]) -> None:
-    r = subprocess.run([sys.executable, *cmd], cwd=REPO, capture_output=True, text=True, timeout=120)
+    r = run_python([*cmd], cwd=REPO, timeout=120)
     assert r.returncode != 0 and "four positive integers data,row,column,depth" in r.stderr, r.stderr
 
 

@@ -1,4 +1,8 @@
-"""Launch an N-rank CPU/gloo job the way torchrun does (env vars), or under mpiexec, with a hard timeout."""
+"""Launch an N-rank CPU/gloo job the way torchrun does (env vars), or under mpiexec, with a hard timeout.
+
+:func:`launch` starts each rank as a fork of a server that imported torch, transformers and the library once
+(tests/forked.py: milliseconds instead of ~7 s of CPU per rank); ``fresh=True`` starts plain interpreters.
+"""
 from __future__ import annotations
 
 import os
@@ -10,6 +14,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))
+from tests.forked import Forked  # noqa: E402
 
 
 def free_port() -> int:
@@ -29,18 +35,24 @@ def _env(extra: dict | None = None) -> dict:
 
 
 def launch(script: str, nproc: int, args: list[str] | None = None, timeout: float = 300,
-           extra_env: dict | None = None) -> tuple[list[int], str]:
-    """Run ``script`` on ``nproc`` ranks (torchrun-style env). Returns (return codes, combined output)."""
+           extra_env: dict | None = None, fresh: bool = False) -> tuple[list[int], str]:
+    """Run ``script`` on ``nproc`` ranks (torchrun-style env). Returns (return codes, combined output).
+
+    Ranks are forks of a server that imported the common modules (``fresh=True``: new interpreters)."""
     port = free_port()
     procs = []
     logs = []
+    path = str(Path(script) if Path(script).is_absolute() else HERE / script)
     for r in range(nproc):
         env = _env({"RANK": str(r), "WORLD_SIZE": str(nproc), "LOCAL_RANK": str(r),
                     "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), **(extra_env or {})})
         log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"axonn_{os.getpid()}_{port}_{r}.log", "w+")
         logs.append(log)
-        procs.append(subprocess.Popen([sys.executable, str(HERE / script), *(args or [])], env=env,
-                                      stdout=log, stderr=subprocess.STDOUT))
+        if fresh:
+            procs.append(subprocess.Popen([sys.executable, path, *(args or [])], env=env,
+                                          stdout=log, stderr=subprocess.STDOUT))
+        else:
+            procs.append(Forked([path, *(args or [])], env, log.name, log.name))
     deadline = time.time() + timeout
     codes = _wait_all(procs, deadline)
     out = ""

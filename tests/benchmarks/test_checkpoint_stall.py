@@ -1,10 +1,10 @@
 """benchmarks/checkpoint_stall.py: how long training waits for a blocking and a background save."""
 from __future__ import annotations
 
-import sys
 
 import pytest
 
+from tests.forked import run_python
 from tests.support import REPO
 
 
@@ -13,11 +13,10 @@ def test_checkpoint_stall_benchmark_prints_both_stalls(tmp_path) -> None:
     """benchmarks/checkpoint_stall.py end to end on the tiny preset: both kinds of save run, their
     checkpoints are removed, and the ratio is printed (its value is machine-dependent: not asserted)."""
     import re
-    import subprocess
 
-    res = subprocess.run([sys.executable, "benchmarks/checkpoint_stall.py", "--size", "tiny", "--seq", "32",
+    res = run_python(["benchmarks/checkpoint_stall.py", "--size", "tiny", "--seq", "32",
                           "--steps", "1", "--repeat", "1", "--dir", str(tmp_path / "ck")],
-                         cwd=REPO, capture_output=True, text=True, timeout=180)
+                         cwd=REPO, timeout=180)
     assert res.returncode == 0, res.stdout + res.stderr
     assert re.search(r"blocking save: training waits\s+\d+\.\d+ s", res.stdout), res.stdout
     assert re.search(r"checkpoint stall, blocking / background:\s+\d+\.\d+x", res.stdout), res.stdout

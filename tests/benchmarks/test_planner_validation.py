@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.forked import run_python
 from tests.support import REPO, WORKERS
 
 _spec = importlib.util.spec_from_file_location("axonn_launcher", WORKERS / "launcher.py")
@@ -51,8 +52,6 @@ def test_planner_validation_measures_every_grid(tmp_path: Path) -> None:
 def test_rescore_predicts_a_committed_measurement_again_without_training(tmp_path: Path) -> None:
     """--rescore keeps every measured time and re-ranks with the current model; a grid whose planned
     micro-batch changed is left out, not paired with another setting's time."""
-    import subprocess
-    import sys
 
     committed = json.loads((REPO / "benchmarks/results/planner_validation.json").read_text())
     old = tmp_path / "old.json"
@@ -60,8 +59,8 @@ def test_rescore_predicts_a_committed_measurement_again_without_training(tmp_pat
     changed["grids"][-1]["micro_batch"] += 1  # as if measured at another micro-batch
     old.write_text(json.dumps(changed))
     out = tmp_path / "pv"
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks/planner_validation.py"), "--rescore", str(old),
-                           "--out", str(out)], capture_output=True, text=True, timeout=120)
+    proc = run_python([str(REPO / "benchmarks/planner_validation.py"), "--rescore", str(old),
+                           "--out", str(out)], timeout=120)
     assert proc.returncode in (0, 1), proc.stderr
     rec = json.loads(out.with_suffix(".json").read_text())
     left_out = committed["grids"][-1]["grid"]

@@ -11,6 +11,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from memorization.extraction import ExtractionConfig, extract, greedy_continue, rouge_l, split_document
+from tests.forked import run_python
 from tests.support import REPO, WORKERS, load_eval_cli
 
 
@@ -323,8 +324,8 @@ def test_extract_cli_on_a_grid_reports_what_one_process_reports(grid_checkpoint,
     common = ["--model", str(root / "model"), "--documents", str(tmp_path / "docs.jsonl"), "--prefix", "10",
               "--suffix", "12", "--no-progress", "--json"]
     env = {**__import__("os").environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
-    one = subprocess.run([_sys.executable, str(REPO / "eval" / "extract.py"), *common, "--out", str(tmp_path / "a")],
-                         capture_output=True, text=True, env=env, timeout=300)
+    one = run_python([str(REPO / "eval" / "extract.py"), *common, "--out", str(tmp_path / "a")], env=env,
+                     timeout=300)
     four = subprocess.run([_sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4",
                            str(REPO / "eval" / "extract.py"), *common, "--grid", "1,2,2,1", "--out",
                            str(tmp_path / "b")], capture_output=True, text=True, env=env, timeout=300)

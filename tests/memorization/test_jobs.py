@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from memorization import jobs as gen
+from tests.forked import run_python
 from tests.support import REPO
 
 _spec = importlib.util.spec_from_file_location("jobs_generate", REPO / "recipes" / "jobs" / "generate.py")
@@ -140,8 +141,7 @@ def test_generate_job_api_and_cli(tmp_path, capsys):
     assert len(files) == 9
     assert {f.name for f in files} >= {"mem-405b-frontier-gf4-1024g.sbatch", "mem-8b-alps-gf4-16g.sbatch"}
     assert len(list(out.glob("*.eval.sbatch"))) == len(list(out.glob("*.submit.sh"))) == 9  # each with its evaluation
-    r = subprocess.run([sys.executable, str(REPO / "recipes/jobs/generate.py"), "--help"], capture_output=True,
-                       text=True)
+    r = run_python([str(REPO / "recipes/jobs/generate.py"), "--help"])
     assert r.returncode == 0 and "--goldfish-k" in r.stdout
     assert cli.main(["--machine", "alps", "--size", "405b", "--gpus", "4", "--out-dir", str(tmp_path)]) == 2
     assert "smallest GPU count" in capsys.readouterr().err

@@ -2,13 +2,12 @@
 every evaluation entry point and in axonn.convert's output path."""
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from memorization.model_files import ModelDirError, check_model_dir
+from tests.forked import run_python
 from tests.support import REPO
 
 
@@ -71,8 +70,7 @@ def test_evaluation_clis_refuse_a_truncated_model_in_one_line(model, tmp_path, s
     docs = tmp_path / "docs.jsonl"
     docs.write_text(json.dumps({"id": "a", "text": "some text"}) + "\n")
     argv = [a.replace("DOCS", str(docs)) for a in extra]
-    r = subprocess.run([sys.executable, str(REPO / script), "--model", str(d), *argv], capture_output=True,
-                       text=True, timeout=120, cwd=REPO)
+    r = run_python([str(REPO / script), "--model", str(d), *argv], timeout=120, cwd=REPO)
     assert r.returncode != 0
     lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
     assert lines[-1].startswith("error: --model ") and "model.safetensors is truncated" in lines[-1], r.stderr

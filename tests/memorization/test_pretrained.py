@@ -3,14 +3,13 @@ conversion, and converted into a HF directory whose logits are the GGUF model's;
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from memorization import pretrained
 from memorization.corpus import sha256_file
+from tests.forked import run_python
 from tests.support import REPO
 
 
@@ -37,8 +36,7 @@ def test_a_converted_directory_with_other_weights_is_refused(tmp_path) -> None:
 
 
 def test_the_cli_explains_every_flag() -> None:
-    out = subprocess.run([sys.executable, str(REPO / "data/models/get.py"), "--help"], capture_output=True,
-                         text=True, check=True).stdout
+    out = run_python([str(REPO / "data/models/get.py"), "--help"], check=True).stdout
     for flag in ("smollm2-135m", "--root", "--force"):
         assert flag in out
 

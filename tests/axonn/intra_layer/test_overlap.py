@@ -1,9 +1,8 @@
 """axonn/intra_layer/overlap.py: the weight-gradient reduction holds no more memory than it must."""
 from __future__ import annotations
 
-import subprocess
-import sys
 
+from tests.forked import run_python
 from tests.support import REPO
 
 
@@ -30,7 +29,7 @@ def test_weight_gradient_reduce_frees_its_input_before_the_reduce_scatter():
         "        reduce_weight_grad(torch.ones(n, dtype=torch.bfloat16), w, n, grid)\n"
         "    print(overlap, (t.peak - t.base) / n)\n"
     )
-    res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    res = run_python(["-c", code], cwd=REPO, timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
     peaks = dict(line.split() for line in res.stdout.splitlines())
     assert float(peaks["False"]) == 6.0 and float(peaks["True"]) == 6.0, res.stdout

@@ -14,6 +14,7 @@ import pytest
 from axonn.planner import (GridShape, PlanError, format_inference_plan, inference_memory_per_gpu, load_profile,
                            plan_inference, smallest_inference_gpus)
 from axonn.presets import ModelShape, get_preset
+from tests.forked import run_python
 from tests.support import REPO, WORKERS
 
 GRIDS = ("1,2,2,1", "1,1,2,2", "2,2,1,1", "1,2,1,2", "4,1,1,1")
@@ -96,9 +97,8 @@ def test_the_rest_is_the_traced_peak_of_the_real_forward():
     grids with row, column and depth: the planner's bytes beyond the weights are the traced ones, to 0.5 % for
     scoring and at most 10 % above for generation (the prefill counted at the full context beside the whole
     cache)."""
-    import subprocess
 
-    res = subprocess.run([sys.executable, "-c", TRACE], capture_output=True, text=True, timeout=300, cwd=REPO)
+    res = run_python(["-c", TRACE], timeout=300, cwd=REPO)
     assert res.returncode == 0, res.stderr[-3000:]
     for size, grid, gen, params, peak, weights, total in json.loads(res.stdout.strip().splitlines()[-1]):
         ratio = (total - weights) / (peak - params)

@@ -3,14 +3,13 @@ check before training that uses it."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from axonn.presets import ModelShape
 
+from tests.forked import run_python
 from tests.support import REPO
 
 
@@ -30,8 +29,7 @@ def test_planner_memory_matches_traced_training_step(tmp_path):
         "            ('mini', (2, 1, 2, 2), 512, 2, True, 1)]\n"
         "sys.argv.append('--quick'); mv.main()\n"
     )
-    res = subprocess.run([sys.executable, "-c", code, str(out)], cwd=REPO, capture_output=True, text=True,
-                         timeout=280)
+    res = run_python(["-c", code, str(out)], cwd=REPO, timeout=280)
     assert res.returncode == 0, res.stdout + res.stderr
     rows = json.loads(out.read_text())
     assert len(rows) == 5

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from dataclasses import replace
 
 import pytest
@@ -17,6 +15,7 @@ from axonn.planner.__main__ import main as cli_main
 from axonn.planner.profiles import PROFILE_DIR
 from axonn.presets import get_preset
 from memorization import jobs as gen
+from tests.forked import run_python
 from tests.support import REPO
 
 
@@ -227,9 +226,9 @@ def test_cli_table_shape_and_errors(capsys):
 
 
 def test_module_entry_point():
-    r = subprocess.run([sys.executable, "-m", "axonn.planner", "--size", "1b", "--nodes", "1", "--machine",
+    r = run_python(["-m", "axonn.planner", "--size", "1b", "--nodes", "1", "--machine",
                         "h100-node", "--global-batch", "32", "--json", "--top", "1"],
-                       capture_output=True, text=True, timeout=120)
+                       timeout=120)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)[0]["grid"]
 
@@ -501,8 +500,8 @@ def test_bad_profile_yaml_is_a_plan_error_not_a_traceback(tmp_path, edit, match)
     with pytest.raises(PlanError, match=match) as ei:
         plan("8b", 2048, 128, 8, machine=path)
     assert ei.value.kind == "machine"
-    proc = subprocess.run([sys.executable, "-m", "axonn.planner", "--size", "8b", "--gpus", "8",
-                           "--machine", str(path)], capture_output=True, text=True, cwd=REPO)
+    proc = run_python(["-m", "axonn.planner", "--size", "8b", "--gpus", "8",
+                           "--machine", str(path)], cwd=REPO)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert re.search(match, proc.stderr), proc.stderr
 

@@ -56,22 +56,20 @@ def test_without_kokkos_its_problems_are_listed_as_not_run(tmp_path):
     """A machine without Kokkos (KOKKOS_ROOT pointing at an empty prefix) scores the C problems and lists the
     Kokkos ones as not run with the install hint -- not as failures; asking for Kokkos alone is a setup error."""
     import os
-    import subprocess
-    import sys
 
+    from tests.forked import run_python
     from tests.support import REPO
 
     env = {**os.environ, "KOKKOS_ROOT": str(tmp_path)}
-    cmd = [sys.executable, str(REPO / "eval" / "hpc_code.py"), "--use-references", "--quick", "--workers", "1",
-           "--no-progress", "--json"]
-    out = subprocess.run([*cmd, "--problems", "reduce_array_sum_serial", "reduce_array_sum_kokkos"], env=env,
-                         capture_output=True, text=True, timeout=300, cwd=REPO)
+    cmd = [str(REPO / "eval" / "hpc_code.py"), "--use-references", "--quick", "--workers", "1", "--no-progress",
+           "--json"]
+    out = run_python([*cmd, "--problems", "reduce_array_sum_serial", "reduce_array_sum_kokkos"], env=env,
+                     timeout=300, cwd=REPO)
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert report["problems"] == 1 and report["pass@1"] == 1.0 and report["status_counts"]["build_error"] == 0
     assert report["not_run"] == [{"model": "kokkos", "reason": INSTALL_HINT, "problems": ["reduce_array_sum_kokkos"]}]
-    alone = subprocess.run([*cmd, "--execution-models", "kokkos"], env=env, capture_output=True, text=True,
-                           timeout=300, cwd=REPO)
+    alone = run_python([*cmd, "--execution-models", "kokkos"], env=env, timeout=300, cwd=REPO)
     assert alone.returncode == 2 and "libtrilinos-kokkos-dev" in alone.stderr
 
 

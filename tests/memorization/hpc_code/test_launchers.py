@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,6 +22,7 @@ from memorization.hpc_code import SandboxLimits, load_suite
 from memorization.hpc_code.harness import RunConfig, evaluate_c
 from memorization.hpc_code.reference import prepare_reference
 from memorization.hpc_code.toolchain import launcher_refusal, sandbox_report
+from tests.forked import run_python
 from tests.support import REPO, SHIMS, load_eval_cli
 
 LIMITS = SandboxLimits(timeout_s=30.0, memory_mb=512, max_processes=64)
@@ -124,11 +124,11 @@ def test_an_openmp_fork_bomb_is_contained_in_its_srun_step(slurm):
 
 @pytest.mark.slow
 def test_cli_under_srun_reports_the_per_process_sandbox(slurm, tmp_path):
-    out = subprocess.run([sys.executable, str(REPO / "eval" / "hpc_code.py"), "--use-references", "--quick",
+    out = run_python([str(REPO / "eval" / "hpc_code.py"), "--use-references", "--quick",
                           "--problems", "reduce_array_sum_*", "--execution-models", "serial", "openmp", "mpi",
                           "mpi+omp", "--workers", "2", "--launcher", "srun",
                           "--work-dir", str(tmp_path), "--json", "--no-progress"],
-                         capture_output=True, text=True, timeout=600, cwd=REPO)
+                         timeout=600, cwd=REPO)
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert report["status_counts"]["passed"] == 4
