@@ -12,7 +12,7 @@ from memorization.atomic import atomic_write_text
 from memorization.experiment.config import (ARMS, ExperimentConfig, dump_config, parse_arms, parse_lengths, resolve,
                                             settings)
 from memorization.experiment.data import (cached_run_store, check_same_data, load_run_tokenizer, open_run_store,
-                                          read_targets, targets_text_field, warmup_steps)
+                                          read_targets, targets_text_field, tokenizer_spec, warmup_steps)
 from memorization.experiment.plan import print_plan, run_shape
 from memorization.experiment.validate import check_grid_divides, config_grid, validate
 
@@ -234,6 +234,8 @@ def run_experiment(cfg: ExperimentConfig) -> dict | None:
     """
     cfg = resolve(cfg)
     validate(cfg)
+    # the tokenizer the run uses, as the run records it (with --init and no --tokenizer: the checkpoint's)
+    cfg = replace(cfg, data=replace(cfg.data, tokenizer=tokenizer_spec(cfg)))
     if cfg.execution.plan:
         print_plan(cfg)
         return None

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.forked import run_python
 from tests.support import REPO
 
 sys.path.insert(0, str(REPO / "recipes"))
@@ -220,8 +221,7 @@ def test_short_targets_and_an_empty_target_directory_are_refused(tmp_path):
 
 
 def test_help_explains_every_flag():
-    out = subprocess.run([sys.executable, str(REPO / "recipes" / "memorize.py"), "--help"], capture_output=True,
-                         text=True, check=True).stdout
+    out = run_python([str(REPO / "recipes" / "memorize.py"), "--help"], check=True).stdout
     for flag in ("--size", "--exposures", "--goldfish-k", "--goldfish-h", "--goldfish-strategy", "--targets",
                  "--corpus", "--tokenizer", "--init", "--seed", "--out", "--grid", "--plan", "--resume"):
         assert flag in out
@@ -302,11 +302,13 @@ TINY = ["--num-targets", "2", "--num-nonmembers", "2", "--exposures", "1", "--st
 
 
 def test_init_fine_tunes_the_checkpoint_with_its_own_tokenizer(tmp_path):
-    """Step 0's loss is the checkpoint's own loss on the first batch, tokenized by the checkpoint's tokenizer."""
+    """Step 0's loss is the checkpoint's own loss on the first batch, tokenized by the checkpoint's tokenizer; the
+    run's config.yaml and run_config.json name that tokenizer (not the unused built-in default)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     from memorization.corpus import load_documents, load_tokenizer
+    from memorization.experiment import load_config
     from memorization.mixture import build_mixture
 
     corpus = _small_corpus(tmp_path)
@@ -321,6 +323,8 @@ def test_init_fine_tunes_the_checkpoint_with_its_own_tokenizer(tmp_path):
     assert res["arms"]["standard"]["loss_curve"][0] == pytest.approx(expected, rel=1e-4)
     assert json.loads((tmp_path / "run" / "standard" / "model" / "config.json").read_text())["vocab_size"] == 300
     assert f"model `{ckpt}` (fine-tuned)" in (tmp_path / "run" / "results.md").read_text()  # not the unused --size
+    assert load_config(tmp_path / "run" / "config.yaml").data.tokenizer == str(ckpt)
+    assert json.loads((tmp_path / "run" / "run_config.json").read_text())["tokenizer"] == str(ckpt)
 
 
 def test_init_problems_refused_before_any_work(tmp_path):
