@@ -22,8 +22,8 @@ from memorization.eval_model import (MissingTokenizerError, axonn_checkpoint, de
 from memorization.lm_eval_bridge import (DEFAULT_TASK_DIR, LOCAL_TASK, LMEvalNotInstalledError, UnknownTaskError,
                                          check_lm_eval_args, include_dirs, list_lm_eval_tasks, run_lm_eval)
 from memorization.models import model_context
-from memorization.perplexity import (check_context, evaluate_perplexity, existing_source, load_perplexity_docs,
-                                     perplexity, window_spans)
+from memorization.lm import window_spans
+from memorization.perplexity import check_context, evaluate_perplexity, existing_source, load_perplexity_docs, perplexity
 
 log = logging.getLogger(__name__)
 

@@ -22,6 +22,7 @@ import torch
 
 from memorization import downstream as ds
 from memorization import mia
+from memorization.lm import logprobs, pad_batch
 from tests.support import REPO, WORKERS, load_eval_cli, one_thread
 
 
@@ -72,7 +73,7 @@ def build_tiny_checkpoint(path: Path, *, seed: int = 0, corpus: list[str] | None
 
 def overfit(model, docs: list[list[int]], steps: int = 40, lr: float = 3e-3) -> None:
     """Full-batch AdamW on ``docs`` (token-id lists) until they are memorised."""
-    ids, mask = mia.pad_batch(docs)
+    ids, mask = pad_batch(docs)
     labels = ids.masked_fill(mask == 0, -100)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     model.train()
@@ -213,7 +214,7 @@ def test_row_chunked_logprobs_match(mia_env, monkeypatch):
     """Large batches are converted to log-probs in row groups; the result is unchanged."""
     model, ids = mia_env["model"], mia_env["ids"][:6]
     full = mia.mia_scores(model, None, ids, batch_size=6)
-    monkeypatch.setattr(mia.scoring, "_LOGIT_CHUNK_ELEMENTS", 1)  # one row at a time
+    monkeypatch.setattr(logprobs, "LOGIT_CHUNK_ELEMENTS", 1)  # one row at a time
     rows = mia.mia_scores(model, None, ids, batch_size=6)
     np.testing.assert_allclose(rows["loss"], full["loss"], rtol=1e-6)
     np.testing.assert_allclose(rows["min_k"], full["min_k"], rtol=1e-6)
