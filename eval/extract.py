@@ -212,12 +212,13 @@ def _plan(args: argparse.Namespace, argv: list[str]) -> None:
 
 
 def _extract_on_grid(args: argparse.Namespace, model_dir: Path, docs: list[dict], cfg, tok) -> dict | None:
-    """Extraction with the model parallelized on ``--grid`` (:func:`memorization.extraction.extract_on_grid`);
-    the result on rank 0, None on the other ranks."""
+    """Extraction with the model parallelized on ``--grid`` (:func:`memorization.extraction.extract` of a
+    :class:`memorization.lm.LM` on the grid); the result on rank 0, None on the other ranks."""
     import torch
 
-    from memorization.eval_model import grid_runtime, load_on_grid
-    from memorization.extraction import extract_on_grid
+    from memorization.eval_model import grid_runtime
+    from memorization.extraction import extract
+    from memorization.lm import LM
 
     if args.device_map or args.device:
         raise SystemExit("error: --grid places the model itself (each rank on its own GPU, or the CPU): drop "
@@ -230,12 +231,12 @@ def _extract_on_grid(args: argparse.Namespace, model_dir: Path, docs: list[dict]
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
     # each rank reads its own shards: of the HF directory, or of a training checkpoint saved on any grid
-    model, _ = load_on_grid(model_dir, rt, args.tokenizer, require_tokenizer=True)
+    lm = LM.load(model_dir, grid=rt, tokenizer_path=args.tokenizer, require_tokenizer=True)
     on_gpu = rt.device.type == "cuda"
     bf16 = on_gpu and args.dtype != "float32"
     with torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else torch.autocast("cpu", enabled=False):
         try:
-            res = extract_on_grid(model, docs, rt.grid, cfg, tok, progress=not args.no_progress)
+            res = extract(lm, docs, cfg, tok, progress=not args.no_progress)
         except ValueError as e:
             raise SystemExit(f"error: {e}") from None
     res["grid"] = args.grid

@@ -32,17 +32,17 @@ __all__ = ["GridLM"]
 
 
 class GridLM(HFLM):
-    """lm-eval's ``HFLM`` whose model calls run on ``grid`` (module docstring).
+    """lm-eval's ``HFLM`` whose model calls are ``lm``'s (module docstring).
 
-    ``model`` is parallelized on ``grid`` (every rank holds its shards); ``tokenizer`` is the checkpoint's.
-    ``batch_size`` sequences per forward on each replica; ``max_length`` the context (as ``HFLM``'s)."""
+    ``lm``: a :class:`memorization.lm.LM` on a grid (every rank holds its shards of the model) with the
+    checkpoint's tokenizer.  ``batch_size`` sequences per forward on each replica; ``max_length`` the context (as
+    ``HFLM``'s)."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer: Any, grid, batch_size: int = 8,
-                 max_length: int | None = None, max_gen_toks: int = 256) -> None:
-        super().__init__(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, max_length=max_length,
+    def __init__(self, lm: LM, batch_size: int = 8, max_length: int | None = None, max_gen_toks: int = 256) -> None:
+        super().__init__(pretrained=lm.model, tokenizer=lm.tokenizer, batch_size=batch_size, max_length=max_length,
                          max_gen_toks=max_gen_toks, backend="causal", logits_cache=False)
-        self.grid = grid
-        self.lm = LM(model, tokenizer, grid)
+        self.grid = lm.grid
+        self.lm = lm
 
     def _loglikelihood_tokens(self, requests: list, disable_tqdm: bool = False, override_bs: int | None = None
                               ) -> list[tuple[float, bool]]:

@@ -175,7 +175,7 @@ def load_perplexity_docs(
 
 
 def evaluate_perplexity(
-    model: torch.nn.Module,
+    model: torch.nn.Module | LM,
     tokenizer: Any | None,
     source: str | os.PathLike,
     *,

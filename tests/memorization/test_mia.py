@@ -22,7 +22,7 @@ import torch
 
 from memorization import downstream as ds
 from memorization import mia
-from memorization.lm import logprobs, pad_batch
+from memorization.lm import LM, logprobs, pad_batch
 from tests.support import REPO, WORKERS, load_eval_cli, one_thread
 
 
@@ -576,7 +576,7 @@ def test_run_mia_checks_its_numbers_before_loading(tmp_path, monkeypatch, kwargs
     _tiny_config().save_pretrained(tmp_path / "m")
     (tmp_path / "m.json").write_text(json.dumps({"version": 1, "targets": [
         {"id": "t", "token_ids": [1, 2, 3], "exposures": 1}], "nonmembers": [{"id": "n", "token_ids": [4, 5]}]}))
-    monkeypatch.setattr(mia.runner, "load_checkpoint", _refuse)
+    monkeypatch.setattr(LM, "load", _refuse)
     with pytest.raises(ValueError, match=match):
         mia.run_mia(tmp_path / "m", tmp_path / "m.json", device="cpu", **kwargs)
 
@@ -604,7 +604,7 @@ def test_malformed_manifest_documents_are_refused_before_the_model_loads(tmp_pat
     man.write_text(json.dumps({"version": 1, "targets": targets, "nonmembers": nonmembers}))
     with pytest.raises(ValueError, match=match):
         mia.load_manifest(man)
-    monkeypatch.setattr(mia.runner, "load_checkpoint", _refuse)
+    monkeypatch.setattr(LM, "load", _refuse)
     rc = load_eval_cli("mia").main(["--model", str(tmp_path / "m"), "--manifest", str(man), "--device", "cpu"])
     assert rc == 2
     err = capsys.readouterr().err
