@@ -1,8 +1,10 @@
 """The evaluations of a trained model, by name: each name's config (a dataclass) and the one library function that
 runs it.  The sweep (:func:`memorization.sweep.evaluate_arm`) runs them by name through :func:`evaluate`; the CLIs
-``eval/mia.py``, ``eval/downstream.py`` and ``eval/hpc_code.py`` are shells that parse their flags into the config's
-fields and call the function.
+``eval/extract.py``, ``eval/mia.py``, ``eval/downstream.py`` and ``eval/hpc_code.py`` are shells that parse their
+flags into the config's fields and call the function.
 
+- ``extract``: :class:`memorization.extraction_eval.ExtractionEvalConfig` ->
+  :func:`memorization.extraction_eval.run_extraction`;
 - ``mia``: :class:`MiaConfig` -> :func:`memorization.mia.run_mia`;
 - ``downstream`` (held-out perplexity and/or lm-eval tasks): :class:`DownstreamConfig` ->
   :func:`memorization.downstream.run_downstream`;
@@ -21,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from memorization.extraction_eval import ExtractionEvalConfig
 from memorization.hpc_code.evaluate import HpcCodeConfig
 from memorization.lm_eval_bridge import DEFAULT_TASK_DIR
 
@@ -74,6 +77,12 @@ def _fields(config: Any) -> dict[str, Any]:
     return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
 
 
+def _extract(config: ExtractionEvalConfig) -> dict | None:
+    from memorization.extraction_eval import run_extraction
+
+    return run_extraction(config)
+
+
 def _mia(config: MiaConfig) -> dict:
     from memorization.mia import run_mia
 
@@ -106,6 +115,7 @@ class Evaluation:
 
 
 EVALUATIONS: dict[str, Evaluation] = {e.name: e for e in (
+    Evaluation("extract", ExtractionEvalConfig, _extract, "greedy (and sampled, beam, hint) extraction of documents"),
     Evaluation("mia", MiaConfig, _mia, "membership inference: loss, zlib, Min-K%, Min-K%++ and reference scores"),
     Evaluation("downstream", DownstreamConfig, _downstream, "held-out perplexity and/or lm-evaluation-harness tasks"),
     Evaluation("hpc-code", HpcCodeConfig, _hpc_code, "pass@k, build@k and speedup@k of generated HPC code"),

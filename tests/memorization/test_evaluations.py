@@ -39,7 +39,7 @@ def test_evaluate_runs_the_function_with_the_configs_settings(monkeypatch):
 
 
 def test_an_unknown_evaluation_or_another_evaluations_config_is_refused():
-    with pytest.raises(ValueError, match="unknown evaluation 'extraction': choose from mia, downstream, hpc-code"):
+    with pytest.raises(ValueError, match="unknown evaluation 'extraction': choose from extract, mia, downstream, hpc-code"):
         ev.evaluate("extraction", ev.MiaConfig("m", "x"))
     with pytest.raises(TypeError, match="'downstream' takes a DownstreamConfig, got a MiaConfig"):
         ev.evaluate("downstream", ev.MiaConfig("m", "x"))
