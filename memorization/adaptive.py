@@ -19,37 +19,14 @@ with ``log p(y | p) = sum_i log p_theta(y_i | p, y_<i)``:
   extractable by an attacker who can correct it rarely.
 
 Both are batched with a KV cache (beam search) or one forward per batch (hints), left-padded with position ids
-like :func:`memorization.extraction.greedy_continue`, and run on an axonn grid as that does: every rank of a
+like :meth:`memorization.lm.LM.generate_until`, and run on an axonn grid as that does: every rank of a
 replica computes the same full-vocabulary logits (the LM head gathers them) and so picks the same beams.
 """
 from __future__ import annotations
 
-import inspect
-
 import torch
 
-from .extraction import cache_keyword
-
-
-def _left_pad(prefixes: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(ids, mask, position_ids)`` of left-padded ``prefixes``: position ids count real tokens from 0."""
-    T = max(len(p) for p in prefixes)
-    ids = torch.full((len(prefixes), T), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(prefixes), T), dtype=torch.long)
-    for r, p in enumerate(prefixes):
-        ids[r, T - len(p):] = torch.tensor(p, dtype=torch.long)
-        mask[r, T - len(p):] = 1
-    ids, mask = ids.to(device), mask.to(device)
-    return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
-
-
-def _keep_logits(model: torch.nn.Module, n: int) -> dict:
-    """Keyword making an HF causal LM compute logits for its last ``n`` positions only (``{}`` if it has none)."""
-    try:
-        params = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return {}
-    return next(({k: n} for k in ("logits_to_keep", "num_logits_to_keep") if k in params), {})
+from .lm import cache_keyword, left_pad, logits_to_keep
 
 
 def _reorder(cache, index: torch.Tensor):
@@ -81,8 +58,8 @@ def beam_continue(model: torch.nn.Module, prefixes: list[list[int]], n_new: int,
     for lo in range(0, len(order), batch_size):
         idx = order[lo:lo + batch_size]
         n = len(idx)
-        ids, mask, pos = _left_pad([prefixes[i] for i in idx], pad_id, device)
-        res = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **_keep_logits(model, 1))
+        ids, mask, pos = left_pad([prefixes[i] for i in idx], pad_id, device)
+        res = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **logits_to_keep(model, 1))
         past = _reorder(getattr(res, cache_kw), torch.arange(n, device=device).repeat_interleave(beam))
         logp = res.logits[:, -1].float().log_softmax(-1).repeat_interleave(beam, 0)  # (n * beam, V)
         V = logp.size(-1)
@@ -139,9 +116,9 @@ def teacher_forced_argmax(model: torch.nn.Module, prefixes: list[list[int]], suf
         lo += len(idx)
         if S == 0:
             continue
-        ids, mask, pos = _left_pad([list(prefixes[i]) + list(suffixes[i]) for i in idx], pad_id, device)
+        ids, mask, pos = left_pad([list(prefixes[i]) + list(suffixes[i]) for i in idx], pad_id, device)
         logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False,
-                       **_keep_logits(model, S + 1)).logits
+                       **logits_to_keep(model, S + 1)).logits
         pred = logits[:, -(S + 1):-1].argmax(-1)
         right = (pred == ids[:, -S:]).cpu().tolist()
         for r, i in enumerate(idx):

@@ -17,13 +17,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from memorization.eval_model import (MissingTokenizerError, axonn_checkpoint, default_device, grid_runtime,
-                                     load_checkpoint, load_on_grid, model_config_of, model_max_length)
+from memorization.eval_model import (MissingTokenizerError, axonn_checkpoint, default_device, model_config_of,
+                                     model_max_length)
 from memorization.lm_eval_bridge import (DEFAULT_TASK_DIR, LOCAL_TASK, LMEvalNotInstalledError, UnknownTaskError,
                                          check_lm_eval_args, include_dirs, list_lm_eval_tasks, run_lm_eval)
 from memorization.models import model_context
-from memorization.perplexity import (check_context, evaluate_perplexity, existing_source, load_perplexity_docs,
-                                     perplexity, window_spans)
+from memorization.lm import LM, window_spans
+from memorization.perplexity import check_context, evaluate_perplexity, existing_source, load_perplexity_docs, perplexity
 
 log = logging.getLogger(__name__)
 
@@ -131,19 +131,15 @@ def run_downstream(
     if perplexity_source is not None:  # window and stride as perplexity() will take them
         L = int(max_length or model_max_length(config))
         window_spans(0, L, int(stride if stride is not None else max(1, L // 2)))
-    rt = grid_runtime(grid) if grid else None
-    if rt is None:
-        device = device or default_device()
-        model, tok = load_checkpoint(model_path, device=device, dtype=dtype,
-                                     tokenizer_path=tokenizer_path, require_tokenizer=True)
-    else:
-        model, tok = load_on_grid(model_path, rt, tokenizer_path, require_tokenizer=True)
+    lm = LM.load(model_path, grid=grid or None, device=None if grid else (device or default_device()), dtype=dtype,
+                 tokenizer_path=tokenizer_path, require_tokenizer=True)
+    rt = lm.runtime
     report: dict[str, Any] = {"model": str(model_path)}
     if perplexity_source is not None:
         try:
-            ppl = evaluate_perplexity(model, tok, perplexity_source, text_key=text_key,
+            ppl = evaluate_perplexity(lm, lm.tokenizer, perplexity_source, text_key=text_key,
                                       max_length=max_length, stride=stride,
-                                      batch_size=batch_size, add_bos=add_bos, grid=rt and rt.grid)
+                                      batch_size=batch_size, add_bos=add_bos)
             ppl.pop("doc_nll")
             report["perplexity"] = ppl
         except (FileNotFoundError, ValueError, KeyError, json.JSONDecodeError) as err:
@@ -151,9 +147,8 @@ def run_downstream(
             report["perplexity_error"] = f"{type(err).__name__}: {err}"
     if tasks:
         report["lm_eval"] = run_lm_eval(
-            model, tok, tasks, include_path=include_path, include_defaults=include_defaults,
-            limit=limit, num_fewshot=num_fewshot, batch_size=batch_size,
-            max_length=max_length, grid=rt and rt.grid)
+            lm, lm.tokenizer, tasks, include_path=include_path, include_defaults=include_defaults,
+            limit=limit, num_fewshot=num_fewshot, batch_size=batch_size, max_length=max_length)
     if rt is not None:
         report["grid"] = grid
     report["markdown"] = report_markdown(report)

@@ -29,25 +29,21 @@ B beams of a beam search (``beam_match``; ``beam_top1``: the best beam), and the
 decoder needs when given the true token at each error (``hints``; ``longest_run``: the longest verbatim run
 between hints); a summary gives the shares and means.
 
-Generation is batched: prefixes are sorted by length, left-padded, and decoded together with
-a KV cache (one forward of the prefixes, keeping only the last position's logits, then one
-token per step for the whole batch).
+Generation is :class:`memorization.lm.LM`'s (:meth:`~memorization.lm.LM.generate_until`): prefixes sorted by
+length, left-padded and decoded together with a KV cache; this module keeps the protocol and the metrics.
 """
 from __future__ import annotations
 
-import inspect
 import math
 import re
 import warnings
 import zlib
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
-
 import torch
 
 from .eval_model import vocab_size
+from .lm import LM, Sampling, as_lm, row_seed
 
 
 @dataclass(frozen=True)
@@ -92,98 +88,6 @@ def split_document(ids: list[int], cfg: ExtractionConfig) -> tuple[list[int], li
         return (ids[:-S], ids[-S:]) if len(ids) > S else None
     P = cfg.prefix_len
     return (ids[:P], ids[P : P + S]) if len(ids) >= P + S else None
-
-
-def _last_logits_only(model: torch.nn.Module) -> dict:
-    """Keyword that makes an HF causal LM compute logits for the last position only
-    (``logits_to_keep``; ``num_logits_to_keep`` in older transformers), or ``{}`` when its
-    ``forward`` takes neither."""
-    try:
-        params = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return {}
-    return next(({k: 1} for k in ("logits_to_keep", "num_logits_to_keep") if k in params), {})
-
-
-def cache_keyword(model: torch.nn.Module) -> str:
-    """The name of the KV cache, as ``forward``'s keyword and its output's field: ``cache`` in
-    transformers >= 5.2x, ``past_key_values`` before (still accepted there, with a deprecation warning)."""
-    try:
-        return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-    except (TypeError, ValueError):
-        return "past_key_values"
-
-
-def cache_nbytes(cache: Any) -> int:
-    """Bytes of the keys and values a transformers KV cache holds, every layer: ``DynamicCache.layers[i]``'s
-    ``keys`` and ``values`` (transformers 5), its ``key_cache``/``value_cache`` lists (4.x), or a legacy tuple of
-    ``(key, value)`` pairs."""
-    if hasattr(cache, "layers"):
-        tensors = [t for layer in cache.layers for t in (getattr(layer, "keys", None), getattr(layer, "values", None))]
-    elif hasattr(cache, "key_cache"):
-        tensors = [*cache.key_cache, *cache.value_cache]
-    else:
-        tensors = [t for pair in cache for t in pair]
-    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
-
-
-@torch.no_grad()
-def greedy_continue(model: torch.nn.Module, prefixes: list[list[int]], n_new: int, batch_size: int = 32,
-                    pad_id: int = 0, progress: bool = False,
-                    on_cache: Callable[[Any], None] | None = None,
-                    pick: Callable[[torch.Tensor, list[int]], torch.Tensor] | None = None,
-                    stop: Callable[[torch.Tensor, list[int]], bool] | None = None) -> list[list[int]]:
-    """Greedy continuations of ``n_new`` tokens for every prefix, batched with a KV cache.
-
-    The prefill forward keeps only the last position's logits: all of them would be
-    batch x prefix x vocab (32 x 2,048 x 128,256 in bf16 = 16.8 GB).  ``on_cache`` is called with each batch's
-    KV cache after its last decoding step, when it holds the longest prefix and ``n_new - 1`` generated
-    positions per sequence (:func:`cache_nbytes` measures it).  ``pick(logits, rows)`` chooses the next tokens
-    (``(batch, 1)``) from the last logits of a batch whose rows are ``prefixes[rows[r]]`` (default: argmax;
-    :func:`sample_continue` samples).  ``stop(generated, rows)``, called with the ``(batch, t)`` tokens generated so
-    far before each further step, ends the batch early when it returns True (its continuations are then ``t``
-    tokens long)."""
-    device = next(model.parameters()).device
-    keep_last, cache = _last_logits_only(model), cache_keyword(model)
-    order = sorted(range(len(prefixes)), key=lambda i: len(prefixes[i]))
-    out: list[list[int]] = [[] for _ in prefixes]
-    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-    if progress:
-        from tqdm.auto import tqdm
-
-        batches = tqdm(batches, desc="extract", unit="batch")
-    was_training = model.training
-    model.eval()
-    for idx in batches:
-        T = max(len(prefixes[i]) for i in idx)
-        ids = torch.full((len(idx), T), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(idx), T), dtype=torch.long)
-        for r, i in enumerate(idx):  # left padding
-            ids[r, T - len(prefixes[i]) :] = torch.tensor(prefixes[i])
-            mask[r, T - len(prefixes[i]) :] = 1
-        ids, mask = ids.to(device), mask.to(device)
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        res = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **keep_last)
-        past, gen = getattr(res, cache), []
-        choose = pick or (lambda logits, rows: logits.argmax(-1, keepdim=True))
-        gen.append(choose(res.logits[:, -1], idx))
-        last = pos[:, -1:]
-        for _ in range(n_new - 1):  # one decoding step per new token, whole batch at once
-            if stop is not None and stop(torch.cat(gen, dim=1), idx):
-                break
-            nxt = gen[-1]
-            mask = torch.cat([mask, torch.ones_like(nxt)], dim=1)
-            last = last + 1
-            res = model(input_ids=nxt, attention_mask=mask, position_ids=last, use_cache=True, **{cache: past})
-            past = getattr(res, cache)
-            gen.append(choose(res.logits[:, -1], idx))
-        if on_cache is not None:
-            on_cache(past)
-        g = torch.cat(gen, dim=1).cpu().tolist()
-        for r, i in enumerate(idx):
-            out[i] = g[r]
-    model.train(was_training)
-    return out
 
 
 class RougeTokenizer:
@@ -260,36 +164,23 @@ def prepare(model_or_config, docs: list[dict], cfg: ExtractionConfig):
     return cfg, ctx, kept, splits, skipped
 
 
-def sample_continue(model: torch.nn.Module, prefixes: list[list[int]], keys: list[int], n_new: int, samples: int,
-                    temperature: float = 1.0, top_k: int = 40, seed: int = 0, batch_size: int = 32,
+def sample_continue(model: torch.nn.Module | LM, prefixes: list[list[int]], keys: list[int], n_new: int,
+                    samples: int, temperature: float = 1.0, top_k: int = 40, seed: int = 0, batch_size: int = 32,
                     pad_id: int = 0) -> list[list[list[int]]]:
     """``samples`` sampled continuations of ``n_new`` tokens per prefix (``[prefix][sample] -> ids``), batched
-    with a KV cache like :func:`greedy_continue`: each token drawn from ``softmax(logits / temperature)``
-    restricted to the ``top_k`` most likely tokens, by the Gumbel-max trick with noise from a generator seeded
-    by ``(seed, keys[i], sample)`` alone, so a prefix's draws do not depend on the batch it shares, its position
-    in the call or the grid (every rank of a replica draws the same)."""
+    with a KV cache (:meth:`memorization.lm.LM.generate_until`): each token drawn from ``softmax(logits /
+    temperature)`` restricted to the ``top_k`` most likely tokens, by the Gumbel-max trick with noise from a
+    generator seeded by ``(seed, keys[i], sample)`` alone (:func:`memorization.lm.row_seed`), so a prefix's draws
+    do not depend on the batch it shares, its position in the call or the grid (every rank of a replica draws the
+    same).  Runs on what it is given (on a grid: this replica's share)."""
     rows = [(i, j) for i in range(len(prefixes)) for j in range(samples)]
-    gens: dict[int, torch.Generator] = {}
-
-    def draw(logits: torch.Tensor, idx: list[int]) -> torch.Tensor:
-        scores = logits.float() / temperature
-        if 0 < top_k < scores.size(-1):
-            kth = scores.topk(top_k, dim=-1).values[:, -1:]
-            scores = scores.masked_fill(scores < kth, float("-inf"))
-        noise = torch.empty_like(scores)
-        for r, k in enumerate(idx):
-            if k not in gens:
-                i, j = rows[k]
-                gens[k] = torch.Generator(device=scores.device).manual_seed(hash((seed, keys[i], j)) & (2**63 - 1))
-            noise[r] = torch.rand(scores.size(-1), generator=gens[k], device=scores.device)
-        gumbel = -torch.log(-torch.log(noise.clamp(min=1e-20)))
-        return (scores + gumbel).argmax(-1, keepdim=True)
-
-    flat = greedy_continue(model, [prefixes[i] for i, _ in rows], n_new, batch_size, pad_id, pick=draw)
+    flat = as_lm(model).local.generate_until(
+        [prefixes[i] for i, _ in rows], n_new, sampling=Sampling(temperature, top_k=top_k),
+        seeds=[row_seed(seed, keys[i], j) for i, j in rows], batch_size=batch_size, pad_id=pad_id)
     return [flat[i * samples:(i + 1) * samples] for i in range(len(prefixes))]
 
 
-def extract(model: torch.nn.Module, docs: list[dict], cfg: ExtractionConfig = ExtractionConfig(), tokenizer=None,
+def extract(model: torch.nn.Module | LM, docs: list[dict], cfg: ExtractionConfig = ExtractionConfig(), tokenizer=None,
             progress: bool = False) -> dict:
     """Run extraction on ``docs`` (dicts with ``id``, ``token_ids`` and optionally ``exposures``).
 
@@ -300,21 +191,30 @@ def extract(model: torch.nn.Module, docs: list[dict], cfg: ExtractionConfig = Ex
     Prefix + suffix must fit the model's context (:func:`memorization.models.model_context`:
     ``max_position_embeddings``, or the trained length of a model trained from scratch):
     a fixed P + S beyond it raises ``ValueError``; in all-but-suffix mode ``cfg.max_tokens`` is
-    lowered to it (with a warning).  The result's ``config`` is the configuration used.
+    lowered to it (with a warning).  The result's ``config`` is the configuration used.  ``model`` may be an
+    :class:`memorization.lm.LM` on a grid: then as :func:`extract_on_grid`.
     """
-    cfg, ctx, kept, splits, skipped = prepare(model, docs, cfg)
-    records = extraction_records(model, kept, splits, cfg, tokenizer, progress)
+    lm = as_lm(model, tokenizer)
+    cfg, ctx, kept, splits, skipped = prepare(lm.model, docs, cfg)
+
+    def decode(share: list[tuple[dict, tuple]]) -> list[dict]:
+        return extraction_records(lm.local, [d for d, _ in share], [sp for _, sp in share], cfg, tokenizer, progress)
+
+    records = lm.over_replicas(decode, list(zip(kept, splits)))
     return extraction_result(records, cfg, ctx, skipped)
 
 
-def extraction_records(model: torch.nn.Module, kept: list[dict], splits: list[tuple[list[int], list[int]]],
+def extraction_records(model: torch.nn.Module | LM, kept: list[dict], splits: list[tuple[list[int], list[int]]],
                        cfg: ExtractionConfig, tokenizer=None, progress: bool = False) -> list[dict]:
     """One record per document of ``kept`` (with its ``(prefix, suffix)`` of ``splits``): the greedy
-    continuation and every per-document metric (module docstring)."""
+    continuation and every per-document metric (module docstring).  Runs on what it is given (on a grid: this
+    replica's share, :func:`extract_on_grid`)."""
     if not kept:
         return []
+    lm = as_lm(model).local
     pad = getattr(tokenizer, "pad_token_id", None) or 0
-    gens = greedy_continue(model, [p for p, _ in splits], cfg.suffix_len, cfg.batch_size, pad, progress)
+    gens = lm.generate_until([p for p, _ in splits], cfg.suffix_len, batch_size=cfg.batch_size, pad_id=pad,
+                             progress=progress, desc="extract")
     sfx = torch.tensor([s for _, s in splits])
     gen = torch.tensor(gens)
     match = gen == sfx
@@ -335,13 +235,13 @@ def extraction_records(model: torch.nn.Module, kept: list[dict], splits: list[tu
                 "generated_ids": gens[j]} for j, d in enumerate(kept)]
     if cfg.samples:  # (n, p)-discoverable extraction: how many of n sampled continuations reproduce the suffix
         keys = [zlib.crc32(str(d.get("id", j)).encode()) for j, d in enumerate(kept)]
-        drawn = sample_continue(model, [p for p, _ in splits], keys, cfg.suffix_len, cfg.samples, cfg.temperature,
+        drawn = sample_continue(lm, [p for p, _ in splits], keys, cfg.suffix_len, cfg.samples, cfg.temperature,
                                 cfg.top_k, cfg.seed, cfg.batch_size, pad)
         for r, (_, suffix), conts in zip(records, splits, drawn):
             r["sampled_matches"] = sum(c == list(suffix) for c in conts)
             r["samples"] = cfg.samples
     if cfg.beam or cfg.hints:
-        adaptive_records(model, records, splits, cfg, pad)
+        adaptive_records(lm.model, records, splits, cfg, pad)
     return records
 
 
@@ -388,16 +288,7 @@ def extract_on_grid(model: torch.nn.Module, docs: list[dict], grid, cfg: Extract
     Every replica decodes the same number of documents (the last ones repeat one of theirs, dropped after):
     the depth axis all-gathers each layer's weights in every forward, so its ranks must run the same
     forwards."""
-    from memorization.runtime import map_over_replicas
-
-    cfg, ctx, kept, splits, skipped = prepare(model, docs, cfg)
-
-    def decode(share: list[tuple[dict, tuple]]) -> list[dict]:
-        return extraction_records(model, [d for d, _ in share], [sp for _, sp in share], cfg, tokenizer,
-                                  progress and grid.rank == 0)
-
-    records = map_over_replicas(decode, list(zip(kept, splits)), grid)
-    return extraction_result(records, cfg, ctx, skipped)
+    return extract(LM(model, tokenizer, grid), docs, cfg, tokenizer, progress)
 
 
 def prefix_match(gen: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:

@@ -22,7 +22,8 @@ from typing import Any
 
 import torch
 
-from memorization.eval_model import MissingTokenizerError, model_max_length
+from memorization.eval_model import MissingTokenizerError
+from memorization.lm import LM, as_lm
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +174,7 @@ def _clean_metrics(res: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_lm_eval(
-    model: torch.nn.Module,
+    model: torch.nn.Module | LM,
     tokenizer: Any,
     tasks: Sequence[str],
     *,
@@ -192,8 +193,9 @@ def run_lm_eval(
     Args:
         model, tokenizer: a loaded ``transformers`` causal LM (on its device) and tokenizer;
             wrapped as ``HFLM(pretrained=model, tokenizer=tokenizer)``, or, with ``grid`` (the axonn grid
-            ``model`` is parallelized on), as :class:`memorization.lm_eval_grid.GridLM`: the same requests
-            scored on the grid, every rank returning every result.
+            ``model`` is parallelized on; or ``model`` a :class:`memorization.lm.LM` on a grid), as
+            :class:`memorization.lm_eval_grid.GridLM`: the same requests scored on the grid, every rank
+            returning every result.
         tasks: lm-eval task, group or tag names (e.g. ``arc_easy``, ``hellaswag``,
             ``goldfish_mc``).
         include_path: extra task directories (default: the project's data/lm_eval_tasks).
@@ -213,6 +215,8 @@ def run_lm_eval(
     """
     check_lm_eval_args(limit, num_fewshot)
     _require_lm_eval()
+    model = as_lm(model, tokenizer, grid)
+    tokenizer = model.tokenizer
     if tokenizer is None:
         raise MissingTokenizerError(
             "lm-eval tasks need the checkpoint's tokenizer and none was found; save it with "
@@ -248,14 +252,14 @@ def run_lm_eval(
     if not runnable:
         return results
 
-    max_length = int(max_length or model_max_length(model))
-    if grid is None:
-        lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size,
+    max_length = int(max_length or model.max_length)
+    if model.grid is None:
+        lm = HFLM(pretrained=model.model, tokenizer=tokenizer, batch_size=batch_size,
                   max_length=max_length, backend="causal")
     else:
         from memorization.lm_eval_grid import GridLM
 
-        lm = GridLM(model, tokenizer, grid, batch_size=batch_size, max_length=max_length)
+        lm = GridLM(model, batch_size=batch_size, max_length=max_length)
     for t in runnable:
         try:
             spec = _resolve_local_data(tm, t)

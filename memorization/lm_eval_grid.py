@@ -4,8 +4,8 @@
 rolling windows, stop sequences, decoding -- so its requests become exactly the token sequences the single-process
 ``HFLM`` scores.  Only the model calls are ours, written for a grid:
 
-- **log-likelihoods** (``loglikelihood``, ``loglikelihood_rolling``): the token requests are split over the grid's
-  data x depth replicas (:func:`memorization.runtime.map_over_replicas`: equal shares, so every depth rank runs the
+- **log-likelihoods** (``loglikelihood``, ``loglikelihood_rolling``): :meth:`memorization.lm.LM.loglikelihood`: the
+  token requests are split over the grid's data x depth replicas (equal shares, so every depth rank runs the
   same forwards), a replica's row x column ranks score its share together, longest first in batches of
   ``batch_size``.  For a request with context ``c`` and continuation ``x_1..x_m`` (the last ``max_length + 1``
   tokens of ``c + x``), ``log p = Σ_i log p(x_i | c, x_<i)`` and ``is_greedy`` is true iff every ``x_i`` has the
@@ -13,7 +13,7 @@ rolling windows, stop sequences, decoding -- so its requests become exactly the 
   (:func:`axonn.intra_layer.vocab_parallel_logprobs`, :func:`axonn.intra_layer.vocab_parallel_is_max`): no rank
   holds the whole vocabulary.
 - **generation** (``generate_until``): requests split over the replicas the same way; greedy decoding with the KV
-  cache (:func:`memorization.extraction.greedy_continue`, ``max_gen_toks`` steps, tokens after an end-of-text
+  cache (:meth:`memorization.lm.LM.generate_until`, ``max_gen_toks`` steps, tokens after an end-of-text
   token dropped) returns the token ids ``HFLM`` decodes and cuts at the stop sequences.  Sampling
   (``do_sample``/``temperature > 0``) is refused: draws from ``transformers``' sampler cannot be reproduced.
 
@@ -21,74 +21,33 @@ Every rank returns every result, so lm-eval's metrics are computed on every rank
 """
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import torch
 from lm_eval.models.huggingface import HFLM
 
-from memorization.mia.scoring import pad_batch, vocab_sharded_head
-from memorization.runtime import map_over_replicas
+from memorization.lm import LM
 
-__all__ = ["GridLM", "continuation_scores"]
-
-
-@torch.no_grad()
-def continuation_scores(model: torch.nn.Module, seqs: list[list[int]], cont_lens: list[int]
-                        ) -> list[tuple[float, bool]]:
-    """``(Σ log p(continuation), every continuation token is the argmax)`` of each sequence, one forward pass:
-    ``seqs[b]`` is the model's input followed by one more token, its last ``cont_lens[b]`` tokens the
-    continuation.  A vocabulary-sharded head is never gathered (module docstring)."""
-    ids, mask = pad_batch(seqs, next(model.parameters()).device)
-    inputs, targets = ids[:, :-1], ids[:, 1:]
-    head = vocab_sharded_head(model)
-    with head.sharded_output() if head is not None else contextlib.nullcontext():
-        logits = model(input_ids=inputs, attention_mask=mask[:, :-1], use_cache=False).logits
-    if head is not None:
-        from axonn.intra_layer import vocab_parallel_is_max, vocab_parallel_logprobs
-
-        logp, _, _ = vocab_parallel_logprobs(logits, targets, axes=head.out_axis, grid=head.grid)
-        top = vocab_parallel_is_max(logits, targets, axes=head.out_axis, grid=head.grid)
-    else:
-        lsm = logits.float().log_softmax(-1)
-        logp = lsm.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-        top = lsm.argmax(-1) == targets
-    out = []
-    for b, (s, m) in enumerate(zip(seqs, cont_lens)):
-        last = len(s) - 1  # targets[b, :last] are real
-        out.append((float(logp[b, last - m:last].sum()), bool(top[b, last - m:last].all())))
-    return out
+__all__ = ["GridLM"]
 
 
 class GridLM(HFLM):
-    """lm-eval's ``HFLM`` whose model calls run on ``grid`` (module docstring).
+    """lm-eval's ``HFLM`` whose model calls are ``lm``'s (module docstring).
 
-    ``model`` is parallelized on ``grid`` (every rank holds its shards); ``tokenizer`` is the checkpoint's.
-    ``batch_size`` sequences per forward on each replica; ``max_length`` the context (as ``HFLM``'s)."""
+    ``lm``: a :class:`memorization.lm.LM` on a grid (every rank holds its shards of the model) with the
+    checkpoint's tokenizer.  ``batch_size`` sequences per forward on each replica; ``max_length`` the context (as
+    ``HFLM``'s)."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer: Any, grid, batch_size: int = 8,
-                 max_length: int | None = None, max_gen_toks: int = 256) -> None:
-        super().__init__(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, max_length=max_length,
+    def __init__(self, lm: LM, batch_size: int = 8, max_length: int | None = None, max_gen_toks: int = 256) -> None:
+        super().__init__(pretrained=lm.model, tokenizer=lm.tokenizer, batch_size=batch_size, max_length=max_length,
                          max_gen_toks=max_gen_toks, backend="causal", logits_cache=False)
-        self.grid = grid
+        self.grid = lm.grid
+        self.lm = lm
 
     def _loglikelihood_tokens(self, requests: list, disable_tqdm: bool = False, override_bs: int | None = None
                               ) -> list[tuple[float, bool]]:
-        bs = int(override_bs or self.batch_size)
-        L = self.max_length
-
-        def score(share: list) -> list[tuple[float, bool]]:
-            seqs = [(ctx + cont)[-(L + 1):] for _, ctx, cont in share]
-            lens = [len(cont) for _, _, cont in share]
-            order = sorted(range(len(share)), key=lambda i: -len(seqs[i]))
-            out: list[tuple[float, bool]] = [(0.0, False)] * len(share)
-            for s in range(0, len(order), bs):
-                idx = order[s:s + bs]
-                for i, r in zip(idx, continuation_scores(self.model, [seqs[i] for i in idx], [lens[i] for i in idx])):
-                    out[i] = r
-            return out
-
-        results = map_over_replicas(score, list(requests), self.grid)
+        results = self.lm.loglikelihood([(ctx, cont) for _, ctx, cont in requests],
+                                        batch_size=int(override_bs or self.batch_size), max_length=self.max_length)
         for (key, _, _), r in zip(requests, results):
             if key is not None:  # rolling windows carry no (context, continuation) key
                 self.cache_hook.add_partial("loglikelihood", key, r)
@@ -106,19 +65,17 @@ class GridLM(HFLM):
         def generate(share: list) -> list[str]:
             return parent.generate_until(share, disable_tqdm=True)
 
-        return map_over_replicas(generate, list(requests), self.grid)
+        return self.lm.over_replicas(generate, list(requests))
 
     def _model_generate(self, context: torch.Tensor, max_length: int, stop: list[str], **kwargs: Any
                         ) -> torch.Tensor:
         """``context`` (left-padded, ``attention_mask`` in ``kwargs``) followed by ``max_length - width`` greedy
         tokens per row; after a row's first end-of-text token, only end-of-text tokens."""
-        from memorization.extraction import greedy_continue
-
         mask = kwargs.get("attention_mask")
         mask = torch.ones_like(context) if mask is None else mask
         rows = [row[m.bool()].tolist() for row, m in zip(context, mask)]
         n_new = max_length - context.size(1)
-        gen = torch.tensor(greedy_continue(self.model, rows, n_new, batch_size=len(rows)), dtype=context.dtype,
+        gen = torch.tensor(self.lm.local.generate_until(rows, n_new, batch_size=len(rows)), dtype=context.dtype,
                            device=context.device)
         eot = self.eot_token_id
         ended = (gen == eot).long().cummax(dim=1).values.bool()

@@ -269,9 +269,8 @@ def trace_inference(shape, grid: GridShape = GridShape(1, 1, 1, 1), batch: int =
     import axonn
     from axonn.presets import get_preset
 
-    from .extraction import cache_keyword
+    from .lm import cache_keyword, token_stats
     from .models import causal_lm_class
-    from .mia.scoring import token_stats
 
     if dist.is_initialized():
         raise RuntimeError("trace_inference needs a process without torch.distributed initialised")

@@ -32,42 +32,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from memorization.eval_model import MissingTokenizerError, as_id_lists, check_vocab, model_device, model_max_length
-from memorization.mia.scoring import pad_batch, sequence_token_logprobs
+from memorization.eval_model import MissingTokenizerError, as_id_lists, check_vocab
+from memorization.lm import LM, as_lm, window_spans
 from memorization.mixture import check_manifest_doc
 from memorization.models import model_context
 
 
-def window_spans(n_tokens: int, max_length: int, stride: int) -> list[tuple[int, int, int]]:
-    """Sliding windows over a document of ``n_tokens`` tokens.
-
-    Returns ``(begin, end, first)`` triples: the window is ``x[begin:end]`` and its targets
-    ``x[begin+first : end]`` are scored.  The first window is ``x[0:min(L, n)]`` and scores
-    tokens ``1..end-1``; each next window scores the next ``S`` tokens (fewer at the end) and
-    is the ``L`` tokens ending at its last target, so every scored token sees at least
-    ``L - S >= 1`` tokens of context.  Together the windows score tokens ``1 .. n-1``
-    exactly once each.  Requires ``1 <= S <= L - 1``.
-    """
-    if max_length < 2:
-        raise ValueError(f"max_length must be >= 2, got {max_length}")
-    if not 1 <= stride <= max_length - 1:
-        raise ValueError(
-            f"stride must be in [1, max_length - 1 = {max_length - 1}] so that every scored "
-            f"token has context, got {stride}")
-    if n_tokens < 2:
-        return []
-    end = min(max_length, n_tokens)
-    spans: list[tuple[int, int, int]] = [(0, end, 1)]
-    while end < n_tokens:
-        prev_end, end = end, min(end + stride, n_tokens)
-        begin = max(0, end - max_length)
-        spans.append((begin, end, prev_end - begin))
-    return spans
-
-
 @torch.no_grad()
 def perplexity(
-    model: torch.nn.Module,
+    model: torch.nn.Module | LM,
     docs: Sequence[Sequence[int]] | Sequence[torch.Tensor] | torch.Tensor,
     *,
     max_length: int | None = None,
@@ -79,9 +52,9 @@ def perplexity(
 ) -> dict[str, Any]:
     """Token-weighted sliding-window perplexity of ``model`` on token-id documents.
 
-    With ``grid`` (an axonn grid ``model`` is parallelized on) the windows are split over its data x depth
-    replicas (:func:`memorization.runtime.map_over_replicas`: equal shares, so every depth rank runs the same
-    forwards) and every rank returns the whole result.
+    The windows' log-likelihoods are :meth:`memorization.lm.LM.loglikelihood_rolling`'s.  With ``grid`` (an axonn
+    grid ``model`` is parallelized on; or ``model`` an :class:`~memorization.lm.LM` on a grid) the windows are
+    split over its data x depth replicas and every rank returns the whole result.
 
     Args:
         model: causal LM returning ``.logits``, already on ``device``.
@@ -98,51 +71,19 @@ def perplexity(
     for name, v in (("max_length", max_length), ("stride", stride), ("batch_size", batch_size)):
         if v is not None and int(v) < 1:
             raise ValueError(f"{name} must be >= 1, got {v}")
-    from tqdm.auto import tqdm
-
-    check_context(max_length, model_context(model))
-    dev = torch.device(device) if device is not None else model_device(model)
-    max_length = int(max_length if max_length is not None else model_max_length(model))
+    lm = as_lm(model, grid=grid, device=device)
+    check_context(max_length, model_context(lm.model))
+    max_length = int(max_length if max_length is not None else lm.max_length)
     stride = int(stride if stride is not None else max(1, max_length // 2))
     ids = as_id_lists(docs)
-    check_vocab(model, ids, "perplexity")
-    windows: list[tuple[int, list[int], int]] = []  # (doc index, window ids, first scored)
-    for d, x in enumerate(ids):
-        for b, e, first in window_spans(len(x), max_length, stride):
-            windows.append((d, x[b:e], first))
-    if not windows:
+    check_vocab(lm.model, ids, "perplexity")
+    n_windows = sum(len(window_spans(len(x), max_length, stride)) for x in ids)
+    if not n_windows:
         raise ValueError("no document has 2 or more tokens: nothing to score")
-
-    def window_nll(share: list[tuple[int, list[int], int]]) -> list[tuple[float, int]]:
-        """(summed NLL, scored tokens) of each window, longest windows batched first."""
-        order = sorted(range(len(share)), key=lambda i: -len(share[i][1]))
-        out: list[tuple[float, int]] = [(0.0, 0)] * len(share)
-        starts = range(0, len(order), batch_size)
-        for s in tqdm(starts, desc="perplexity", unit="batch", disable=not progress or len(starts) <= 1):
-            idx = order[s : s + batch_size]
-            batch = [share[i] for i in idx]
-            input_ids, attn = pad_batch([w[1] for w in batch], dev)
-            logp, valid = sequence_token_logprobs(model, input_ids, attn)
-            first = torch.tensor([w[2] for w in batch], device=dev)
-            # logp[:, c] scores target position c + 1 of the window
-            col = torch.arange(logp.size(1), device=dev)[None, :]
-            scored = valid & (col >= (first[:, None] - 1))
-            sums = (-(logp * scored).sum(dim=1).double()).tolist()
-            for i, v, c in zip(idx, sums, scored.sum(dim=1).tolist()):
-                out[i] = (v, c)
-        return out
-
-    if grid is None:
-        per_window = window_nll(windows)
-    else:
-        from memorization.runtime import map_over_replicas
-
-        per_window = map_over_replicas(window_nll, windows, grid)
-    doc_sum = np.zeros(len(ids), dtype=np.float64)
-    doc_cnt = np.zeros(len(ids), dtype=np.int64)
-    doc_idx = np.array([w[0] for w in windows])
-    np.add.at(doc_sum, doc_idx, np.array([v for v, _ in per_window], dtype=np.float64))
-    np.add.at(doc_cnt, doc_idx, np.array([c for _, c in per_window], dtype=np.int64))
+    per_doc = lm.loglikelihood_rolling(ids, max_length=max_length, stride=stride, batch_size=batch_size,
+                                       progress=progress)
+    doc_sum = -np.array([v for v, _ in per_doc], dtype=np.float64)
+    doc_cnt = np.array([c for _, c in per_doc], dtype=np.int64)
     n_tok = int(doc_cnt.sum())
     nll = float(doc_sum.sum() / n_tok)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -152,7 +93,7 @@ def perplexity(
         "nll": nll,
         "n_tokens": n_tok,
         "n_docs": int((doc_cnt > 0).sum()),
-        "n_windows": len(windows),
+        "n_windows": n_windows,
         "max_length": max_length,
         "stride": stride,
         "doc_nll": doc_nll,
@@ -234,7 +175,7 @@ def load_perplexity_docs(
 
 
 def evaluate_perplexity(
-    model: torch.nn.Module,
+    model: torch.nn.Module | LM,
     tokenizer: Any | None,
     source: str | os.PathLike,
     *,

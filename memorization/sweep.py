@@ -34,8 +34,6 @@ import itertools
 import json
 import logging
 import shlex
-import subprocess
-import sys
 import time
 import traceback
 from dataclasses import asdict, dataclass, field, replace
@@ -49,8 +47,6 @@ from memorization.train import EXIT_INTERRUPTED
 
 log = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parents[1]
-HPC_CODE_PY = REPO / "eval" / "hpc_code.py"
 
 #: memorize options the sweep sets itself per cell (:meth:`Cell.config`); refused as pass-through options.
 RESERVED_OPTIONS = ("--size", "--exposures", "--goldfish-k", "--goldfish-h", "--arms", "--out", "--resume",
@@ -300,20 +296,20 @@ def roc_points(scores_jsonl: Path, max_points: int = 200) -> dict:
 
 
 def evaluate_arm(arm_dir: Path, manifest: Path, opts: EvalOptions) -> dict:
-    """Perplexity (held-out nonmembers), and optionally MIA, lm-eval and HPC-code pass@k, of one arm.
+    """Perplexity (held-out nonmembers), and optionally MIA, lm-eval and HPC-code pass@k, of one arm: the
+    evaluations ``downstream``, ``mia`` and ``hpc-code`` of :mod:`memorization.evaluations`.
 
     Each evaluation that fails is recorded under ``errors`` and the others still run.
     """
-    from memorization.downstream import run_downstream
+    from memorization.evaluations import DownstreamConfig, MiaConfig, evaluate
 
     model = arm_dir / "model"
     out: dict[str, Any] = {"errors": {}}
     t0 = time.perf_counter()
     try:
-        rep = run_downstream(model, perplexity_source=manifest,
-                             tasks=list(opts.downstream_tasks) if opts.downstream else None,
-                             limit=opts.downstream_limit, batch_size=opts.batch_size, device=opts.device,
-                             dtype=opts.dtype)
+        rep = evaluate("downstream", DownstreamConfig(
+            model, perplexity_source=manifest, tasks=tuple(opts.downstream_tasks) if opts.downstream else None,
+            limit=opts.downstream_limit, batch_size=opts.batch_size, device=opts.device, dtype=opts.dtype))
         if "perplexity" in rep:
             p = rep["perplexity"]
             out["perplexity"] = {"perplexity": p["perplexity"], "nll": p["nll"], "n_tokens": p["n_tokens"]}
@@ -328,12 +324,10 @@ def evaluate_arm(arm_dir: Path, manifest: Path, opts: EvalOptions) -> dict:
         out["errors"]["perplexity/downstream"] = f"{type(e).__name__}: {e}"
     out["seconds_quality"] = time.perf_counter() - t0
     if opts.mia:
-        from memorization.mia import run_mia
-
         t0 = time.perf_counter()
         try:
-            rep = run_mia(model, manifest, out_dir=arm_dir / "mia", batch_size=opts.batch_size,
-                          device=opts.device, dtype=opts.dtype)
+            rep = evaluate("mia", MiaConfig(model, manifest, out_dir=arm_dir / "mia", batch_size=opts.batch_size,
+                                            device=opts.device, dtype=opts.dtype))
             out["mia"] = _mia_summary(rep)
             out["mia"]["roc"] = roc_points(arm_dir / "mia" / "mia_scores.jsonl")
         except Exception as e:  # noqa: BLE001
@@ -357,18 +351,19 @@ def _hpc_dtype(opts: EvalOptions) -> str:
 
 
 def run_hpc_code(model: Path, output: Path, opts: EvalOptions) -> dict:
-    """``eval/hpc_code.py --model`` (greedy, ``--quick``) in a subprocess; returns its pass/build@1."""
-    cmd = [sys.executable, str(HPC_CODE_PY), "--model", str(model), "--quick", "--temperature", "0",
-           "--samples", str(opts.hpc_samples), "--max-new-tokens", str(opts.hpc_max_new_tokens),
-           "--workers", "1", "--no-progress", "--output", str(output), "--device", opts.device,
-           "--dtype", _hpc_dtype(opts)]
-    if opts.hpc_problems:
-        cmd += ["--problems", *opts.hpc_problems]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
-    if proc.returncode != 0 or not output.exists():
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
-        raise RuntimeError(f"eval/hpc_code.py exited {proc.returncode}: {' | '.join(tail)}")
-    rep = json.loads(output.read_text())
+    """The ``hpc-code`` evaluation of ``model`` (:func:`memorization.hpc_code.evaluate.evaluate_hpc_code`: greedy,
+    quick inputs, one worker, no tables on stdout; its report written to ``output``); returns its pass/build@1."""
+    from memorization.evaluations import evaluate
+    from memorization.hpc_code.evaluate import HpcCodeConfig, HpcCodeError
+
+    cfg = HpcCodeConfig(model=str(model), quick=True, temperature=0.0, samples=opts.hpc_samples,
+                        max_new_tokens=opts.hpc_max_new_tokens, workers=(1,), progress=False, output=output,
+                        device=opts.device, dtype=_hpc_dtype(opts), problems=tuple(opts.hpc_problems) or None,
+                        print_tables=False)
+    try:
+        rep = evaluate("hpc-code", cfg)
+    except HpcCodeError as e:
+        raise RuntimeError(f"hpc-code evaluation: {e}") from None
     return {k: rep.get(k) for k in ("problems", "pass@1", "build@1", "speedup@1", "samples_per_problem")}
 
 

@@ -24,7 +24,7 @@ import torch
 from .extraction import ExtractionConfig, extract, trained
 from .goldfish import IGNORE_INDEX, GoldfishConfig, goldfish_mask
 from .loss import chunked_lm_loss_sum, cross_entropy_for
-from .mia import pad_batch
+from .lm import pad_batch
 
 #: a tracking record's metrics besides its ``step``
 TRACK_KEYS = ("exact_match", "token_match", "prefix_match", "target_loss", "kept_loss", "dropped_loss")

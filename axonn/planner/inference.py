@@ -230,7 +230,7 @@ def _moments(shape: ModelShape, grid: GridShape, b: int, s: int, generate: bool,
     add = m * (8 * h + a * h)
     layer = through + max(norm, attn, mlp, mlp_out, add)
     n = b if generate else m  # positions whose logits the LM head computes
-    # generation gathers them to the full vocabulary; scoring keeps them sharded (memorization.mia.token_stats)
+    # generation gathers them to the full vocabulary; scoring keeps them sharded (memorization.lm.logprobs.token_stats)
     head_logits = a * n * V / R + (2 * a * n * V if R > 1 and generate else 0)
     kv_all = kv_cache_bytes(shape, grid, b, s, dt) if generate else 0
     # generation embeds m tokens before any cache exists and b tokens beside the full cache: beyond the cache

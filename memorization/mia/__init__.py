@@ -92,15 +92,13 @@ from ..mixture import load_manifest
 from .report import mia_report, plot_roc, report_markdown
 from .roc import finite_scores, roc_auc, roc_curve, score_summary, tpr_at_fpr
 from .runner import NONMEMBER_SOURCES, USER_TARGETS_WARNING, run_mia, select_nonmembers
-from .scoring import (SCORE_DESCRIPTIONS, SCORE_DIRECTIONS, check_max_length, mia_scores, pad_batch,
-                      sequence_token_logprobs, token_stats, vocab_sharded_head)
+from .scoring import SCORE_DESCRIPTIONS, SCORE_DIRECTIONS, check_max_length, mia_scores
 
 __all__ = [
     "SCORE_DIRECTIONS",
     "MissingTokenizerError",
     "load_checkpoint",
     "load_manifest",
-    "sequence_token_logprobs",
     "mia_scores",
     "roc_curve",
     "roc_auc",
@@ -116,8 +114,5 @@ __all__ = [
     "check_max_length",
     "finite_scores",
     "model_max_length",
-    "pad_batch",
     "score_summary",
-    "token_stats",
-    "vocab_sharded_head",
 ]

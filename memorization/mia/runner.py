@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from ..eval_model import (MissingTokenizerError, check_vocab, default_device, grid_runtime, load_checkpoint,
-                          load_on_grid)
+from ..eval_model import MissingTokenizerError, check_vocab, default_device, grid_runtime
+from ..lm import LM
 from ..mixture import is_int, load_manifest
 from .report import mia_report, plot_roc, report_markdown
 from .scoring import check_max_length, mia_scores
@@ -121,7 +121,7 @@ def run_mia(
 
     With ``grid`` (``"D,R,C,Z"``, under torchrun/mpiexec/srun) the models are parallelized on that grid as in
     training, each rank reading only its own shards, and the documents are split over its data x depth
-    replicas (:func:`memorization.runtime.map_over_replicas`): every rank returns the report, rank 0 alone
+    replicas (:meth:`memorization.lm.LM.over_replicas`): every rank returns the report, rank 0 alone
     writes ``out_dir``.
 
     Members are the targets with ``exposures >= 1``; nonmembers are chosen by
@@ -169,11 +169,10 @@ def run_mia(
         from ..runtime import check_replicas
 
         check_replicas(len(members) + len(nonmembers), rt.grid, "documents")  # before any weight loads
-    if rt is None:
-        model, tok = load_checkpoint(model_path, device=device, dtype=dtype,
-                                     tokenizer_path=tokenizer_path, require_tokenizer=False)
-    else:
-        model, tok = load_on_grid(model_path, rt, tokenizer_path, "--model")
+    lm = LM.load(model_path, grid=rt, device=device, dtype=dtype, tokenizer_path=tokenizer_path,
+                 require_tokenizer=False)
+    model, tok = lm.model, lm.tokenizer
+    if rt is not None:
         device = None  # each rank's own device
     docs = members + nonmembers
     ids = _tokenize_docs(docs, tok, "documents")
@@ -182,12 +181,11 @@ def run_mia(
                  names=[str(d.get("id", i)) for i, d in enumerate(docs)])
 
     ref_model, ref_tok = None, None
-    if reference_model_path is not None and rt is not None:
-        ref_model, ref_tok = load_on_grid(reference_model_path, rt, None, "--reference-model")
-    elif reference_model_path is not None:
-        ref_model, ref_tok = load_checkpoint(reference_model_path, device=device, dtype=dtype,
-                                             require_tokenizer=False, flag="--reference-model")
-        if ref_tok is not None and tok is None:
+    if reference_model_path is not None:
+        ref = LM.load(reference_model_path, grid=rt, device=device, dtype=dtype, require_tokenizer=False,
+                      flag="--reference-model")
+        ref_model, ref_tok = ref.model, ref.tokenizer
+        if rt is None and ref_tok is not None and tok is None:
             log.warning("the target checkpoint has no tokenizer: assuming the reference model "
                         "shares its vocabulary and scoring the same token ids")
 
@@ -198,13 +196,11 @@ def run_mia(
     if rt is None:
         scores = score(ids)
     else:
-        from memorization.runtime import map_over_replicas
-
         def rows(share: list[list[int]]) -> list[dict[str, Any]]:
             s = score(share)
             return [{n: v[i] for n, v in s.items()} for i in range(len(share))]
 
-        per_doc = map_over_replicas(rows, ids, rt.grid)
+        per_doc = lm.over_replicas(rows, ids)
         scores = {n: np.array([r[n] for r in per_doc]) for n in per_doc[0]}
     n_m = len(members)
     member = {n: v[:n_m] for n, v in scores.items()}

@@ -1,12 +1,11 @@
 """Membership scores of documents under a causal LM: token log-probs and the per-document scores.
 
 The math of each score (``loss``, ``zlib``, ``min_k``, ``min_k_pp``, ``ref_diff``) is in the docstring of
-:mod:`memorization.mia`.  All scores are computed in padded batches (right padding + attention mask) with one
-forward pass per batch; the per-token work is vectorised.
+:mod:`memorization.mia`.  The token log-probs are :meth:`memorization.lm.LM.token_logprobs`' (padded batches,
+one forward pass per batch); the per-token work is vectorised.
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import zlib
 from collections.abc import Sequence
@@ -14,9 +13,9 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from ..eval_model import Docs, as_id_lists, check_vocab, model_device, model_max_length
+from ..lm import LM
 from ..mixture import is_int
 
 log = logging.getLogger(__name__)
@@ -33,99 +32,6 @@ SCORE_DESCRIPTIONS: dict[str, str] = {
     "ref_diff": "target loss - reference loss on the same text (lower = member)",
 }
 
-# Logit elements converted to float32 log-probs at once (2^28 floats = 1 GiB).
-_LOGIT_CHUNK_ELEMENTS = 1 << 28
-
-
-def pad_batch(
-    seqs: Sequence[Sequence[int]], device: torch.device | str | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad id lists into ``(input_ids, attention_mask)`` of shape ``(B, max_len)``.
-
-    The pad id is 0; padded positions are excluded by the attention mask and by every
-    statistic computed here, so its value never matters.
-    """
-    width = max(len(s) for s in seqs)
-    ids = torch.zeros((len(seqs), width), dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, : len(s)] = torch.as_tensor(s, dtype=torch.long)
-        mask[i, : len(s)] = 1
-    return ids.to(device), mask.to(device)
-
-
-@torch.no_grad()
-def sequence_token_logprobs(
-    model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One forward pass: log-prob of every next token, ``log p(x_t | x_<t)``.
-
-    Returns ``(logp, valid)`` of shape ``(B, T-1)``: ``logp[b, t-1] = log p(x_t | x_<t)`` in
-    float32 and ``valid[b, t-1]`` true where both ``x_{t-1}`` and ``x_t`` are real (unpadded)
-    tokens.  Computed as ``-cross_entropy(logits[:, :-1], x[:, 1:])`` over the whole batch.
-    """
-    logp, _, valid = token_stats(model, input_ids, attention_mask, standardise=False)
-    return logp, valid
-
-
-@torch.no_grad()
-def token_stats(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                standardise: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    """``(logp, z, valid)`` of one forward pass: :func:`sequence_token_logprobs`'s log-probs and, with
-    ``standardise``, Min-K%++'s ``z_t = (log p_t - mu_t) / sigma_t`` (module docstring; None without)."""
-    head = vocab_sharded_head(model)
-    with head.sharded_output() if head is not None else contextlib.nullcontext():
-        out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
-    logits = out.logits[:, :-1]
-    targets = input_ids[:, 1:]
-    valid = attention_mask[:, 1:].bool() & attention_mask[:, :-1].bool()
-    if head is not None:  # a grid's LM head: log-probs (and Min-K%++'s moments) from the row shards
-        from axonn.intra_layer import vocab_parallel_logprobs
-
-        rows = max(1, _LOGIT_CHUNK_ELEMENTS // max(1, 2 * logits.size(1) * logits.size(2)))
-        logps, zs = [], []
-        for chunk, tgt in zip(logits.split(rows), targets.split(rows)):
-            lp, mu, sigma = vocab_parallel_logprobs(chunk, tgt, moments=standardise, axes=head.out_axis,
-                                                    grid=head.grid)
-            logps.append(lp)
-            if standardise:
-                zs.append(torch.where(sigma > 0, (lp - mu) / sigma.clamp(min=1e-30), torch.zeros_like(lp)))
-        return torch.cat(logps), torch.cat(zs) if standardise else None, valid
-    if standardise:  # log_softmax, its probabilities and two products: ~4 float32 copies of a row group
-        rows = max(1, _LOGIT_CHUNK_ELEMENTS // max(1, 2 * logits.size(1) * logits.size(2)))
-        logps, zs = [], []
-        for chunk, tgt in zip(logits.split(rows), targets.split(rows)):
-            lsm = chunk.float().log_softmax(-1)
-            lp = lsm.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
-            prob = lsm.exp()
-            mu = (prob * lsm).sum(-1)
-            sigma = (prob * (lsm - mu.unsqueeze(-1)).square()).sum(-1).sqrt()  # two-pass: no cancellation
-            zs.append(torch.where(sigma > 0, (lp - mu) / sigma.clamp(min=1e-30), torch.zeros_like(lp)))
-            logps.append(lp)
-            del lsm, prob
-        return torch.cat(logps), torch.cat(zs), valid
-    # The float32 upcast + log-softmax inside cross_entropy need ~2 extra copies of the logits;
-    # at a 128k vocabulary that is GBs per row, so large batches are converted in row groups.
-    rows = max(1, _LOGIT_CHUNK_ELEMENTS // max(1, logits.size(1) * logits.size(2)))
-    # (N, V) rows, not the (B, V, T) layout: the strided class dimension is much slower on GPU
-    nll = torch.cat([
-        F.cross_entropy(chunk.float().reshape(-1, chunk.size(-1)), tgt.reshape(-1),
-                        reduction="none").view_as(tgt)
-        for chunk, tgt in zip(logits.split(rows), targets.split(rows))
-    ])
-    return -nll, None, valid
-
-
-def vocab_sharded_head(model: torch.nn.Module):
-    """The model's LM head if it is an axonn Linear whose output (the vocabulary) is split over more than one
-    rank, else None: then log-probs come from its shards (:func:`axonn.intra_layer.vocab_parallel_logprobs`),
-    never the gathered vocabulary."""
-    from axonn.intra_layer import Linear
-
-    head = getattr(model, "lm_head", None)
-    return head if isinstance(head, Linear) and head.grid.size(head.out_axis) > 1 else None
-
-
 def _min_k_mean(logp: torch.Tensor, valid: torch.Tensor, k: float) -> torch.Tensor:
     """Row-wise mean of the ``max(1, floor(k * n_valid))`` smallest valid log-probs."""
     n = valid.sum(dim=1)
@@ -138,11 +44,10 @@ def _min_k_mean(logp: torch.Tensor, valid: torch.Tensor, k: float) -> torch.Tens
 
 
 def _score_with_model(
-    model: torch.nn.Module,
+    lm: LM,
     docs: list[list[int]],
     *,
     batch_size: int,
-    device: torch.device,
     k: float,
     desc: str,
 ) -> dict[str, np.ndarray]:
@@ -156,15 +61,14 @@ def _score_with_model(
     min_k = np.full(n_docs, np.nan)
     min_k_pp = np.full(n_docs, np.nan)
     n_tok = np.zeros(n_docs, dtype=np.int64)
-    check_vocab(model, docs, desc)
+    check_vocab(lm.model, docs, desc)
     # documents with fewer than 2 tokens score nothing (NaN): a batch of only such documents
     # would be a zero-width forward pass, which the model cannot run
     order = sorted((i for i in range(n_docs) if len(docs[i]) >= 2), key=lambda i: -len(docs[i]))
     starts = range(0, len(order), batch_size)
     for s in tqdm(starts, desc=desc, unit="batch", disable=len(starts) <= 1):
         idx = order[s : s + batch_size]
-        ids, mask = pad_batch([docs[i] for i in idx], device)
-        logp, z, valid = token_stats(model, ids, mask, standardise=True)
+        logp, z, valid = lm.token_logprobs([docs[i] for i in idx], standardise=True)
         cnt = valid.sum(dim=1)
         mean_nll = -(logp * valid).sum(dim=1) / cnt.clamp(min=1)
         mean_nll = torch.where(cnt > 0, mean_nll, torch.full_like(mean_nll, float("nan")))
@@ -292,8 +196,7 @@ def mia_scores(
     if texts is not None and len(texts) != len(ids):
         raise ValueError(f"got {len(texts)} texts for {len(ids)} documents")
 
-    out = _score_with_model(model, ids, batch_size=batch_size, device=dev, k=k,
-                            desc="MIA scores")
+    out = _score_with_model(LM(model, tokenizer, device=dev), ids, batch_size=batch_size, k=k, desc="MIA scores")
     scores: dict[str, np.ndarray] = {"loss": out["loss"]}
 
     # zlib of exactly the tokens whose loss was taken (x_1..x_{n-1}), never of a longer text
@@ -324,8 +227,7 @@ def mia_scores(
                      "scored spans")
             ref_ids, ref_cut = _prepare_docs(_reference_ids(ids, tokenizer, reference_tokenizer),
                                              ref_max, None, "reference")
-        ref = _score_with_model(reference_model, ref_ids, batch_size=batch_size,
-                                device=model_device(reference_model), k=k,
+        ref = _score_with_model(LM(reference_model, reference_tokenizer), ref_ids, batch_size=batch_size, k=k,
                                 desc="MIA reference")
         ref_loss = ref["loss"].copy()
         if ref_cut.any():

@@ -1,7 +1,7 @@
 """What each rank really holds when it evaluates on a grid: for the HF checkpoints in $MODELS (``name=dir``,
 comma-separated) and the grids of $GRIDS (``name:D,R,C,Z;...``), the model loaded as the eval CLIs load it
 (:func:`memorization.eval_model.load_on_grid`), the bytes of its parameters, and the bytes of the KV cache the
-extractor's decoder (:func:`memorization.extraction.greedy_continue`) holds after a batch, in fp32 and under
+extractor's decoder (:meth:`memorization.lm.LM.generate_until`) holds after a batch, in fp32 and under
 CPU bf16 autocast (the GPU recipe's dtypes).  Each rank writes ``$OUT_DIR/rank<r>.json``."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import os
 import torch
 
 from memorization.eval_model import load_on_grid
-from memorization.extraction import cache_nbytes, greedy_continue
+from memorization.lm import LM, cache_nbytes
 from memorization.runtime import Runtime
 
 BATCH, PREFIX, NEW = 3, 10, 6
@@ -29,7 +29,7 @@ for item in os.environ["GRIDS"].split(";"):
                        ("bf16", torch.autocast("cpu", dtype=torch.bfloat16))):
         sizes: list[int] = []
         with ctx:
-            greedy_continue(model, prefixes, NEW, batch_size=BATCH, on_cache=lambda c: sizes.append(cache_nbytes(c)))
+            LM(model).generate_until(prefixes, NEW, batch_size=BATCH, on_cache=lambda c: sizes.append(cache_nbytes(c)))
         kv[dtype] = sizes
     params = sum(p.numel() * p.element_size() for p in model.parameters())
     out.setdefault(name, {})[grid] = {"params": params, "kv": kv, "vocab": vocab,

@@ -45,15 +45,16 @@ def answers(lm, reqs: dict[str, list]) -> dict[str, list]:
 
 if __name__ == "__main__":
     from memorization.downstream import run_downstream
-    from memorization.eval_model import grid_runtime, load_on_grid
+    from memorization.eval_model import grid_runtime
+    from memorization.lm import LM
     from memorization.lm_eval_grid import GridLM
 
     texts = json.loads(os.environ["TEXTS"])
     out = os.environ["OUT_DIR"]
     for g in ("1,2,2,1", "1,1,2,2", "2,2,1,1", "1,2,1,2"):
         rt = grid_runtime(g)
-        model, tok = load_on_grid(os.environ["MODEL_DIR"], rt, require_tokenizer=True)
-        got = answers(GridLM(model, tok, rt.grid, batch_size=3, max_length=MAX_LENGTH), requests_for(texts))
+        got = answers(GridLM(LM.load(os.environ["MODEL_DIR"], grid=rt), batch_size=3, max_length=MAX_LENGTH),
+                      requests_for(texts))
         if rt.is_main:
             with open(os.path.join(out, f"{g}.json"), "w") as f:
                 json.dump(got, f)

@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from memorization import downstream as ds
+from memorization.lm import LM
 from memorization.mia import MissingTokenizerError
 from tests.support import REPO, WORKERS, load_eval_cli, one_thread
 
@@ -283,7 +284,7 @@ def test_bad_input_is_refused_before_the_model_loads(tmp_path, monkeypatch):
     even loaded), nonsense window sizes and non-object .jsonl rows get a clear error."""
     import memorization.downstream as ds
 
-    monkeypatch.setattr(ds, "load_checkpoint", lambda *a, **k: pytest.fail("loaded the model before checking input"))
+    monkeypatch.setattr(LM, "load", lambda *a, **k: pytest.fail("loaded the model before checking input"))
     with pytest.raises(FileNotFoundError, match="does not exist"):
         ds.run_downstream(tmp_path, perplexity_source=tmp_path / "nope.jsonl")
     with pytest.raises(FileNotFoundError, match="is not a directory"):
@@ -387,14 +388,14 @@ def test_malformed_perplexity_sources_are_a_clear_value_error(tmp_path, name, co
 ])
 def test_downstream_options_are_checked_before_the_model_loads(tmp_path, monkeypatch, kwargs, match):
     _tiny_config().save_pretrained(tmp_path / "m")
-    monkeypatch.setattr(ds, "load_checkpoint", _refuse)
+    monkeypatch.setattr(LM, "load", _refuse)
     with pytest.raises(ValueError, match=match):
         ds.run_downstream(tmp_path / "m", device="cpu", **kwargs)
 
 
 def test_downstream_cli_bad_limit_is_exit_2(tmp_path, monkeypatch, capsys):
     _tiny_config().save_pretrained(tmp_path / "m")
-    monkeypatch.setattr(ds, "load_checkpoint", _refuse)
+    monkeypatch.setattr(LM, "load", _refuse)
     rc = load_eval_cli("downstream").main(["--model", str(tmp_path / "m"), "--tasks", "goldfish_mc",
                                        "--limit", "-3", "--device", "cpu"])
     assert rc == 2 and "limit must be > 0" in capsys.readouterr().err
@@ -435,15 +436,13 @@ def config_only(tmp_path):
 def test_downstream_window_arguments_are_checked_before_the_model_loads(config_only, monkeypatch, kwargs, match):
     import memorization.downstream as ds
 
-    monkeypatch.setattr(ds, "load_checkpoint", _refuse_work)
+    monkeypatch.setattr(LM, "load", _refuse_work)
     with pytest.raises(ValueError, match=match):
         ds.run_downstream(config_only / "m", perplexity_source=config_only / "held.jsonl", **kwargs)
 
 
 def test_downstream_cli_bad_window_is_exit_2(config_only, monkeypatch, capsys):
-    import memorization.downstream as ds
-
-    monkeypatch.setattr(ds, "load_checkpoint", _refuse_work)
+    monkeypatch.setattr(LM, "load", _refuse_work)
     rc = load_eval_cli("downstream").main(["--model", str(config_only / "m"), "--perplexity",
                                    str(config_only / "held.jsonl"), "--max-length", "128"])
     assert rc == 2 and "exceeds the model's context" in capsys.readouterr().err

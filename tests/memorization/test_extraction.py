@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from memorization.extraction import ExtractionConfig, extract, greedy_continue, rouge_l, split_document
+from memorization.extraction import ExtractionConfig, extract, rouge_l, split_document
 from tests.forked import run_python
 from tests.support import REPO, WORKERS, load_eval_cli
 
@@ -68,46 +68,6 @@ def test_random_model_extracts_nothing():
     res = extract(_tiny_llama(), _docs(), ExtractionConfig(batch_size=8))
     assert res["overall"]["exact_match"] == 0.0
     assert res["overall"]["token_match"] < 0.1
-
-
-def test_batched_kv_cache_decoding_equals_per_document_generate():
-    model = _tiny_llama(seed=1)
-    docs = _docs(n=6, lengths=(60, 90))
-    prefixes = [d["token_ids"][: 20 + 7 * i] for i, d in enumerate(docs)]  # different lengths: left padding
-    import warnings
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        batched = greedy_continue(model, prefixes, 12, batch_size=6, pad_id=0)
-    assert not [w for w in caught if "deprecated" in str(w.message)], "the KV cache goes by the name forward takes"
-    model.generation_config.eos_token_id = None  # extraction never stops early (and never bans EOS)
-    for p, b in zip(prefixes, batched):
-        ref = model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
-                             max_new_tokens=12, do_sample=False, pad_token_id=0)
-        assert ref[0, len(p):].tolist() == b
-
-
-def _naive_greedy(model, prefix, n_new):
-    """One unbatched forward of the whole sequence per new token: no padding, no KV cache."""
-    seq = list(prefix)
-    for _ in range(n_new):
-        seq.append(int(model(torch.tensor([seq])).logits[0, -1].argmax()))
-    return seq[len(prefix):]
-
-
-def test_prefill_computes_last_position_logits_only_and_changes_no_generation():
-    model = _tiny_llama(seed=2)
-    docs = _docs(n=5, lengths=(60, 90), seed=3)
-    prefixes = [d["token_ids"][: 15 + 9 * i] for i, d in enumerate(docs)]  # longest 51 tokens
-    seq_lens = []
-    hook = model.lm_head.register_forward_hook(lambda mod, inp, out: seq_lens.append(out.shape[1]))
-    try:
-        batched = greedy_continue(model, prefixes, 6, batch_size=5, pad_id=0)
-    finally:
-        hook.remove()
-    assert seq_lens == [1] * 6  # the prefill (51 positions) included: batch x 1 x vocab, not x 51
-    with torch.no_grad():
-        assert batched == [_naive_greedy(model, p, 6) for p in prefixes]
 
 
 def test_all_but_suffix_cuts_the_document_at_max_tokens():

@@ -22,6 +22,7 @@ import torch
 
 from memorization import downstream as ds
 from memorization import mia
+from memorization.lm import LM, logprobs, pad_batch
 from tests.support import REPO, WORKERS, load_eval_cli, one_thread
 
 
@@ -72,7 +73,7 @@ def build_tiny_checkpoint(path: Path, *, seed: int = 0, corpus: list[str] | None
 
 def overfit(model, docs: list[list[int]], steps: int = 40, lr: float = 3e-3) -> None:
     """Full-batch AdamW on ``docs`` (token-id lists) until they are memorised."""
-    ids, mask = mia.pad_batch(docs)
+    ids, mask = pad_batch(docs)
     labels = ids.masked_fill(mask == 0, -100)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     model.train()
@@ -213,7 +214,7 @@ def test_row_chunked_logprobs_match(mia_env, monkeypatch):
     """Large batches are converted to log-probs in row groups; the result is unchanged."""
     model, ids = mia_env["model"], mia_env["ids"][:6]
     full = mia.mia_scores(model, None, ids, batch_size=6)
-    monkeypatch.setattr(mia.scoring, "_LOGIT_CHUNK_ELEMENTS", 1)  # one row at a time
+    monkeypatch.setattr(logprobs, "LOGIT_CHUNK_ELEMENTS", 1)  # one row at a time
     rows = mia.mia_scores(model, None, ids, batch_size=6)
     np.testing.assert_allclose(rows["loss"], full["loss"], rtol=1e-6)
     np.testing.assert_allclose(rows["min_k"], full["min_k"], rtol=1e-6)
@@ -575,7 +576,7 @@ def test_run_mia_checks_its_numbers_before_loading(tmp_path, monkeypatch, kwargs
     _tiny_config().save_pretrained(tmp_path / "m")
     (tmp_path / "m.json").write_text(json.dumps({"version": 1, "targets": [
         {"id": "t", "token_ids": [1, 2, 3], "exposures": 1}], "nonmembers": [{"id": "n", "token_ids": [4, 5]}]}))
-    monkeypatch.setattr(mia.runner, "load_checkpoint", _refuse)
+    monkeypatch.setattr(LM, "load", _refuse)
     with pytest.raises(ValueError, match=match):
         mia.run_mia(tmp_path / "m", tmp_path / "m.json", device="cpu", **kwargs)
 
@@ -603,7 +604,7 @@ def test_malformed_manifest_documents_are_refused_before_the_model_loads(tmp_pat
     man.write_text(json.dumps({"version": 1, "targets": targets, "nonmembers": nonmembers}))
     with pytest.raises(ValueError, match=match):
         mia.load_manifest(man)
-    monkeypatch.setattr(mia.runner, "load_checkpoint", _refuse)
+    monkeypatch.setattr(LM, "load", _refuse)
     rc = load_eval_cli("mia").main(["--model", str(tmp_path / "m"), "--manifest", str(man), "--device", "cpu"])
     assert rc == 2
     err = capsys.readouterr().err

@@ -154,7 +154,7 @@ def test_405b_on_8_h100s_names_the_smallest_gpu_count():
 
 
 def test_scoring_keeps_the_vocabulary_sharded_and_a_batch_too_large_fits_nowhere():
-    """Scoring takes its log-probs from the LM head's row shards (memorization.mia.token_stats), so eight row
+    """Scoring takes its log-probs from the LM head's row shards (memorization.lm.logprobs.token_stats), so eight row
     ranks hold an eighth of the logits of one; with a batch whose sharded logits still exceed a GPU at the
     largest row group the model allows, no group fits and the error says so (``smallest_gpus`` None)."""
     shape = get_preset("8b")
@@ -194,11 +194,11 @@ def test_bad_input_is_a_plan_error():
     assert e.value.kind == "machine"
 
 
-def test_the_logit_chunk_is_mias():
+def test_the_logit_chunk_is_the_scorers():
     from axonn.planner.inference import LOGIT_CHUNK_ELEMENTS
-    from memorization import mia
+    from memorization.lm import logprobs
 
-    assert LOGIT_CHUNK_ELEMENTS == mia.scoring._LOGIT_CHUNK_ELEMENTS
+    assert LOGIT_CHUNK_ELEMENTS == logprobs.LOGIT_CHUNK_ELEMENTS
 
 
 # --------------------------------------------------------------------------- the eval CLIs' --plan

@@ -16,6 +16,7 @@ from dataclasses import replace
 import pytest
 
 from memorization.hpc_code import SandboxLimits, load_suite
+from memorization.hpc_code import evaluate as hpc_evaluate
 from memorization.hpc_code.extract import extract_c_body
 from memorization.hpc_code.harness import RunConfig, evaluate_c
 from memorization.hpc_code.problems import C_MODELS
@@ -263,7 +264,7 @@ def test_hpc_cli_refuses_bad_flags_before_evaluating(tmp_path, monkeypatch, caps
     or --save-completions (the report is written at the very end), a --timeout of 0 (every candidate a
     timeout), a negative --humaneval-limit, --repeats 0."""
     cli = load_eval_cli("hpc_code")
-    monkeypatch.setattr(cli, "evaluate_samples", _refuse_work)
+    monkeypatch.setattr(hpc_evaluate, "evaluate_samples", _refuse_work)
     flags = [f.format(tmp=tmp_path) for f in flags]
     rc = cli.main(["--use-references", "--quick", "--no-progress", "--problems", "reduce_array_sum_serial", *flags])
     assert rc == 2 and "error:" in capsys.readouterr().err

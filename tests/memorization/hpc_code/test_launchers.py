@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from memorization.hpc_code import SandboxLimits, load_suite
+from memorization.hpc_code import evaluate as hpc_evaluate
 from memorization.hpc_code.harness import RunConfig, evaluate_c
 from memorization.hpc_code.reference import prepare_reference
 from memorization.hpc_code.toolchain import launcher_refusal, sandbox_report
@@ -158,8 +159,8 @@ def test_launch_combinations_that_cannot_work_are_refused_first(monkeypatch, cap
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     cli = load_eval_cli("hpc_code")
-    monkeypatch.setattr(cli, "evaluate_samples", _refuse_work)
-    monkeypatch.setattr(cli, "require_tools", _refuse_work)
+    monkeypatch.setattr(hpc_evaluate, "evaluate_samples", _refuse_work)
+    monkeypatch.setattr(hpc_evaluate, "require_tools", _refuse_work)
     rc = cli.main(["--use-references", "--quick", "--no-progress", "--problems", "reduce_array_sum_mpi", *flags])
     assert rc == 2 and message in capsys.readouterr().err
 
