@@ -18,6 +18,8 @@
 #   bash benchmarks/gpu_runbook.sh autotune     # matmul layout autotuning on the 1b/8b Linear shapes, bf16
 #   bash benchmarks/gpu_runbook.sh memory       # CUDA allocator peak vs the fake-tensor trace vs the planner (1b)
 #   bash benchmarks/gpu_runbook.sh checkpoint   # the stall of a blocking save vs --async-checkpoint (1b, bf16 step)
+#   bash benchmarks/gpu_runbook.sh hpccuda      # issue 46: the HPC-code suite's 60 CUDA references built with nvcc and run on
+#                                               # the GPU in the sandbox: pass/fail and speedup over the serial baseline each
 #
 # Each stage fits one 10-minute call on an H100 (the 1.1B compile takes about a minute); a 30-minute lease,
 # start-up included, holds four or five of them: run them in the order listed (the headline figure first). Logs go to
@@ -29,7 +31,7 @@
 # stage failed (each failure is logged as a FAILED line and shows in the summary).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-stage="${1:?usage: bash benchmarks/gpu_runbook.sh speed|speed8b|fp8curve|throughput|check|attention|batch|profile|autotune|memory|checkpoint}"
+stage="${1:?usage: bash benchmarks/gpu_runbook.sh speed|speed8b|fp8curve|throughput|check|attention|batch|profile|autotune|memory|checkpoint|hpccuda}"
 out="${OUT:-runs/gpu_runbook}"
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -126,13 +128,43 @@ checkpoint)
     # stopped mid-save must not leave them among the files to bring back
     log "$PY" benchmarks/checkpoint_stall.py --size 1b --seq 2048 --batch 2 --steps 4 --dir runs/gpu_runbook_ckpt
     ;;
+hpccuda)
+    # 60 problems x (two nvcc builds, 3 timed runs each of the serial baseline, the null run and the reference) take
+    # about ten minutes in one process: two processes take half the problems each, so their timings are indicative
+    # (they share the GPU and the cores) and pass/fail is the check. nvcc: the image's (13.0), else $NVCC.
+    for half in a b; do
+        if [ "$half" = a ]; then globs=('dense_la_*' 'fft_*' 'geometry_*' 'graph_*' 'histogram_*' 'reduce_*')
+        else globs=('scan_*' 'search_*' 'sort_*' 'sparse_la_*' 'stencil_*' 'transform_*'); fi
+        timeout 560 "$PY" eval/hpc_code.py --use-references --execution-models cuda --workers 1 --repeats 3 \
+            --no-progress --output "$out/hpc_cuda_$half.json" --problems "${globs[@]}" >"$out/hpc_cuda_$half.log" 2>&1 &
+        eval "pid_$half=$!"
+    done
+    for half in a b; do
+        pid_var="pid_$half"
+        wait "${!pid_var}"
+        rc=$?
+        cat "$out/hpc_cuda_$half.log" >>"$out/$stage.log"
+        if [ "$rc" -ne 0 ]; then echo "FAILED (exit $rc): hpc_code half $half" | tee -a "$out/$stage.log"; status=$rc; fi
+    done
+    log "$PY" -c '
+import json, math, os, sys
+rows = [r for f in sys.argv[1:] if os.path.exists(f) for r in json.load(open(f)).get("results", [])]
+ok = [r for r in rows if r["status"] == "passed"]
+for r in rows:
+    sp, name, st, msg = (r.get("speedups") or {}).get("1"), r["name"], r["status"], r["message"][:200]
+    print(f"hpc cuda {name:42s} {st:14s} speedup {sp if sp is None else round(sp, 2)}  {msg}")
+sps = [r["speedups"]["1"] for r in ok if (r.get("speedups") or {}).get("1")]
+geo = math.exp(sum(map(math.log, sps)) / len(sps)) if sps else float("nan")
+print(f"hpc cuda references: {len(ok)}/{len(rows)} passed (of 60), geomean speedup {geo:.2f} over the serial baseline")
+' "$out/hpc_cuda_a.json" "$out/hpc_cuda_b.json"
+    ;;
 *)
     echo "unknown stage $stage: use speed, speed8b, fp8curve, throughput, check, attention, batch, profile, autotune," \
-         "memory or checkpoint" >&2
+         "memory, checkpoint or hpccuda" >&2
     exit 2
     ;;
 esac
 echo "== $stage: summary"
-grep -E "FAILED|Error|passed|failed|speedup|MFU|peak memory|geomean|pays|configurations|^1b|^tiny|waits|stall|attention op|^cudnn|^flash|attention dispatch|category|rel diff|fp8 curve|^torch " \
+grep -E "FAILED|Error|passed|failed|speedup|hpc cuda references|MFU|peak memory|geomean|pays|configurations|^1b|^tiny|waits|stall|attention op|^cudnn|^flash|attention dispatch|category|rel diff|fp8 curve|^torch " \
     "$out/$stage.log" | tail -40
 exit "$status"

@@ -1,5 +1,10 @@
 #!/usr/bin/env python
-"""HPC-code evaluation: pass@k, build@k and speedup_n@k on serial C / OpenMP / MPI / MPI+OpenMP / Kokkos problems.
+"""HPC-code evaluation: pass@k, build@k and speedup_n@k on serial C / OpenMP / MPI / MPI+OpenMP / Kokkos / CUDA / HIP
+problems.
+
+Execution models (--execution-models): serial, openmp, mpi, mpi+omp and kokkos run on the CPU; cuda (nvcc) and
+hip (hipcc; derived from the CUDA prompts) run on one GPU, and are listed as not run, with the reason, on a
+machine without the compiler or a GPU.
 
 Scores either the suite's reference solutions (``--use-references``: a sanity
 check of the suite and the harness, everything should pass) or completions
@@ -12,6 +17,7 @@ Examples::
     python eval/hpc_code.py --use-references --json
     python eval/hpc_code.py --use-references --quick --problems 'sort_*' 'scan_*'
     python eval/hpc_code.py --model ckpt/ --samples 20 --k 1 5 10 --output hpc.json
+    python eval/hpc_code.py --use-references --execution-models cuda --nvcc /usr/local/cuda/bin/nvcc
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import argparse
 import fnmatch
 import json
 import math
+import os
 import shlex
 import signal
 import sys
@@ -133,6 +140,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="let candidates use the network (no network namespace; the filesystem stays isolated)")
     run.add_argument("--keep-temp", action="store_true", help="keep each candidate's temp directory")
 
+    g = ap.add_argument_group("GPU execution models (cuda, hip)")
+    g.add_argument("--nvcc", metavar="PATH",
+                   help="the CUDA compiler (default: $NVCC, nvcc on PATH, $CUDA_HOME/bin/nvcc, else the "
+                        "nvidia-cuda-nvcc wheel's in this Python)")
+    g.add_argument("--hipcc", metavar="PATH", help="the HIP compiler (default: $HIPCC, hipcc on PATH, /opt/rocm/bin)")
+    g.add_argument("--gpu-arch", metavar="SM",
+                   help="nvcc -arch for CUDA problems, e.g. sm_90 (default: the GPU's own, from nvidia-smi)")
+
     scale = ap.add_argument_group("scale-out (see 'Running at scale' in docs/hpc_code.md)")
     scale.add_argument("--launcher", choices=LAUNCHERS, default="local",
                        help="how runs start: local = every run in one sandbox on this machine; mpiexec = MPI runs "
@@ -164,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _print_table(name: str, report: dict, ks: list[int]) -> None:
     print(f"== {name}: {report['problems']} problems")
-    head = f"{'problem':40s} {'model':7s} {'status':14s} speedups"
+    head = f"{'problem':40s} {'model':7s} {'status':14s} speedups (n=1 for cuda/hip: one GPU)"
     print(head)
     for e in report["results"]:
         sp = " ".join(f"n={w}:{v:.2f}" for w, v in (e.get("speedups") or {}).items() if v is not None)
@@ -245,6 +260,10 @@ def main(argv: list[str] | None = None) -> int:
         print("error: need some k <= --samples" + (" (the fewest completions a problem has in --completions)"
                                                    if given is not None else ""), file=sys.stderr)
         return 2
+    for flag, path in (("--nvcc", args.nvcc), ("--hipcc", args.hipcc)):
+        if path is not None and not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            print(f"error: {flag} {path}: not an executable file", file=sys.stderr)
+            return 2
     isolate = not args.allow_network
     try:
         launcher_args = tuple(shlex.split(args.launcher_args))
@@ -278,6 +297,9 @@ def main(argv: list[str] | None = None) -> int:
         nodes=launch.nodes,
         work_dir=launch.work_dir,
         mpiexec=launch.mpiexec,
+        nvcc=args.nvcc,
+        hipcc=args.hipcc,
+        gpu_arch=args.gpu_arch,
     )
     progress = not args.no_progress
 

@@ -95,8 +95,10 @@ class CudaInstall:
     prefix: Path  # the directory holding bin/nvcc
     cudart: Path  # libcudart.so[.N]: linked by path, so a wheel without the unversioned name works
 
-    def link_flags(self) -> list[str]:
-        return [f"-L{self.cudart.parent}", f"-l:{self.cudart.name}", f"-Wl,-rpath,{self.cudart.parent}"]
+    def link_flags(self, nvcc: bool = False) -> list[str]:
+        """Link the runtime by its path, with a run path to its directory (for gcc, or nvcc's own syntax)."""
+        rpath = ["-Xlinker", f"-rpath={self.cudart.parent}"] if nvcc else [f"-Wl,-rpath,{self.cudart.parent}"]
+        return [str(self.cudart), *rpath]
 
     def prefixes(self) -> tuple[str, ...]:
         """Directories a sandbox must show for a build or a run (the real prefix: a wrapper script may point there)."""
@@ -262,7 +264,7 @@ def adapter_source(host: Signature, device: Signature, spec: dict) -> str:
     if device.kernel and not ("grid" in spec and "block" in spec):
         raise ValueError("a __global__ prompt needs gpu.grid and gpu.block (its launch configuration)")
     lines = ['#include "hpc_gpu.h"', "",
-             f"typedef void (*hpc_gpu_fn_t)({', '.join(_c_decl(p) for p in device.params)});",
+             f"typedef {device.returns} (*hpc_gpu_fn_t)({', '.join(_c_decl(p) for p in device.params)});",
              "HPC_GPU_STATE", "",
              f'extern "C" {host.returns} hpc_gpu_call({", ".join(_c_decl(p) for p in host.params)}) {{']
     args = []

@@ -247,6 +247,8 @@ def _compile_gpu_library(problem: Problem, body: str, wd: Path, cfg: RunConfig, 
         cmd = [*compiler, "-fPIC", "-shared", f"{name}.cu", "-o", f"{name}.so", "-lm"]
     else:
         pic = ["-fPIC"] if problem.model == "hip" else ["-Xcompiler", "-fPIC"]
+        if problem.model == "cuda":
+            link = gpu.cuda_install(cfg.nvcc).link_flags(nvcc=True)
         cmd = [*compiler, *pic, "-shared", f"{name}.cu", "-o", f"{name}.so", *link, "-lm", "-Xlinker",
                "--no-undefined"]
     return run_sandboxed(cmd, wd, cfg.build_limits, candidate_env(1), ro=tool_dirs(cfg, problem.model))
