@@ -343,6 +343,9 @@ def main(argv: list[str] | None = None) -> int:
             print("error: nothing to run here: every selected problem's execution model is unavailable "
                   f"({'; '.join(f'{m}: {w}' for m, w in missing.items())})", file=sys.stderr)
             return 2
+        if any(p.on_gpu for p in problems):  # a GPU runtime reserves tens of GiB of virtual addresses at start-up
+            sandbox["not_enforced"].append("--memory-mb for CUDA/HIP runs (no address-space limit: a GPU runtime "
+                                           "reserves tens of GiB of virtual addresses)")
         try:
             require_tools(cfg, {p.model for p in problems})
         except FileNotFoundError as exc:

@@ -22,7 +22,8 @@ become ``hip*``; the kernel syntax is the same.  So HIP needs no prompt, referen
 **The adapter.**  Every problem keeps its serial driver (inputs, baseline, checker): the driver calls the serial
 function's signature, and :func:`adapter_source` generates, from that signature and the ``gpu`` mapping, a trusted
 host function with that signature which copies every buffer to the device, launches the candidate (the kernel with
-the stated configuration, or the host function with device pointers), synchronises, copies the non-``const``
+the stated configuration, through the launcher :func:`launcher_source` appends to the candidate's library, or the
+host function with device pointers), synchronises, copies the non-``const``
 buffers and the result back and frees the device memory.  It is compiled into the runner, never into the candidate.
 The null run executes the same adapter without the launch, so a candidate's time (its window minus the null run's)
 is the kernel's, as ParEval times kernels: copies and allocation are subtracted, module loading is not.
@@ -263,8 +264,9 @@ def adapter_source(host: Signature, device: Signature, spec: dict) -> str:
         raise ValueError(f"a host-function prompt returns what {host.name} returns ({host.returns}), without gpu.result")
     if device.kernel and not ("grid" in spec and "block" in spec):
         raise ValueError("a __global__ prompt needs gpu.grid and gpu.block (its launch configuration)")
+    launch = ["dim3 hpc_grid", "dim3 hpc_block"] if device.kernel else []
     lines = ['#include "hpc_gpu.h"', "",
-             f"typedef {device.returns} (*hpc_gpu_fn_t)({', '.join(_c_decl(p) for p in device.params)});",
+             f"typedef {device.returns} (*hpc_gpu_fn_t)({', '.join(launch + [_c_decl(p) for p in device.params])});",
              "HPC_GPU_STATE", "",
              f'extern "C" {host.returns} hpc_gpu_call({", ".join(_c_decl(p) for p in host.params)}) {{']
     args = []
@@ -288,12 +290,13 @@ def adapter_source(host: Signature, device: Signature, spec: dict) -> str:
         hp = host.param(name)
         make = f"hpc_gpu_zeros<{hp.element}>(" if name in zeroed else f"hpc_gpu_in({name}, "
         lines.append(f"    {hp.element} *d_{name} = {make}(size_t)({count}));")
-    call = f"HPC_GPU_LAUNCH(hpc_k, ({spec['grid']}), ({spec['block']}))" if device.kernel else "hpc_k"
     lines.append("    hpc_gpu_fn_t hpc_k = (hpc_gpu_fn_t)hpc_gpu_fn;")
     if returns and not device.kernel:  # a host function returns the value itself
         lines.append(f"    {host.returns} hpc_result = hpc_gpu_skip ? ({host.returns})0 : hpc_k({', '.join(args)});")
+    elif device.kernel:  # through the library's launcher (launcher_source): the kernel is launched where it lives
+        lines.append(f"    if (!hpc_gpu_skip) hpc_k(dim3({spec['grid']}), dim3({spec['block']}), {', '.join(args)});")
     else:
-        lines.append(f"    if (!hpc_gpu_skip) {call}({', '.join(args)});")
+        lines.append(f"    if (!hpc_gpu_skip) hpc_k({', '.join(args)});")
     lines.append("    hpc_gpu_finish();")
     for name, count in buffers.items():
         if not host.param(name).const:
@@ -307,6 +310,20 @@ def adapter_source(host: Signature, device: Signature, spec: dict) -> str:
         lines.append("    return hpc_result;")
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+LAUNCHER = "hpc_gpu_launch"  # the function a kernel problem's library exports (launcher_source)
+
+
+def launcher_source(device: Signature) -> str:
+    """What follows a kernel candidate in its library: ``extern "C" hpc_gpu_launch(grid, block, params)``, which
+    launches the kernel with that configuration.  The kernel is launched from the library that holds it (nvcc 13
+    gives kernels hidden visibility, and a launch through another library's pointer is not what the runtime
+    promises); the runner calls this launcher, through the adapter, inside its timed window."""
+    params = ", ".join(["dim3 hpc_grid", "dim3 hpc_block", *(_c_decl(p) for p in device.params)])
+    names = ", ".join(p.name for p in device.params)
+    return (f'\nextern "C" void {LAUNCHER}({params}) {{\n'
+            f"    {device.name}<<<hpc_grid, hpc_block>>>({names});\n}}\n")
 
 
 # ---- HIP from CUDA, and the emulator's launch syntax -----------------------------------------------------------

@@ -223,7 +223,8 @@ def _gpu_compiler(cfg: RunConfig, model: str) -> tuple[list[str], list[str]]:
         hipcc = gpu.find_hipcc(cfg.hipcc)
         if hipcc is None:
             raise FileNotFoundError(gpu.HIPCC_HINT)
-        return [hipcc, *cfg.gpuflags], []
+        lib = Path(hipcc).resolve().parent.parent / "lib"  # ROCm's: libamdhip64.so
+        return [hipcc, *cfg.gpuflags, "-x", "hip"], [f"-L{lib}", "-lamdhip64", f"-Wl,-rpath,{lib}"]
     inst = gpu.cuda_install(cfg.nvcc)
     if inst is None:
         raise FileNotFoundError(gpu.NVCC_HINT)
@@ -241,7 +242,9 @@ def gpu_source(problem: Problem, code: str, cfg: RunConfig) -> str:
 def _compile_gpu_library(problem: Problem, body: str, wd: Path, cfg: RunConfig, name: str) -> SandboxResult:
     """prompt + ``body`` into ``wd/<name>.so`` with nvcc / hipcc (or g++ against the emulator)."""
     compiler, link = _gpu_compiler(cfg, problem.model)
-    (wd / f"{name}.cu").write_text(gpu_source(problem, problem.prompt + body, cfg))
+    device = gpu.parse_signature(problem.prompt)
+    code = problem.prompt + body + (gpu.launcher_source(device) if device.kernel else "")
+    (wd / f"{name}.cu").write_text(gpu_source(problem, code, cfg))
     if cfg.gpu_emulate:  # the emulator's state is the runner's (-rdynamic): resolved when the runner loads it
         shutil.copytree(problem.harness_dir / gpu.EMULATOR, wd / gpu.EMULATOR, dirs_exist_ok=True)
         cmd = [*compiler, "-fPIC", "-shared", f"{name}.cu", "-o", f"{name}.so", "-lm"]
@@ -249,8 +252,10 @@ def _compile_gpu_library(problem: Problem, body: str, wd: Path, cfg: RunConfig, 
         pic = ["-fPIC"] if problem.model == "hip" else ["-Xcompiler", "-fPIC"]
         if problem.model == "cuda":
             link = gpu.cuda_install(cfg.nvcc).link_flags(nvcc=True)
-        cmd = [*compiler, *pic, "-shared", f"{name}.cu", "-o", f"{name}.so", *link, "-lm", "-Xlinker",
-               "--no-undefined"]
+            no_undefined = ["-Xlinker", "--no-undefined"]
+        else:  # hipcc (clang) links its runtime itself
+            link, no_undefined = [], ["-Wl,--no-undefined"]
+        cmd = [*compiler, *pic, "-shared", f"{name}.cu", "-o", f"{name}.so", *link, "-lm", *no_undefined]
     return run_sandboxed(cmd, wd, cfg.build_limits, candidate_env(1), ro=tool_dirs(cfg, problem.model))
 
 
@@ -267,27 +272,18 @@ def _compile_gpu_driver(problem: Problem, wd: Path, cfg: RunConfig) -> SandboxRe
     shutil.copyfile(problem.harness_dir / "hpc_gpu.h", wd / "hpc_gpu.h")
     (wd / "adapter.cu").write_text(adapter_source(problem))
     ro = tool_dirs(cfg, problem.model)
-    if cfg.gpu_emulate:
+    if cfg.gpu_emulate:  # the emulator's state is defined here and exported to the library the runner loads
         shutil.copytree(problem.harness_dir / gpu.EMULATOR, wd / gpu.EMULATOR, dirs_exist_ok=True)
-        adapter = [*compiler, "-I.", "-c", "adapter.cu", "-o", "adapter.o"]
-        link = ["-rdynamic", "-lstdc++"]
-    else:
-        adapter = [*compiler, "-I.", "-c", "adapter.cu", "-o", "adapter.o"]
-        link = [*link, "-lstdc++"] if problem.model == "cuda" else ["-lstdc++"]
-    res = run_sandboxed(adapter, wd, cfg.build_limits, candidate_env(1), ro=ro)
+        link = ["-rdynamic"]
+    res = run_sandboxed([*compiler, "-I.", "-c", "adapter.cu", "-o", "adapter.o"], wd, cfg.build_limits,
+                        candidate_env(1), ro=ro)
     if res.returncode != 0:
         return res
-    if problem.model == "hip" and not cfg.gpu_emulate:  # hipcc links its own runtime
-        return run_sandboxed([*compiler, *_driver_flags(problem, cfg), "adapter.o", "-o", "prog", "-ldl"], wd,
-                             cfg.build_limits, candidate_env(1), ro=ro)
-    cmd = [tool(cfg.cc), *cfg.cflags, *_driver_flags(problem, cfg), "adapter.o", *link, "-o", "prog", "-lm", "-ldl"]
+    fn = problem.function  # the runner's C parts with gcc, linked against the GPU runtime (libcudart, libamdhip64)
+    loads = gpu.LAUNCHER if gpu.parse_signature(problem.prompt).kernel else fn
+    cmd = [tool(cfg.cc), *cfg.cflags, f"-D{fn}=(*hpc_kernel)", f'-DHPC_KERNEL_NAME="{loads}"', "-DHPC_GPU", "-I.",
+           problem.driver_path.name, "main_run_omp.c", "adapter.o", *link, "-lstdc++", "-o", "prog", "-lm", "-ldl"]
     return run_sandboxed(cmd, wd, cfg.build_limits, candidate_env(1), ro=ro)
-
-
-def _driver_flags(problem: Problem, cfg: RunConfig) -> list[str]:
-    fn = problem.function
-    return [f"-D{fn}=(*hpc_kernel)", f'-DHPC_KERNEL_NAME="{fn}"', "-DHPC_GPU", "-I.", problem.driver_path.name,
-            "main_run_omp.c"]
 
 
 def compile_library(problem: Problem, body: str, workdir: str | Path, cfg: RunConfig,
@@ -319,7 +315,8 @@ def compile_driver(problem: Problem, workdir: str | Path, cfg: RunConfig, main: 
     """Compile the problem's driver with ``main`` into ``workdir/prog`` (trusted: no candidate code).
 
     The driver's calls to the candidate's function go through ``hpc_kernel``, a pointer the
-    runner sets from the library it loads (see ``hpc_harness.h``).  A Kokkos problem's runner
+    runner sets from the library it loads (see ``hpc_harness.h``); a GPU problem's runner sets it to its
+    adapter (:func:`adapter_source`), which launches the library's function on the device.  A Kokkos problem's runner
     (``main_run_omp.c`` with ``-DHPC_KOKKOS``) also links ``kokkos_init.cpp``, which starts Kokkos
     before the timed window.
     """

@@ -41,14 +41,12 @@ typedef cudaError_t gpuError_t;
 #endif
 
 #ifdef HPC_GPU_EMULATE
-#define HPC_GPU_LAUNCH(f, grid, block) hpc_emu_launch(f, grid, block)
 #define HPC_GPU_EMU_STATE HPC_EMU_STATE
 #else
-#define HPC_GPU_LAUNCH(f, grid, block) f<<<grid, block>>>
 #define HPC_GPU_EMU_STATE
 #endif
 
-extern "C" void *hpc_gpu_fn; /* the candidate's kernel or host function (from dlsym) */
+extern "C" void *hpc_gpu_fn; /* the candidate's host function, or its kernel's launcher (from dlsym) */
 extern "C" int hpc_gpu_skip; /* 1 in the null run: everything but the launch */
 
 static inline void hpc_gpu_die(const char *what, gpuError_t e) {

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from memorization.hpc_code.harness import RunConfig, evaluate_c
 from memorization.hpc_code.reference import prepare_reference
 from memorization.hpc_code.sandbox import SandboxLimits, isolation, run_sandboxed
 from memorization.hpc_code.toolchain import adapter_source, compile_driver, compile_library, unavailable_models
-from tests.support import REPO
+from tests.support import load_eval_cli
 
 EMULATED = RunConfig(workers=(1,), quick=True, gpu_emulate=True, run_limits=SandboxLimits(timeout_s=60.0))
 
@@ -63,7 +62,8 @@ def _sig(text: str) -> gpu.Signature:
 
 def test_adapter_copies_inputs_in_outputs_back_and_returns_the_kernels_result():
     """The generated adapter has the driver's signature, copies every buffer to the device, only non-const ones
-    back, launches with the stated configuration (skipped in the null run), and returns the kernel's result
+    back, launches with the stated configuration through the library's launcher (skipped in the null run), and
+    returns the kernel's result
     parameter (set to its initial value first); a spec that misses a pointer or names a wrong one is refused."""
     host = gpu.driver_signature("double dot(const double *x, double *w, size_t n);\n", "dot")
     kernel = _sig('extern "C" __global__ void dot(const double *x, double *w, size_t n, double *out)')
@@ -73,7 +73,11 @@ def test_adapter_copies_inputs_in_outputs_back_and_returns_the_kernels_result():
     assert "hpc_gpu_in(x, (size_t)(n))" in src and "hpc_gpu_in(w, (size_t)(2 * n))" in src
     assert "hpc_gpu_back(w, d_w" in src and "hpc_gpu_back(x" not in src
     assert "hpc_gpu_value<double>((double)(1.5))" in src and "return hpc_result;" in src
-    assert "if (!hpc_gpu_skip) HPC_GPU_LAUNCH(hpc_k, (hpc_blocks(n, 256)), (256))(d_x, d_w, n, d_out);" in src
+    assert "typedef void (*hpc_gpu_fn_t)(dim3 hpc_grid, dim3 hpc_block, const double *x, double *w" in src
+    assert "if (!hpc_gpu_skip) hpc_k(dim3(hpc_blocks(n, 256)), dim3(256), d_x, d_w, n, d_out);" in src
+    launcher = gpu.launcher_source(kernel)  # appended to the kernel's library: the launch happens where it lives
+    assert 'extern "C" void hpc_gpu_launch(dim3 hpc_grid, dim3 hpc_block, const double *x' in launcher
+    assert "dot<<<hpc_grid, hpc_block>>>(x, w, n, out);" in launcher
     host_fn = _sig('extern "C" double dot(const double *x, double *w, size_t n)')
     src = gpu.adapter_source(host, host_fn, {"buffers": {"x": "n", "w": "n"}, "zeroed": ["w"]})
     assert "hpc_gpu_skip ? (double)0 : hpc_k(d_x, d_w, n)" in src and "hpc_gpu_zeros<double>((size_t)(n))" in src
@@ -128,26 +132,26 @@ def test_sandbox_shows_the_device_nodes_asked_for_and_no_other(tmp_path):
 
 
 @pytest.mark.skipif(gpu.has_nvidia_gpu() or gpu.has_amd_gpu(), reason="this machine has a GPU")
-def test_without_a_gpu_cuda_and_hip_problems_are_listed_as_not_run():
+def test_without_a_gpu_cuda_and_hip_problems_are_listed_as_not_run(capsys):
     """Here (no GPU) the CUDA and HIP problems are not run, each model with its reason (no GPU, or no compiler),
-    never scored as failures; the C problem beside them is scored; asking for CUDA alone is a setup error."""
-    cmd = [sys.executable, str(REPO / "eval" / "hpc_code.py"), "--use-references", "--quick", "--workers", "1",
-           "--no-progress", "--json"]
-    out = subprocess.run([*cmd, "--problems", "reduce_array_sum_serial", "reduce_array_sum_cuda",
-                          "reduce_array_sum_hip"], capture_output=True, text=True, timeout=300, cwd=REPO)
-    assert out.returncode == 0, out.stderr
-    report = json.loads(out.stdout)
+    never scored as failures; the C problem beside them is scored; asking for CUDA alone is a setup error, and so
+    is an --nvcc that is not an executable (before any work)."""
+    cli = load_eval_cli("hpc_code")
+    rc = cli.main(["--use-references", "--quick", "--workers", "1", "--no-progress", "--json", "--problems",
+                   "reduce_array_sum_serial", "reduce_array_sum_cuda", "reduce_array_sum_hip"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    report = json.loads(out.out)
     assert report["problems"] == 1 and report["pass@1"] == 1.0 and report["status_counts"]["build_error"] == 0
     assert report["not_run"] == [
         {"model": "cuda", "reason": gpu.unavailable_reason("cuda"), "problems": ["reduce_array_sum_cuda"]},
         {"model": "hip", "reason": gpu.unavailable_reason("hip"), "problems": ["reduce_array_sum_hip"]}]
     assert "no NVIDIA GPU" in report["not_run"][0]["reason"] or "nvcc" in report["not_run"][0]["reason"]
     assert unavailable_models(RunConfig(), {"cuda", "serial"}).keys() == {"cuda"}
-    alone = subprocess.run([*cmd, "--execution-models", "cuda"], capture_output=True, text=True, timeout=300,
-                           cwd=REPO)
-    assert alone.returncode == 2 and "nothing to run here" in alone.stderr
-    bad = subprocess.run([*cmd, "--nvcc", "/nonexistent/nvcc"], capture_output=True, text=True, timeout=60, cwd=REPO)
-    assert bad.returncode == 2 and "--nvcc /nonexistent/nvcc: not an executable file" in bad.stderr
+    assert cli.main(["--use-references", "--quick", "--no-progress", "--execution-models", "cuda"]) == 2
+    assert "nothing to run here" in capsys.readouterr().err
+    assert cli.main(["--use-references", "--nvcc", "/nonexistent/nvcc"]) == 2
+    assert "--nvcc /nonexistent/nvcc: not an executable file" in capsys.readouterr().err
 
 
 WRONG_SUM = {
@@ -200,8 +204,10 @@ def test_every_cuda_reference_passes_in_the_emulator():
 @pytest.mark.slow
 @pytest.mark.skipif(gpu.cuda_install() is None, reason=gpu.NVCC_HINT)
 def test_every_cuda_reference_and_runner_compiles_with_nvcc():
-    """nvcc (no GPU needed to compile) builds all 60 CUDA references as the shared library a run loads, and each
-    problem's runner (driver + adapter, linked against libcudart): what the GPU runbook stage then runs."""
+    """nvcc (no GPU needed to compile) builds all 60 CUDA references as the shared library a run loads, exporting
+    what the runner loads (the host function, or the kernel's launcher: nvcc 13 hides kernels themselves), and
+    each problem's runner (driver + adapter, linked against libcudart): what the GPU runbook stage then runs
+    (about 20 s a problem on 2 busy cores)."""
     problems, _ = load_suite(models=["cuda"])
     cfg = RunConfig(workers=(1,), quick=True, gpu_arch="sm_90")
     failed = {}
@@ -211,4 +217,10 @@ def test_every_cuda_reference_and_runner_compiles_with_nvcc():
             runner = compile_driver(p, d, cfg, "main_run_omp.c")
             if lib.returncode != 0 or runner.returncode != 0 or not (Path(d) / "prog").is_file():
                 failed[p.name] = (lib.stderr + runner.stderr)[-800:]
+                continue
+            symbols = subprocess.run(["nm", "-D", "--defined-only", str(Path(d) / "reference.so")],
+                                     capture_output=True, text=True).stdout.split()
+            loads = gpu.LAUNCHER if gpu.parse_signature(p.prompt).kernel else p.function
+            if loads not in symbols:
+                failed[p.name] = f"{loads} is not exported"
     assert not failed
