@@ -76,7 +76,7 @@ def find_nvcc(path: str | None = None) -> str | None:
             candidates += [str(site / "nvidia" / sub / "bin" / "nvcc") for sub in ("cu13", "cuda_nvcc")]
     for c in candidates:
         if c and os.path.isfile(c) and os.access(c, os.X_OK):
-            return str(Path(c).resolve()) if Path(c).resolve().name == "nvcc" else c
+            return c
     return None
 
 
