@@ -362,12 +362,14 @@ def launch(problem: Problem, workdir: str | Path, cfg: RunConfig, workers: int, 
         cmd = [launcher, *mpiexec_flags(launcher), "-n", str(ranks), *memory_limited(cmd, limits.memory_mb)]
         limits = replace(limits, memory_mb=None)
     devices: tuple[str, ...] = ()
+    env = candidate_env(threads)
     if problem.on_gpu and not cfg.gpu_emulate:
         # the GPU's device nodes, nothing else of /dev; no address-space limit: a GPU runtime reserves tens of GiB
-        # of virtual addresses for unified memory (host memory is then bounded by the machine only)
+        # of virtual addresses for unified memory (host memory is then bounded by the machine only).  Modules load
+        # when the library is loaded (as in the null run, whose time is subtracted), not at the first launch
         devices, limits = gpu.device_nodes(), replace(limits, memory_mb=None)
-    return run_sandboxed(cmd, workdir, limits, candidate_env(threads), ro=(*tool_dirs(cfg, problem.model), *ro),
-                         devices=devices)
+        env["CUDA_MODULE_LOADING"] = "EAGER"
+    return run_sandboxed(cmd, workdir, limits, env, ro=(*tool_dirs(cfg, problem.model), *ro), devices=devices)
 
 
 def launcher_command(problem: Problem, cfg: RunConfig, ranks: int, threads: int) -> list[str]:
