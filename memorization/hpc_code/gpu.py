@@ -47,7 +47,7 @@ from pathlib import Path
 GPU_MODELS = ("cuda", "hip")
 BLOCK = 256  # threads per block of the 1D launches (hpc_blocks(n, 256) blocks)
 NVCC_HINT = ("nvcc not found: pass --nvcc PATH, put it on PATH, or `pip install nvidia-cuda-nvcc nvidia-cuda-crt "
-             "nvidia-nvvm nvidia-cuda-runtime` (the CUDA 13 wheels; ~100 MB download, ~315 MB installed)")
+             "nvidia-nvvm nvidia-cuda-runtime` (the CUDA 13 wheels; ~100 MB download, ~265 MB installed)")
 HIPCC_HINT = "hipcc not found: install ROCm (its bin/hipcc), or pass --hipcc PATH"
 # device nodes a GPU program needs: NVIDIA's (control, devices, unified memory, capabilities) and AMD's (KFD, DRM)
 DEVICE_GLOBS = ("nvidia[0-9]*", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset", "nvidia-caps/*",
