@@ -261,7 +261,8 @@ def adapter_source(host: Signature, device: Signature, spec: dict) -> str:
         raise ValueError(f"{host.name} returns {host.returns}: gpu.result must name the kernel parameter receiving it"
                          if result is None else f"gpu.result {result} given, but {host.name} returns nothing")
     if not device.kernel and (result is not None or device.returns != host.returns):
-        raise ValueError(f"a host-function prompt returns what {host.name} returns ({host.returns}), without gpu.result")
+        raise ValueError(f"a host-function prompt returns what {host.name} returns ({host.returns}), "
+                         "without gpu.result")
     if device.kernel and not ("grid" in spec and "block" in spec):
         raise ValueError("a __global__ prompt needs gpu.grid and gpu.block (its launch configuration)")
     launch = ["dim3 hpc_grid", "dim3 hpc_block"] if device.kernel else []
@@ -275,7 +276,8 @@ def adapter_source(host: Signature, device: Signature, spec: dict) -> str:
         if p.name == result:
             if not p.pointer:
                 raise ValueError(f"gpu.result {result} must be a pointer parameter of the kernel")
-            lines.append(f"    {p.element} *d_{p.name} = hpc_gpu_value<{p.element}>(({p.element})({spec.get('init', 0)}));")
+            init = f"({p.element})({spec.get('init', 0)})"
+            lines.append(f"    {p.element} *d_{p.name} = hpc_gpu_value<{p.element}>({init});")
             args.append(f"d_{p.name}")
         elif hp is None:
             raise ValueError(f"the kernel parameter {p.name} is neither a parameter of {host.name} nor gpu.result")

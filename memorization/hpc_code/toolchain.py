@@ -127,7 +127,7 @@ def require_tools(cfg: RunConfig, models: set[str] | list[str]) -> None:
         if cfg.gpu_emulate:
             names.add(cfg.cxx)
         for model in sorted(set(models) & set(gpu.GPU_MODELS)):
-            why = None if cfg.gpu_emulate else gpu.unavailable_reason(model, cfg.nvcc, cfg.hipcc)
+            why = None if cfg.gpu_emulate and model == "cuda" else gpu.unavailable_reason(model, cfg.nvcc, cfg.hipcc)
             if why:
                 raise FileNotFoundError(why)
     if cfg.launcher == "srun":
@@ -233,18 +233,12 @@ def _gpu_compiler(cfg: RunConfig, model: str) -> tuple[list[str], list[str]]:
             inst.link_flags())
 
 
-def gpu_source(problem: Problem, code: str, cfg: RunConfig) -> str:
-    """The source compiled for a GPU problem's library: ``code`` as is, or with its launches rewritten for the
-    CPU emulator (``cfg.gpu_emulate``)."""
-    return gpu.emulated_source(code) if cfg.gpu_emulate else code
-
-
 def _compile_gpu_library(problem: Problem, body: str, wd: Path, cfg: RunConfig, name: str) -> SandboxResult:
     """prompt + ``body`` into ``wd/<name>.so`` with nvcc / hipcc (or g++ against the emulator)."""
     compiler, link = _gpu_compiler(cfg, problem.model)
     device = gpu.parse_signature(problem.prompt)
     code = problem.prompt + body + (gpu.launcher_source(device) if device.kernel else "")
-    (wd / f"{name}.cu").write_text(gpu_source(problem, code, cfg))
+    (wd / f"{name}.cu").write_text(gpu.emulated_source(code) if cfg.gpu_emulate else code)  # launches the emulator runs
     if cfg.gpu_emulate:  # the emulator's state is the runner's (-rdynamic): resolved when the runner loads it
         shutil.copytree(problem.harness_dir / gpu.EMULATOR, wd / gpu.EMULATOR, dirs_exist_ok=True)
         cmd = [*compiler, "-fPIC", "-shared", f"{name}.cu", "-o", f"{name}.so", "-lm"]

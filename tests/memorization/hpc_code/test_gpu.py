@@ -31,8 +31,8 @@ EMULATED = RunConfig(workers=(1,), quick=True, gpu_emulate=True, run_limits=Sand
 
 def test_every_cuda_prompt_states_its_launch_on_its_problems_driver_with_a_hip_twin():
     """60 CUDA prompts, one per problem, on the driver of the problem's serial prompt: a kernel's docstring states
-    its launch configuration ("The kernel is launched ..."), a host function's gets hpc_for and device pointers; each has an
-    adapter (every pointer sized); each HIP prompt is its CUDA prompt hipified -- no CUDA left in it."""
+    its launch configuration ("The kernel is launched ..."), a host function's gets hpc_for and device pointers;
+    each has an adapter (every pointer sized); each HIP prompt is its CUDA prompt hipified -- no CUDA left in it."""
     problems, errors = load_suite()
     assert not errors
     cuda = {p.function: p for p in problems if p.model == "cuda"}
