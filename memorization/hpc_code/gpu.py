@@ -140,6 +140,15 @@ def device_nodes(dev: str = "/dev") -> tuple[str, ...]:
     return tuple(sorted(found))
 
 
+def driver_library_dirs(environ: dict[str, str] | None = None) -> tuple[str, ...]:
+    """The directories of ``$LD_LIBRARY_PATH`` that hold a GPU driver library (``libcuda.so*``, ``libamdhip64.so*``):
+    where some images keep the driver instead of the system library directories; a GPU run's sandbox needs them."""
+    env = os.environ if environ is None else environ
+    dirs = [d for d in env.get("LD_LIBRARY_PATH", "").split(":") if d and os.path.isabs(d) and os.path.isdir(d)]
+    return tuple(d for d in dict.fromkeys(dirs)
+                 if glob.glob(os.path.join(d, "libcuda.so*")) or glob.glob(os.path.join(d, "libamdhip64.so*")))
+
+
 def has_nvidia_gpu(dev: str = "/dev") -> bool:
     return os.path.exists(os.path.join(dev, "nvidiactl")) and bool(glob.glob(os.path.join(dev, "nvidia[0-9]*")))
 

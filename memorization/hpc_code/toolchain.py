@@ -363,6 +363,10 @@ def launch(problem: Problem, workdir: str | Path, cfg: RunConfig, workers: int, 
         # when the library is loaded (as in the null run, whose time is subtracted), not at the first launch
         devices, limits = gpu.device_nodes(), replace(limits, memory_mb=None)
         env["CUDA_MODULE_LOADING"] = "EAGER"
+        drivers = gpu.driver_library_dirs()  # a driver outside the system's library directories
+        if drivers:
+            env["LD_LIBRARY_PATH"] = ":".join(drivers)
+            ro = (*ro, *drivers)
     return run_sandboxed(cmd, workdir, limits, env, ro=(*tool_dirs(cfg, problem.model), *ro), devices=devices)
 
 

@@ -106,7 +106,8 @@ def test_emulated_launch_rewrites_chevrons_of_plain_and_template_kernels():
 
 
 def test_gpu_device_nodes_are_the_gpus_and_nothing_else(tmp_path):
-    """NVIDIA's and AMD's nodes are found under a /dev; disks, terminals and directories are not."""
+    """NVIDIA's and AMD's nodes are found under a /dev; disks, terminals and directories are not; of
+    LD_LIBRARY_PATH, only the directories holding a GPU driver library are taken (once each)."""
     for name in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm", "nvidia-caps/nvidia-cap1", "kfd",
                  "dri/renderD128", "dri/card0", "sda", "tty0", "nvme0n1", "dri/by-path/x"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -116,6 +117,10 @@ def test_gpu_device_nodes_are_the_gpus_and_nothing_else(tmp_path):
                      "dri/renderD128", "dri/card0"}
     assert gpu.has_nvidia_gpu(str(tmp_path)) and gpu.has_amd_gpu(str(tmp_path))
     assert not gpu.has_nvidia_gpu(str(tmp_path / "nvidia-caps"))
+    (tmp_path / "drv").mkdir()
+    (tmp_path / "drv" / "libcuda.so.1").write_text("")  # a driver kept on LD_LIBRARY_PATH is shown to GPU runs
+    path = f"{tmp_path / 'drv'}:{tmp_path}:relative:{tmp_path / 'drv'}"
+    assert gpu.driver_library_dirs({"LD_LIBRARY_PATH": path}) == (str(tmp_path / "drv"),)
 
 
 @pytest.mark.skipif(not isolation().filesystem, reason="the sandbox has no root of its own here")
