@@ -207,6 +207,7 @@ def test_cuda_reference_passes_and_wrong_kernels_fail_in_the_emulator():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)
 def test_every_cuda_reference_passes_in_the_emulator():
     """All 60 CUDA references (kernels and host functions with hpc_for), each through its adapter and driver,
     match the serial baseline when every thread runs in turn (about 5 s each on 2 cores)."""
@@ -221,12 +222,13 @@ def test_every_cuda_reference_passes_in_the_emulator():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)
 @pytest.mark.skipif(gpu.cuda_install() is None, reason=gpu.NVCC_HINT)
 def test_every_cuda_reference_and_runner_compiles_with_nvcc():
     """nvcc (no GPU needed to compile) builds all 60 CUDA references as the shared library a run loads, exporting
     what the runner loads (the host function, or the kernel's launcher: nvcc 13 hides kernels themselves), and
     each problem's runner (driver + adapter, linked against libcudart): what the GPU runbook stage then runs
-    (about 20 s a problem on 2 busy cores)."""
+    (about 11 s a problem on 2 busy cores: 10-11 min)."""
     problems, _ = load_suite(models=["cuda"])
     cfg = RunConfig(workers=(1,), quick=True, gpu_arch="sm_90")
     failed = {}
