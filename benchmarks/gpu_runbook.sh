@@ -18,6 +18,8 @@
 #   bash benchmarks/gpu_runbook.sh autotune     # matmul layout autotuning on the 1b/8b Linear shapes, bf16
 #   bash benchmarks/gpu_runbook.sh memory       # CUDA allocator peak vs the fake-tensor trace vs the planner (1b)
 #   bash benchmarks/gpu_runbook.sh checkpoint   # the stall of a blocking save vs --async-checkpoint (1b, bf16 step)
+#   bash benchmarks/gpu_runbook.sh hpccuda      # issue 46: the HPC-code suite's 60 CUDA references built with nvcc and run on
+#                                               # the GPU in the sandbox: pass/fail and speedup over the serial baseline each
 #
 # Each stage fits one 10-minute call on an H100 (the 1.1B compile takes about a minute); a 30-minute lease,
 # start-up included, holds four or five of them: run them in the order listed (the headline figure first). Logs go to
@@ -29,7 +31,7 @@
 # stage failed (each failure is logged as a FAILED line and shows in the summary).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-stage="${1:?usage: bash benchmarks/gpu_runbook.sh speed|speed8b|fp8curve|throughput|check|attention|batch|profile|autotune|memory|checkpoint}"
+stage="${1:?usage: bash benchmarks/gpu_runbook.sh speed|speed8b|fp8curve|throughput|check|attention|batch|profile|autotune|memory|checkpoint|hpccuda}"
 out="${OUT:-runs/gpu_runbook}"
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -126,13 +128,45 @@ checkpoint)
     # stopped mid-save must not leave them among the files to bring back
     log "$PY" benchmarks/checkpoint_stall.py --size 1b --seq 2048 --batch 2 --steps 4 --dir runs/gpu_runbook_ckpt
     ;;
+hpccuda)
+    # 60 problems x (three nvcc builds, 3 timed runs each of the serial baseline, the null run and the reference) take
+    # 10-15 minutes in one process: each problem is its own evaluation (a setup error costs that problem alone and
+    # its log says why), four at a time (16 cores), so the timings are indicative (runs share the GPU) and pass/fail
+    # is the check. nvcc: the image's (13.0), else $NVCC.
+    mkdir -p "$out/hpc_cuda"
+    "$PY" -c 'from memorization.hpc_code import load_suite; print("\n".join(p.name for p in load_suite(models=["cuda"])[0]))' \
+        >"$out/hpc_cuda/problems.txt"
+    timeout 570 xargs -P 4 -I{} sh -c 'timeout 300 "$0" eval/hpc_code.py --use-references --execution-models cuda \
+        --workers 1 --repeats 3 --no-progress --problems "$1" --output "$2/$1.json" >"$2/$1.log" 2>&1' \
+        "$PY" {} "$out/hpc_cuda" <"$out/hpc_cuda/problems.txt"
+    log "$PY" -c '
+import json, math, os, sys
+d = sys.argv[1]
+rows = []
+for name in open(os.path.join(d, "problems.txt")).read().split():
+    f = os.path.join(d, name + ".json")
+    if os.path.exists(f):
+        rows += json.load(open(f)).get("results", [])
+    else:  # a setup error, a time-out: the log says why
+        log = os.path.join(d, name + ".log")
+        tail = open(log).read().strip().splitlines()[-1:] if os.path.exists(log) else ["not started"]
+        rows.append({"name": name, "status": "setup_error", "speedups": {}, "message": " ".join(tail)})
+ok = [r for r in rows if r["status"] == "passed"]
+for r in rows:
+    sp, name, st, msg = (r.get("speedups") or {}).get("1"), r["name"], r["status"], r["message"][:200]
+    print(f"hpc cuda {name:42s} {st:14s} speedup {sp if sp is None else round(sp, 2)}  {msg}")
+sps = [r["speedups"]["1"] for r in ok if (r.get("speedups") or {}).get("1")]
+geo = math.exp(sum(map(math.log, sps)) / len(sps)) if sps else float("nan")
+print(f"hpc cuda references: {len(ok)}/{len(rows)} passed, geomean speedup {geo:.2f} over the serial baseline")
+' "$out/hpc_cuda"
+    ;;
 *)
     echo "unknown stage $stage: use speed, speed8b, fp8curve, throughput, check, attention, batch, profile, autotune," \
-         "memory or checkpoint" >&2
+         "memory, checkpoint or hpccuda" >&2
     exit 2
     ;;
 esac
 echo "== $stage: summary"
-grep -E "FAILED|Error|passed|failed|speedup|MFU|peak memory|geomean|pays|configurations|^1b|^tiny|waits|stall|attention op|^cudnn|^flash|attention dispatch|category|rel diff|fp8 curve|^torch " \
+grep -E "FAILED|Error|passed|failed|speedup|hpc cuda references|MFU|peak memory|geomean|pays|configurations|^1b|^tiny|waits|stall|attention op|^cudnn|^flash|attention dispatch|category|rel diff|fp8 curve|^torch " \
     "$out/$stage.log" | tail -40
 exit "$status"

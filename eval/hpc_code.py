@@ -1,5 +1,10 @@
 #!/usr/bin/env python
-"""HPC-code evaluation: pass@k, build@k and speedup_n@k on serial C / OpenMP / MPI / MPI+OpenMP / Kokkos problems.
+"""HPC-code evaluation: pass@k, build@k and speedup_n@k on serial C / OpenMP / MPI / MPI+OpenMP / Kokkos / CUDA / HIP
+problems.
+
+Execution models (--execution-models): serial, openmp, mpi, mpi+omp and kokkos run on the CPU; cuda (nvcc) and
+hip (hipcc; derived from the CUDA prompts) run on one GPU, and are listed as not run, with the reason, on a
+machine without the compiler or a GPU.
 
 Scores either the suite's reference solutions (``--use-references``: a sanity
 check of the suite and the harness, everything should pass) or completions
@@ -12,6 +17,7 @@ Examples::
     python eval/hpc_code.py --use-references --json
     python eval/hpc_code.py --use-references --quick --problems 'sort_*' 'scan_*'
     python eval/hpc_code.py --model ckpt/ --samples 20 --k 1 5 10 --output hpc.json
+    python eval/hpc_code.py --use-references --execution-models cuda --nvcc /usr/local/cuda/bin/nvcc
 """
 
 from __future__ import annotations
@@ -125,6 +131,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="let candidates use the network (no network namespace; the filesystem stays isolated)")
     run.add_argument("--keep-temp", action="store_true", help="keep each candidate's temp directory")
 
+    g = ap.add_argument_group("GPU execution models (cuda, hip)")
+    g.add_argument("--nvcc", metavar="PATH",
+                   help="the CUDA compiler (default: $NVCC, nvcc on PATH, $CUDA_HOME/bin/nvcc, else the "
+                        "nvidia-cuda-nvcc wheel's in this Python)")
+    g.add_argument("--hipcc", metavar="PATH", help="the HIP compiler (default: $HIPCC, hipcc on PATH, /opt/rocm/bin)")
+    g.add_argument("--gpu-arch", metavar="SM",
+                   help="nvcc -arch for CUDA problems, e.g. sm_90 (default: the GPU's own, from nvidia-smi)")
+
     scale = ap.add_argument_group("scale-out (see 'Running at scale' in docs/hpc_code.md)")
     scale.add_argument("--launcher", choices=LAUNCHERS, default="local",
                        help="how runs start: local = every run in one sandbox on this machine; mpiexec = MPI runs "
@@ -173,7 +187,8 @@ def config_of(args: argparse.Namespace) -> HpcCodeConfig:
         jobs=args.jobs, timeout=args.timeout, build_timeout=args.build_timeout,
         preprocess_timeout=args.preprocess_timeout, memory_mb=args.memory_mb,
         disk_mb=args.disk_mb, output_limit_kb=args.output_limit_kb, max_processes=args.max_processes,
-        allow_network=args.allow_network, keep_temp=args.keep_temp, launcher=args.launcher, mpiexec=args.mpiexec,
+        allow_network=args.allow_network, keep_temp=args.keep_temp, nvcc=args.nvcc, hipcc=args.hipcc,
+        gpu_arch=args.gpu_arch, launcher=args.launcher, mpiexec=args.mpiexec,
         launcher_args=args.launcher_args, srun_mpi=args.srun_mpi, nodes=args.nodes, work_dir=args.work_dir,
         output=args.output, progress=not args.no_progress, print_tables=not args.json)
 

@@ -1,4 +1,4 @@
-"""HPC-code evaluation: can a model write correct *and fast* serial C, OpenMP and MPI code?
+"""HPC-code evaluation: can a model write correct *and fast* serial C, OpenMP, MPI, Kokkos, CUDA and HIP code?
 
 A ParEval-style suite (``data/hpc_code``) of problems we wrote ourselves: each
 problem has a prompt (C signature + description that the model completes), a
@@ -9,7 +9,8 @@ Reports pass@k, build@k and speedup_n@k.  HumanEval (Python) runs through the
 same sandbox.
 
 Modules: :mod:`.problems` (suite loading), :mod:`.sandbox` (+ :mod:`.sandbox_init`:
-isolated, limited commands), :mod:`.toolchain` (compilers, launcher),
+isolated, limited commands), :mod:`.toolchain` (compilers, launcher), :mod:`.kokkos`
+and :mod:`.gpu` (Kokkos installs; GPU compilers, devices and the adapter between a driver and a kernel),
 :mod:`.reference` (the trusted programs and baseline of a problem),
 :mod:`.extract` (completion -> function body), :mod:`.harness` (build/run/score
 one C candidate), :mod:`.humaneval`, :mod:`.metrics`, :mod:`.generate` (HF

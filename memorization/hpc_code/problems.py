@@ -4,9 +4,13 @@ A suite directory holds ``problems/*.yaml`` (one problem per file), the shared
 per-type drivers in ``drivers/`` and the generic mains in ``harness/``.
 A problem file has the keys::
 
-    name, type, model (serial|openmp|mpi|mpi+omp|kokkos), description, driver (path relative
+    name, type, model (serial|openmp|mpi|mpi+omp|kokkos|cuda), description, driver (path relative
     to the suite), size, quick_size, prompt (C code ending in the function's
     opening brace), reference (the body that completes the prompt)
+
+and a CUDA problem also ``gpu`` (its buffers and launch configuration, see :mod:`.gpu`).  Each CUDA problem
+also yields a HIP problem (``<name>`` with ``_hip`` for ``_cuda``), derived from it by :func:`.gpu.hipify`:
+the CUDA file is the one source of both.
 
 A file that does not parse or is missing keys becomes a :class:`TaskError`
 (reported per problem) instead of aborting the evaluation.
@@ -17,12 +21,16 @@ from __future__ import annotations
 import fnmatch
 import re
 from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
 
+from memorization.hpc_code.gpu import GPU_MODELS, hipify
+
 C_MODELS = ("serial", "openmp", "mpi", "mpi+omp")  # C, built with gcc / mpicc
-MODELS = (*C_MODELS, "kokkos")
+MODELS = (*C_MODELS, "kokkos", *GPU_MODELS)
+FILE_MODELS = (*C_MODELS, "kokkos", "cuda")  # models a problem file may name (HIP is derived from CUDA)
 MPI_MODELS = ("mpi", "mpi+omp")  # built with mpicc, launched by mpiexec
 CXX_MODELS = ("kokkos",)  # C++ with an extern "C" function, built with g++ against a library (memorization.hpc_code.kokkos)
 REQUIRED_KEYS = ("name", "type", "model", "driver", "size", "quick_size", "prompt", "reference")
@@ -44,6 +52,7 @@ class Problem:
     quick_size: int
     path: Path
     source_model: str | None = None  # a translation task's source execution model (memorization.hpc_code.translation)
+    gpu: dict | None = None  # GPU models: buffers and launch configuration of the trusted adapter (.gpu)
 
     @property
     def task(self) -> str:
@@ -57,6 +66,11 @@ class Problem:
     @property
     def uses_mpi(self) -> bool:
         return self.model in MPI_MODELS
+
+    @property
+    def on_gpu(self) -> bool:
+        """Whether the candidate is CUDA or HIP code (``candidate.cu``, nvcc / hipcc) run on a GPU."""
+        return self.model in GPU_MODELS
 
     @property
     def cxx(self) -> bool:
@@ -100,8 +114,12 @@ def load_problem(path: Path, suite_dir: Path) -> Problem:
     missing = [k for k in REQUIRED_KEYS if k not in doc]
     if missing:
         raise ValueError(f"{path.name}: missing keys {missing}")
-    if doc["model"] not in MODELS:
-        raise ValueError(f"{path.name}: model must be one of {MODELS}, got {doc['model']!r}")
+    if doc["model"] not in FILE_MODELS:
+        raise ValueError(f"{path.name}: model must be one of {FILE_MODELS}, got {doc['model']!r}"
+                         + (" (HIP problems are derived from the CUDA ones)" if doc["model"] == "hip" else ""))
+    gpu = doc.get("gpu")
+    if doc["model"] == "cuda" and not (isinstance(gpu, dict) and isinstance(gpu.get("buffers", {}), dict)):
+        raise ValueError(f"{path.name}: a cuda problem needs a `gpu` mapping (buffers, grid, block, result)")
     for key in ("prompt", "reference"):
         if not isinstance(doc[key], str) or not doc[key].strip():
             raise ValueError(f"{path.name}: {key} must be a non-empty string")
@@ -129,7 +147,15 @@ def load_problem(path: Path, suite_dir: Path) -> Problem:
         size=size,
         quick_size=quick,
         path=path,
+        gpu=gpu if doc["model"] == "cuda" else None,
     )
+
+
+def hip_problem(cuda: Problem) -> Problem:
+    """The HIP problem of a CUDA one: prompt and reference through :func:`.gpu.hipify`, all else the same."""
+    name = cuda.name[:-len("_cuda")] + "_hip" if cuda.name.endswith("_cuda") else cuda.name + "_hip"
+    return replace(cuda, name=name, model="hip", prompt=hipify(cuda.prompt), reference=hipify(cuda.reference),
+                   description=hipify(cuda.description))
 
 
 def load_suite(
@@ -140,15 +166,20 @@ def load_suite(
     """Load every ``problems/*.yaml`` (sorted by name).
 
     ``patterns`` are shell globs matched against the problem file stem (e.g.
-    ``"sort_*"``); ``models`` keeps only those execution models.  Returns the
-    loaded problems and one :class:`TaskError` per file that failed to load.
+    ``"sort_*"``; a CUDA file also by its HIP problem's name); ``models`` keeps only those execution models.
+    Returns the loaded problems and one :class:`TaskError` per file that failed to load.
     """
     suite = Path(suite_dir) if suite_dir is not None else default_suite_dir()
     files = sorted((suite / "problems").glob("*.yaml"))
     if not files:
         raise FileNotFoundError(f"no problems/*.yaml under {suite}")
-    if patterns:
-        files = [f for f in files if any(fnmatch.fnmatch(f.stem, p) for p in patterns)]
+    def wanted(name: str) -> bool:
+        return not patterns or any(fnmatch.fnmatch(name, p) for p in patterns)
+
+    def hip_name(stem: str) -> str:
+        return stem[:-len("_cuda")] + "_hip" if stem.endswith("_cuda") else ""
+
+    files = [f for f in files if wanted(f.stem) or (hip_name(f.stem) and wanted(hip_name(f.stem)))]
     problems, errors = [], []
     for f in files:
         try:
@@ -156,6 +187,6 @@ def load_suite(
         except ValueError as exc:
             errors.append(TaskError(f, str(exc)))
             continue
-        if models is None or p.model in models:
-            problems.append(p)
-    return problems, errors
+        derived = [p, hip_problem(p)] if p.model == "cuda" else [p]
+        problems += [q for q in derived if (models is None or q.model in models) and wanted(q.name)]
+    return sorted(problems, key=lambda q: q.name), errors

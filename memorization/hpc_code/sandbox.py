@@ -137,7 +137,8 @@ def _levels(as_root: bool) -> list[tuple[str, tuple[str, ...], bool, bool, bool]
 
 
 def _run_in(iso: Isolation, cmd: list[str], cwd: str | os.PathLike, limits: SandboxLimits,
-            env: dict[str, str] | None, ro: tuple[str, ...] = (), end_at_mark: bool = True) -> SandboxResult:
+            env: dict[str, str] | None, ro: tuple[str, ...] = (), end_at_mark: bool = True,
+            devices: tuple[str, ...] = ()) -> SandboxResult:
     """One run of ``cmd`` under the isolation ``iso`` (see :func:`run_sandboxed`)."""
     as_root = os.geteuid() == 0 and "--user" not in iso.flags
     uid = UID_BASE + os.getpid() % 100_000 if as_root else None
@@ -162,6 +163,7 @@ def _run_in(iso: Isolation, cmd: list[str], cwd: str | os.PathLike, limits: Sand
         "ro": sorted({*system_paths(), *ro}), "etc": _etc(0 if uid is None else uid), "tmpfs_mb": limits.tmpfs_mb,
         "work_mb": limits.work_mb, "copy_back": True,
         "uid": uid, "rlimits": rlimits, "timing_fd": write, "end_at_mark": end_at_mark,
+        "devices": sorted(devices),
     }
     wrapper = ["unshare", *flags, "--"] if flags else []
     argv = [*wrapper, sys.executable, "-I", INIT, json.dumps(spec), *cmd]
@@ -339,6 +341,7 @@ def run_sandboxed(
     ro: tuple[str, ...] = (),
     end_at_mark: bool = True,
     iso: Isolation | None = None,
+    devices: tuple[str, ...] = (),
 ) -> SandboxResult:
     """Run ``cmd`` in ``cwd`` under ``limits``; never raises for the command's own failures.
 
@@ -348,10 +351,14 @@ def run_sandboxed(
     relative to it or among the read-only paths.  The command may mark a timed window by
     writing ``S`` and ``E`` to the FIFO ``$HPC_MARKS`` (:attr:`SandboxResult.window_s`); at
     ``E`` the run is ended unless ``end_at_mark`` is false.  ``iso`` picks an isolation
-    other than this machine's strongest (:func:`isolation`).  Raises :class:`SandboxError`
-    only when the sandbox could not be set up.
+    other than this machine's strongest (:func:`isolation`).  ``devices`` are host device nodes
+    (``/dev/...``, e.g. a GPU's: :func:`.gpu.device_nodes`) shown to the command besides null, zero,
+    full, random and urandom.  Raises :class:`SandboxError` only when the sandbox could not be set up.
     """
-    return _run_in(iso or isolation(limits.isolate_network), cmd, cwd, limits, env, ro, end_at_mark)
+    bad = [d for d in devices if not d.startswith("/dev/") or ".." in d]
+    if bad:
+        raise ValueError(f"devices must be paths under /dev, got {bad}")
+    return _run_in(iso or isolation(limits.isolate_network), cmd, cwd, limits, env, ro, end_at_mark, devices)
 
 
 def run_per_process(

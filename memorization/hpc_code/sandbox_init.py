@@ -13,7 +13,7 @@ project is imported).  In order:
    all of them together, are bounded by its size and never reach the host's disk; the
    regular files of its top level are copied back when the command ends, see 4.), a
    private ``/tmp`` and ``/dev/shm``, the device nodes a program
-   needs, this PID namespace's ``/proc``, and an ``/etc`` of files written from
+   needs (plus those in ``spec["devices"]``: a GPU's), this PID namespace's ``/proc``, and an ``/etc`` of files written from
    ``spec["etc"]`` (no host ``passwd``, no host sockets: nothing else of the host exists);
 3. makes the FIFO ``spec["marks"]`` through which a program marks the start (``S``) and
    end (``E``) of its timed window (write-only for the command), becomes non-dumpable (the
@@ -149,6 +149,13 @@ def build_root(spec: dict) -> None:
         dst = _inside(root, f"dev/{name}")
         open(dst, "w").close()
         mount(f"/dev/{name}", dst, None, MS_BIND)
+    for path in spec.get("devices", ()):  # a GPU's nodes (/dev/nvidia0, /dev/dri/renderD128, ...): only these
+        if not path.startswith("/dev/") or not os.path.exists(path) or os.path.islink(path):
+            continue
+        dst = _inside(root, path)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        open(dst, "w").close()
+        mount(path, dst, None, MS_BIND)
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
                          ("stderr", "/proc/self/fd/2")):
         os.symlink(target, _inside(root, f"dev/{name}"))

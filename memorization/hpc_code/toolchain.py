@@ -1,4 +1,5 @@
-"""Building and launching a problem's programs: compilers (gcc, mpicc; g++ against Kokkos), MPI launcher, sandbox.
+"""Building and launching a problem's programs: compilers (gcc, mpicc; g++ against Kokkos; nvcc, hipcc), MPI launcher,
+sandbox.
 
 A problem has two kinds of program (see :mod:`.reference` and :mod:`.harness`): trusted
 ones compiled from its driver and a generic main of ``data/hpc_code/harness``
@@ -17,6 +18,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
+from memorization.hpc_code import gpu
 from memorization.hpc_code.kokkos import INSTALL_HINT, find_kokkos, require_kokkos
 from memorization.hpc_code.problems import CXX_MODELS, MPI_MODELS, Problem
 from memorization.hpc_code.sandbox import (SandboxLimits, SandboxResult, memory_limited, run_per_process,
@@ -52,6 +54,11 @@ class RunConfig:
     cxx: str = "g++"  # Kokkos problems (C++)
     cxxflags: tuple[str, ...] = ("-O2", "-fopenmp", "-std=c++17")
     kokkos_prefix: str | None = None  # a Kokkos install prefix; None: $KOKKOS_ROOT, else Debian's (see .kokkos)
+    nvcc: str | None = None  # CUDA problems; None: found by gpu.find_nvcc ($NVCC, PATH, CUDA_HOME, the pip wheel)
+    hipcc: str | None = None  # HIP problems; None: $HIPCC, PATH, /opt/rocm/bin/hipcc
+    gpuflags: tuple[str, ...] = ("-O2", "-std=c++17")
+    gpu_arch: str | None = None  # nvcc -arch (e.g. sm_90); None: the GPU's own (nvidia-smi), else nvcc's default
+    gpu_emulate: bool = False  # CUDA problems built with g++ against the CPU emulator (gpu.py): checks, not timings
     keep_dirs: bool = False
     # how runs are started (see :func:`launch`): "local" -- all in one sandbox here; "mpiexec" -- MPI runs
     # through ``mpiexec`` (``launcher_args`` after it, e.g. ``-hosts a,b``), one sandbox per rank; "srun" --
@@ -65,8 +72,8 @@ class RunConfig:
 
     def worker_counts(self, problem: Problem) -> tuple[int, ...]:
         """The worker counts n a problem runs with: cores a run may use (ranks x threads for mpi+omp)."""
-        if problem.model == "serial":
-            return (1,)
+        if problem.model == "serial" or problem.on_gpu:
+            return (1,)  # a GPU problem runs on one GPU
         if problem.model == "kokkos" and not require_kokkos(self.kokkos_prefix).threaded:
             return (1,)  # a Serial-only Kokkos (Debian's) runs every parallel_for on one core
         if problem.model == "mpi+omp":
@@ -120,6 +127,14 @@ def require_tools(cfg: RunConfig, models: set[str] | list[str]) -> None:
         names.add(cfg.cxx)
     if "kokkos" in models:
         require_kokkos(cfg.kokkos_prefix)
+    if set(models) & set(gpu.GPU_MODELS):
+        names.add(cfg.cc)  # the runner
+        if cfg.gpu_emulate:
+            names.add(cfg.cxx)
+        for model in sorted(set(models) & set(gpu.GPU_MODELS)):
+            why = None if cfg.gpu_emulate and model == "cuda" else gpu.unavailable_reason(model, cfg.nvcc, cfg.hipcc)
+            if why:
+                raise FileNotFoundError(why)
     if cfg.launcher == "srun":
         names.add(cfg.srun)
     for name in sorted(names):
@@ -127,9 +142,14 @@ def require_tools(cfg: RunConfig, models: set[str] | list[str]) -> None:
 
 
 def unavailable_models(cfg: RunConfig, models: set[str] | list[str]) -> dict[str, str]:
-    """The execution models of ``models`` this machine cannot build, each with the reason: Kokkos without a Kokkos
-    install or a C++ compiler.  Their problems are listed as not run, never scored as failures."""
+    """The execution models of ``models`` this machine cannot build or run, each with the reason: Kokkos without a
+    Kokkos install or a C++ compiler; CUDA and HIP without their compiler or a GPU (unless ``cfg.gpu_emulate``).
+    Their problems are listed as not run, never scored as failures."""
     out = {}
+    for model in sorted(set(models) & set(gpu.GPU_MODELS)):
+        why = None if cfg.gpu_emulate and model == "cuda" else gpu.unavailable_reason(model, cfg.nvcc, cfg.hipcc)
+        if why:
+            out[model] = why
     if "kokkos" in models:
         if find_kokkos(cfg.kokkos_prefix) is None:
             out["kokkos"] = INSTALL_HINT
@@ -174,7 +194,7 @@ def tool_dirs(cfg: RunConfig, model: str) -> tuple[str, ...]:
     """Install prefixes of the tools ``model`` needs that a sandbox does not show already (e.g. a cluster's
     MPI module): bound read-only into it."""
     names = [cfg.mpicc, cfg.mpiexec] if model in MPI_MODELS else [cfg.cc]
-    if model in CXX_MODELS:
+    if model in CXX_MODELS or (model in gpu.GPU_MODELS and cfg.gpu_emulate):
         names.append(cfg.cxx)
     shown = system_paths()
     dirs = set()
@@ -185,19 +205,99 @@ def tool_dirs(cfg: RunConfig, model: str) -> tuple[str, ...]:
             dirs.add(str(prefix))
     if model == "kokkos":
         dirs.update(require_kokkos(cfg.kokkos_prefix).prefixes())
+    if model in gpu.GPU_MODELS and not cfg.gpu_emulate:
+        dirs.update(d for d in gpu_prefixes(cfg, model) if not any(d == s or d.startswith(s.rstrip("/") + "/")
+                                                                   for s in shown))
     return tuple(sorted(dirs))
+
+
+def gpu_prefixes(cfg: RunConfig, model: str) -> tuple[str, ...]:
+    """The install directories of ``model``'s GPU compiler and runtime (nvcc's CUDA, hipcc's ROCm)."""
+    if model == "cuda":
+        inst = gpu.cuda_install(cfg.nvcc)
+        return inst.prefixes() if inst else ()
+    hipcc = gpu.find_hipcc(cfg.hipcc)
+    return (str(Path(hipcc).resolve().parent.parent),) if hipcc else ()
+
+
+def _gpu_compiler(cfg: RunConfig, model: str) -> tuple[list[str], list[str]]:
+    """(compiler and its flags for a ``.cu`` source, flags that link the GPU runtime) of ``model``."""
+    if cfg.gpu_emulate:
+        return [tool(cfg.cxx), "-O1", "-std=c++17", "-x", "c++", "-DHPC_GPU_EMULATE", f"-I{gpu.EMULATOR}"], []
+    if model == "hip":
+        hipcc = gpu.find_hipcc(cfg.hipcc)
+        if hipcc is None:
+            raise FileNotFoundError(gpu.HIPCC_HINT)
+        lib = Path(hipcc).resolve().parent.parent / "lib"  # ROCm's: libamdhip64.so
+        return [hipcc, *cfg.gpuflags, "-x", "hip"], [f"-L{lib}", "-lamdhip64", f"-Wl,-rpath,{lib}"]
+    inst = gpu.cuda_install(cfg.nvcc)
+    if inst is None:
+        raise FileNotFoundError(gpu.NVCC_HINT)
+    arch = cfg.gpu_arch or gpu.nvidia_arch()
+    return ([inst.nvcc, *cfg.gpuflags, "--extended-lambda", *([f"-arch={arch}"] if arch else []), "-cudart", "none"],
+            inst.link_flags())
+
+
+def _compile_gpu_library(problem: Problem, body: str, wd: Path, cfg: RunConfig, name: str) -> SandboxResult:
+    """prompt + ``body`` into ``wd/<name>.so`` with nvcc / hipcc (or g++ against the emulator)."""
+    compiler, link = _gpu_compiler(cfg, problem.model)
+    device = gpu.parse_signature(problem.prompt)
+    code = problem.prompt + body + (gpu.launcher_source(device) if device.kernel else "")
+    (wd / f"{name}.cu").write_text(gpu.emulated_source(code) if cfg.gpu_emulate else code)  # launches the emulator runs
+    if cfg.gpu_emulate:  # the emulator's state is the runner's (-rdynamic): resolved when the runner loads it
+        shutil.copytree(problem.harness_dir / gpu.EMULATOR, wd / gpu.EMULATOR, dirs_exist_ok=True)
+        cmd = [*compiler, "-fPIC", "-shared", f"{name}.cu", "-o", f"{name}.so", "-lm"]
+    else:
+        pic = ["-fPIC"] if problem.model == "hip" else ["-Xcompiler", "-fPIC"]
+        if problem.model == "cuda":
+            link = gpu.cuda_install(cfg.nvcc).link_flags(nvcc=True)
+            no_undefined = ["-Xlinker", "--no-undefined"]
+        else:  # hipcc (clang) links its runtime itself
+            link, no_undefined = [], ["-Wl,--no-undefined"]
+        cmd = [*compiler, *pic, "-shared", f"{name}.cu", "-o", f"{name}.so", *link, "-lm", *no_undefined]
+    return run_sandboxed(cmd, wd, cfg.build_limits, candidate_env(1), ro=tool_dirs(cfg, problem.model))
+
+
+def adapter_source(problem: Problem) -> str:
+    """The trusted adapter of a GPU problem (:func:`.gpu.adapter_source`): the driver's signature of its function
+    calling the prompt's kernel or host function on device copies."""
+    host = gpu.driver_signature(problem.driver_path.read_text(), problem.function)
+    return gpu.adapter_source(host, gpu.parse_signature(problem.prompt), problem.gpu or {})
+
+
+def _compile_gpu_driver(problem: Problem, wd: Path, cfg: RunConfig) -> SandboxResult:
+    """The runner of a GPU problem: driver + ``main_run_omp.c -DHPC_GPU`` (gcc) + the adapter (nvcc / hipcc)."""
+    compiler, link = _gpu_compiler(cfg, problem.model)
+    shutil.copyfile(problem.harness_dir / "hpc_gpu.h", wd / "hpc_gpu.h")
+    (wd / "adapter.cu").write_text(adapter_source(problem))
+    ro = tool_dirs(cfg, problem.model)
+    if cfg.gpu_emulate:  # the emulator's state is defined here and exported to the library the runner loads
+        shutil.copytree(problem.harness_dir / gpu.EMULATOR, wd / gpu.EMULATOR, dirs_exist_ok=True)
+        link = ["-rdynamic"]
+    res = run_sandboxed([*compiler, "-I.", "-c", "adapter.cu", "-o", "adapter.o"], wd, cfg.build_limits,
+                        candidate_env(1), ro=ro)
+    if res.returncode != 0:
+        return res
+    fn = problem.function  # the runner's C parts with gcc, linked against the GPU runtime (libcudart, libamdhip64)
+    loads = gpu.LAUNCHER if gpu.parse_signature(problem.prompt).kernel else fn
+    cmd = [tool(cfg.cc), *cfg.cflags, f"-D{fn}=(*hpc_kernel)", f'-DHPC_KERNEL_NAME="{loads}"', "-DHPC_GPU", "-I.",
+           problem.driver_path.name, "main_run_omp.c", "adapter.o", *link, "-lstdc++", "-o", "prog", "-lm", "-ldl"]
+    return run_sandboxed(cmd, wd, cfg.build_limits, candidate_env(1), ro=ro)
 
 
 def compile_library(problem: Problem, body: str, workdir: str | Path, cfg: RunConfig,
                     name: str = "candidate") -> SandboxResult:
     """Compile prompt + ``body`` alone into the shared library ``workdir/<name>.so``, sandboxed.
 
-    Two steps, each in the sandbox: the preprocessor writes ``<name>.i`` (``.ii`` for C++) within
-    ``cfg.preprocess_timeout_s``, then the compiler builds the library from it within
-    ``cfg.build_limits``; the result of the first step that fails is returned.  Every symbol must
+    A CPU problem's build is two steps, each in the sandbox: the preprocessor writes ``<name>.i`` (``.ii`` for
+    C++) within ``cfg.preprocess_timeout_s``, then the compiler builds the library from it within
+    ``cfg.build_limits``; the result of the first step that fails is returned.  A GPU problem's (nvcc, hipcc)
+    is one step within ``cfg.build_limits``.  Every symbol must
     resolve (``--no-undefined``), so a wrong call is a build error here, not a failed load at run time.
     """
     wd = Path(workdir)
+    if problem.on_gpu:
+        return _compile_gpu_library(problem, body, wd, cfg, name)
     if problem.cxx:  # C++ against Kokkos: the function is extern "C", so the runner finds it by its name
         kokkos = require_kokkos(cfg.kokkos_prefix)
         source, flags, link = f"{name}.cpp", [tool(cfg.cxx), *cfg.cxxflags, *kokkos.compile_flags()], \
@@ -229,13 +329,16 @@ def compile_driver(problem: Problem, workdir: str | Path, cfg: RunConfig, main: 
     """Compile the problem's driver with ``main`` into ``workdir/prog`` (trusted: no candidate code).
 
     The driver's calls to the candidate's function go through ``hpc_kernel``, a pointer the
-    runner sets from the library it loads (see ``hpc_harness.h``).  A Kokkos problem's runner
+    runner sets from the library it loads (see ``hpc_harness.h``); a GPU problem's runner sets it to its
+    adapter (:func:`adapter_source`), which launches the library's function on the device.  A Kokkos problem's runner
     (``main_run_omp.c`` with ``-DHPC_KOKKOS``) also links ``kokkos_init.cpp``, which starts Kokkos
     before the timed window.
     """
     wd = Path(workdir)
     for src in (problem.driver_path, problem.harness_dir / "hpc_harness.h", problem.harness_dir / main):
         shutil.copyfile(src, wd / src.name)
+    if problem.on_gpu and main == "main_run_omp.c":
+        return _compile_gpu_driver(problem, wd, cfg)
     fn = problem.function
     extra: list[str] = []
     ro = tool_dirs(cfg, problem.model)
@@ -272,7 +375,19 @@ def launch(problem: Problem, workdir: str | Path, cfg: RunConfig, workers: int, 
         launcher = tool(cfg.mpiexec)
         cmd = [launcher, *mpiexec_flags(launcher), "-n", str(ranks), *memory_limited(cmd, limits.memory_mb)]
         limits = replace(limits, memory_mb=None)
-    return run_sandboxed(cmd, workdir, limits, candidate_env(threads), ro=(*tool_dirs(cfg, problem.model), *ro))
+    devices: tuple[str, ...] = ()
+    env = candidate_env(threads)
+    if problem.on_gpu and not cfg.gpu_emulate:
+        # the GPU's device nodes, nothing else of /dev; no address-space limit: a GPU runtime reserves tens of GiB
+        # of virtual addresses for unified memory (host memory is then bounded by the machine only).  Modules load
+        # when the library is loaded (as in the null run, whose time is subtracted), not at the first launch
+        devices, limits = gpu.device_nodes(), replace(limits, memory_mb=None)
+        env["CUDA_MODULE_LOADING"] = "EAGER"
+        drivers = gpu.driver_library_dirs()  # a driver outside the system's library directories
+        if drivers:
+            env["LD_LIBRARY_PATH"] = ":".join(drivers)
+            ro = (*ro, *drivers)
+    return run_sandboxed(cmd, workdir, limits, env, ro=(*tool_dirs(cfg, problem.model), *ro), devices=devices)
 
 
 def launcher_command(problem: Problem, cfg: RunConfig, ranks: int, threads: int) -> list[str]:

@@ -16,8 +16,10 @@ from dataclasses import replace
 from memorization.hpc_code.problems import Problem
 
 PAIRS = (("serial", "openmp"), ("serial", "mpi"), ("openmp", "mpi"), ("mpi", "mpi+omp"), ("serial", "kokkos"))
-SHORT = {"serial": "serial", "openmp": "omp", "mpi": "mpi", "mpi+omp": "mpi_omp", "kokkos": "kokkos"}
-LABEL = {"serial": "serial C", "openmp": "OpenMP", "mpi": "MPI", "mpi+omp": "MPI+OpenMP", "kokkos": "Kokkos"}
+SHORT = {"serial": "serial", "openmp": "omp", "mpi": "mpi", "mpi+omp": "mpi_omp", "kokkos": "kokkos", "cuda": "cuda",
+         "hip": "hip"}
+LABEL = {"serial": "serial C", "openmp": "OpenMP", "mpi": "MPI", "mpi+omp": "MPI+OpenMP", "kokkos": "Kokkos",
+         "cuda": "CUDA", "hip": "HIP"}
 
 
 def translation_prompt(source: Problem, target: Problem) -> str:

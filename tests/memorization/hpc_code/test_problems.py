@@ -10,18 +10,18 @@ from tests.support import hpc_code_report
 
 
 def test_suite_has_five_problems_per_type_each_in_every_model():
-    """ParEval's breadth: 12 types x 5 problems x {serial, OpenMP, MPI, MPI+OpenMP, Kokkos} = 300 prompts, each
-    problem's five prompts asking for one function (its name unique in the suite) on one driver."""
+    """ParEval's breadth: 12 types x 5 problems x {serial, OpenMP, MPI, MPI+OpenMP, Kokkos, CUDA, HIP} = 420
+    prompts, each problem's seven prompts asking for one function (its name unique in the suite) on one driver."""
     problems, errors = load_suite()
     assert not errors
-    assert len(problems) == 300
+    assert len(problems) == 420
     by_problem: dict[tuple[str, str], list] = {}
     for p in problems:
         by_problem.setdefault((p.type, p.function), []).append(p)
         assert p.name == f"{p.type}_{p.function}_{SHORT[p.model]}", p.name
     types = {t for t, _ in by_problem}
     assert len(types) == 12 and len(by_problem) == 60
-    assert all(sum(t == u for u, _ in by_problem) == 5 for t in types)
+    assert all(sum(t == u for u, _ in by_problem) == 5 for t in types) and len(MODELS) == 7
     for key, ps in by_problem.items():
         assert sorted(p.model for p in ps) == sorted(MODELS) and len({p.driver_path for p in ps}) == 1, key
     assert len({f for _, f in by_problem}) == 60
