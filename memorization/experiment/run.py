@@ -233,9 +233,10 @@ def run_experiment(cfg: ExperimentConfig) -> dict | None:
     ``manifest.json``, one directory per arm and the report.
     """
     cfg = resolve(cfg)
-    validate(cfg)
-    # the tokenizer the run uses, as the run records it (with --init and no --tokenizer: the checkpoint's)
+    # the tokenizer the run uses, as the run records and --resume compares it (with --init and no --tokenizer: the
+    # checkpoint's own)
     cfg = replace(cfg, data=replace(cfg.data, tokenizer=tokenizer_spec(cfg)))
+    validate(cfg)
     if cfg.execution.plan:
         print_plan(cfg)
         return None
