@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.forked import run_python
 from tests.support import REPO
 
 sys.path.insert(0, str(REPO / "recipes"))
@@ -184,6 +184,8 @@ def test_micro_sweep_report(micro):
     rows = {(r["exposures"], r["arm"], r["k"]) for r in res["rows"]}
     assert rows == {(2, "standard", 0), (2, "goldfish", 4), (4, "standard", 0), (4, "goldfish", 4)}
     for r in res["rows"]:
+        assert r["perplexity"] is not None, (r, json.loads((out / "cells" / r["cell"] / "cell.json").read_text())
+                                             if "cell" in r else res)
         assert 0 <= r["exact_match"] <= 1 and r["val_loss"] > 0 and r["perplexity"] > 1
         assert 0 <= r["mia_auc_loss"] <= 1 and not r["eval_errors"]
         assert r["steps"] == 12
@@ -247,8 +249,7 @@ def test_emit_jobs_refuses_a_grid_whose_jobs_would_fail_and_writes_nothing(tmp_p
 
 
 def test_help_explains_every_flag():
-    out = subprocess.run([sys.executable, str(REPO / "recipes" / "sweep.py"), "--help"], capture_output=True,
-                         text=True, check=True).stdout
+    out = run_python([str(REPO / "recipes" / "sweep.py"), "--help"], check=True).stdout
     for flag in ("--sizes", "--exposures", "--goldfish-k", "--goldfish-h", "--out", "--mia", "--downstream",
                  "--hpc-code", "--emit-jobs", "--report-only", "--steps", "--num-targets", "--seq-len",
                  "--batch-size"):
