@@ -7,6 +7,20 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest  # noqa: E402
 
+# The files whose tests take longest (measured with --durations), first: scripts/test.sh runs two pytest-xdist
+# workers, each file on one (--dist loadfile), and a long file that started last would run alone at the end.
+LONGEST_FIRST = ("cli/test_job_rehearsal.py", "cli/test_memorize_parallel.py", "cli/test_memorize.py",
+                 "axonn/test_parallelize.py", "memorization/hpc_code/test_harness.py", "memorization/test_sweep.py",
+                 "axonn/test_checkpoint.py", "memorization/test_train.py", "memorization/test_token_store.py",
+                 "memorization/test_extraction.py", "memorization/hpc_code/test_kokkos.py")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Stable-sort the collected tests so that the files of :data:`LONGEST_FIRST` come first, in that order."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    rank = {os.path.join(here, f): i for i, f in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(str(item.path), len(rank)))
+
 
 @pytest.fixture(scope="session")
 def tokenizer():

@@ -67,7 +67,6 @@ def test_save_streams_instead_of_copying_the_state() -> None:
 def test_convert_cli_turns_a_trainer_checkpoint_into_a_hf_model(tmp_path) -> None:
     """``python -m axonn.convert ROOT OUT``: the newest checkpoint under a trainer's root (LATEST) becomes
     a directory that from_pretrained loads with the trained weights; bad input says what is wrong."""
-    import subprocess
 
     import torch
     from transformers import LlamaForCausalLM
@@ -78,22 +77,21 @@ def test_convert_cli_turns_a_trainer_checkpoint_into_a_hf_model(tmp_path) -> Non
     rt = Runtime(axonn.init())
     model, opt, x = _stepped_tiny(rt)
     rt.save_checkpoint(model, opt, tmp_path / "ckpt", {"step": 1})
-    run = [sys.executable, "-m", "axonn.convert", str(tmp_path / "ckpt"), str(tmp_path / "hf")]
-    out = subprocess.run(run, cwd=REPO, capture_output=True, text=True, timeout=120)
+    run = ["-m", "axonn.convert", str(tmp_path / "ckpt"), str(tmp_path / "hf")]
+    out = run_python(run, cwd=REPO, timeout=120)
     assert out.returncode == 0, out.stderr
     hf = LlamaForCausalLM.from_pretrained(tmp_path / "hf")
     sd = hf.state_dict()
     assert all(torch.equal(sd[n], t) for n, t in axonn.full_state_dict(model).items())  # a copy: bitwise
     with torch.no_grad():  # HF's modules vs axonn's: fp32 rounding, not necessarily the same bits on every CPU
         torch.testing.assert_close(hf(input_ids=x).logits, model(input_ids=x).logits, rtol=1e-5, atol=1e-5)
-    bad = run_python(["-m", "axonn.convert", str(tmp_path / "nothing"), str(tmp_path / "o")],
-                         cwd=REPO, timeout=60)
+    bad = run_python(["-m", "axonn.convert", str(tmp_path / "nothing"), str(tmp_path / "o")], cwd=REPO, timeout=60)
     assert bad.returncode == 2 and "not a complete axonn checkpoint" in bad.stderr
     # a LATEST that names a checkpoint which is gone: the trainer's resume and the converter say so
     (tmp_path / "ckpt" / "LATEST").write_text("step_0000009")
     with pytest.raises(FileNotFoundError, match="names 'step_0000009', which is not a directory"):
         rt.load_checkpoint(model, opt, tmp_path / "ckpt")
-    gone = subprocess.run(run, cwd=REPO, capture_output=True, text=True, timeout=60)
+    gone = run_python(run, cwd=REPO, timeout=60)
     assert gone.returncode == 2 and "which is not a directory" in gone.stderr
 
 

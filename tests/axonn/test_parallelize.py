@@ -98,7 +98,8 @@ def test_unsupported_model_refused() -> None:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("grid,flags", [("1,2,2,2", []), ("2,2,1,2", ["--checkpointing"])])
+@pytest.mark.parametrize("grid,flags", [("1,2,2,2", []),  # with activation checkpointing: slow (50 s)
+                                        pytest.param("2,2,1,2", ["--checkpointing"], marks=pytest.mark.slow)])
 def test_compiled_parallel_model_shares_graphs_across_layers(grid, flags) -> None:
     """torch.compile splits only at axonn's collectives: no recompilation, as many graphs for 4 layers as for 2,
     and the compiled loss and gradients equal the eager ones (fake world, one process)."""

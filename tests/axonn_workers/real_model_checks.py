@@ -2,8 +2,12 @@
 
     real_model_checks.py MODEL_DIR STATE_DIR GRID [GRID ...] [--save | --resume]
 
-For each grid: ``build_model(init=MODEL_DIR)`` on the grid (every rank reads only its rows) gives the loss and
-every gradient of ``from_pretrained``'s model within 1e-5 (loss) and 2e-5 (gradients) relative, fp32.  ``--save`` (first grid): two AdamW
+For each grid: ``build_model(init=MODEL_DIR)`` on the grid (every rank reads only its rows) gives the loss of
+``from_pretrained``'s model within 1e-5 relative, fp32, and every gradient as accurately as that serial fp32
+model computes it: its error against the same model in fp64 is at most ``SLACK`` times the serial fp32 model's
+own (at least ``FLOOR``).  30 layers deep, fp32 rounding alone puts the first layers' gradients ~1e-5 from the
+fp64 ones, and a parallel computation sums in another order, so a fixed tolerance would test the rounding; a
+wrong shard, a missing reduction or an untied embedding is off by orders of magnitude more.  ``--save`` (first grid): two AdamW
 steps, a sharded checkpoint in STATE_DIR/ckpt and the losses of two more steps in STATE_DIR/losses.json;
 ``--resume`` (first grid): that checkpoint loaded onto this grid continues with the same two losses.
 """
@@ -21,7 +25,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import axonn  # noqa: E402
 import axonn.checkpoint as ckpt  # noqa: E402
-from common import assert_close, mean_over_batch_ranks, run_main, train_step  # noqa: E402
+from common import assert_close, mean_over_batch_ranks, rel_err, run_main, train_step  # noqa: E402
 
 from memorization.models import build_model  # noqa: E402
 from memorization.runtime import Runtime  # noqa: E402
@@ -35,7 +39,21 @@ def batch(step: int, b: int = 4, t: int = 24, vocab: int = 49152) -> tuple[torch
     return x, y
 
 
-def check_grid(spec: str, model_dir: str, ref, ref_out, x) -> tuple[Runtime, torch.nn.Module]:
+SLACK, FLOOR = 4.0, 1e-6
+
+
+def fp64_gradients(model_dir: str, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The gradients of the batch's loss computed in fp64 (rank 0 only: the same on every rank)."""
+    from transformers import AutoModelForCausalLM
+
+    if dist.get_rank() != 0:
+        return {}
+    m = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float64, attn_implementation="sdpa")
+    m(input_ids=x, labels=y).loss.backward()
+    return {n: p.grad for n, p in m.named_parameters()}
+
+
+def check_grid(spec: str, model_dir: str, ref, ref_out, x, exact: dict) -> tuple[Runtime, torch.nn.Module]:
     d, r, c, z = (int(v) for v in spec.split(","))
     rt = Runtime(axonn.init(G_data=d, G_intra_r=r, G_intra_c=c, G_intra_d=z))
     par = build_model(None, ref.config.vocab_size, init=model_dir, runtime=rt)
@@ -47,12 +65,18 @@ def check_grid(spec: str, model_dir: str, ref, ref_out, x) -> tuple[Runtime, tor
     assert_close(mean_over_batch_ranks(out.loss), ref_out.loss, f"{spec} loss")
     grads = axonn.full_grad_dict(par)
     assert set(grads) == {n for n, _ in ref.named_parameters()}, set(grads) ^ {n for n, _ in ref.named_parameters()}
-    for n, p in ref.named_parameters():
-        # 2e-5: 30 fp32 layers deep, and the tied embedding's gradient sums the head's and the lookup's
-        # (measured on 1,3,1,1: 1.02e-5 for it, the rest below 1e-5)
-        assert_close(grads[n], p.grad, f"{spec} grad {n}", tol=2e-5)
+    worst = ""
+    if dist.get_rank() == 0:  # the full gradients are on every rank; the fp64 ones on rank 0
+        ratios = {}
+        for n, p in ref.named_parameters():
+            serial, parallel = rel_err(p.grad, exact[n]), rel_err(grads[n], exact[n])
+            ratios[n] = parallel / max(serial, FLOOR)
+            assert parallel <= max(SLACK * serial, FLOOR), \
+                f"{spec} grad {n}: {parallel:.2e} from fp64, the serial fp32 model's {serial:.2e} (x{SLACK:g} allowed)"
+        n = max(ratios, key=ratios.get)
+        worst = f" (worst gradient {n}: {ratios[n]:.2f}x the serial fp32 model's own error)"
     if rt.grid.rank == 0:
-        print(f"OK real model grid {spec}", flush=True)
+        print(f"OK real model grid {spec}{worst}", flush=True)
     return rt, par
 
 
@@ -70,8 +94,9 @@ def main() -> None:
     x, y = batch(0)
     ref_out = ref(input_ids=x, labels=y)
     ref_out.loss.backward()
+    exact = fp64_gradients(model_dir, x, y)
     for i, spec in enumerate(grids):
-        rt, par = check_grid(spec, model_dir, ref, ref_out, x)
+        rt, par = check_grid(spec, model_dir, ref, ref_out, x, exact)
         if i == 0 and ("--save" in sys.argv or "--resume" in sys.argv):
             par.zero_grad(set_to_none=True)
             opt = torch.optim.AdamW(par.parameters(), lr=1e-4, weight_decay=0.1)

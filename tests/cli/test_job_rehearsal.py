@@ -1,5 +1,5 @@
 """Rehearsal of generated jobs under a simulated Slurm (the shims in tests/slurm_shims: sbatch, srun, scontrol,
-module): a script from recipes/jobs/generate.py runs on this machine with 4 CPU ranks (gloo), fine-tuning a
+module): a script from recipes/jobs/generate.py runs on this machine with 2 CPU ranks (gloo), fine-tuning a
 tiny Llama saved with transformers (``--init``, with the shipped BPE tokenizer next to it) on a token store
 prepared from the built-in corpus with that checkpoint's tokenizer (``--store``).  USR1 mid-run -> every rank
 checkpoints and exits 75 -> ``scontrol requeue`` -> the sbatch shim runs the job again -> it resumes and
@@ -63,7 +63,7 @@ def store(tiny_init, tmp_path_factory) -> Path:
 def _job(machine: str, root: Path, init: Path, store: Path) -> gen.Job:
     extra = (f"--steps {STEPS} --num-targets 4 --num-nonmembers 2 --prefix 8 --suffix 8 --extract-batch 4 "
              f"--no-progress --checkpoint-every 2 --eval-every 0 --store {store}")
-    spec = gen.JobSpec(machine=machine, size="tiny", gpus=4, seq=64, global_batch=8, exposures=2,
+    spec = gen.JobSpec(machine=machine, size="tiny", gpus=2, seq=64, global_batch=8, exposures=2,
                        time="00:30:00", out_dir=str(root / "jobs"), run_root=str(root / "runs"), init=str(init),
                        extra_args=extra)
     path = gen.write_job(spec)  # pre-flight checks included
@@ -117,12 +117,12 @@ def reference(machine: str, root: Path, init: Path, store: Path) -> tuple[dict, 
                                      pytest.param("perlmutter", marks=pytest.mark.slow)])
 def test_rehearsal_usr1_requeue_resume_equals_uninterrupted(machine, tiny_init, store, tmp_path):
     """sbatch (shim) runs the generated script; USR1 once the first checkpoint exists; the script forwards it,
-    all 4 ranks checkpoint after the same step and exit 75, the shell requeues, the shim reruns the job
+    both ranks checkpoint after the same step and exit 75, the shell requeues, the shim reruns the job
     (SLURM_RESTART_COUNT=1), which resumes there and finishes: results.json's arms (loss curve, val loss,
     extraction numbers) equal the uninterrupted job's exactly."""
     job = _job(machine, tmp_path, tiny_init, store)
     run_dir = Path(job.config.output.out)
-    assert job.tasks == 4 and job.config.model.init == str(tiny_init) and job.config.data.store == str(store)
+    assert job.tasks == 2 and job.config.model.init == str(tiny_init) and job.config.data.store == str(store)
     job_id = 32000 + os.getpid() % 1000
     p = _sbatch(job, tmp_path, job_id)
     latest = run_dir / "standard" / "checkpoint" / "LATEST"
@@ -157,7 +157,7 @@ def test_the_evaluation_job_follows_training_and_reproduces_its_extraction(tiny_
     assert "training job" in out and "evaluation job" in out, out
     log = next(evaluation.train.log_dir.glob(f"{evaluation.train.spec.name}-eval-*.out")).read_text()
     assert "evaluation finished with status 0" in log, log[-4000:]
-    assert {s.arm for s in evaluation.steps} == {"standard", "goldfish"} and evaluation.tasks == 4
+    assert {s.arm for s in evaluation.steps} == {"standard", "goldfish"} and evaluation.tasks == 2
     for arm in ("standard", "goldfish"):
         ext = json.loads((run_dir / "eval" / arm / "extraction" / "extraction.json").read_text())
         assert {d["id"]: d["exact_match"] for d in trained(ext["documents"])} == arms[arm]["exact_by_target"]

@@ -79,6 +79,7 @@ def test_stop_request_on_one_rank_stops_every_rank_after_the_same_step(tmp_path)
         assert f"rank {r}: resumed curve matches" in out, out
 
 
+@pytest.mark.slow  # bf16 gradient reduction on every axis: tests/axonn_workers/grid_checks.py in the default suite
 def test_bf16_gradient_reduction_follows_serial_to_bf16_rounding(serial, tmp_path):
     """--grad-reduce-dtype bf16 on a depth grid (the depth reduce-scatters and the norms' all-reduce
     travel in bf16; tests/axonn_workers/grid_checks.py checks the bytes) follows the serial run to

@@ -58,8 +58,8 @@ def test_eager_packed_rows_keep_their_mask():
     assert not torch.allclose(b[:, 20:], plain[:, 20:], atol=1e-3)  # the packing mask did take effect
 
 
-@pytest.mark.parametrize("compile", [False, True])
-def test_left_padded_batches_match_hf_sdpa(compile):
+@pytest.mark.parametrize("compile", [False, pytest.param(True, marks=pytest.mark.slow)])  # compiled dispatch in the
+def test_left_padded_batches_match_hf_sdpa(compile):  # default suite: test_compiled_train_step_dispatches_...
     """A padding mask goes to HF's own mask builder: logits and greedy generation are unchanged."""
     ref, ours = _pair()
     ids = torch.randint(3, V, (3, 24))

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from memorization.run_lock import LOCK_FILE, Holder, RunLock, RunLocked
+from tests.forked import run_python
 from tests.support import REPO
 
 SMALL = ["--steps", "4", "--exposures", "2", "--num-targets", "2", "--num-nonmembers", "2", "--prefix", "10",
@@ -92,8 +93,8 @@ def test_a_second_memorize_on_a_live_runs_out_is_refused_before_any_work(tmp_pat
         while not (out / LOCK_FILE).exists() and time.time() < deadline:
             time.sleep(0.2)
         assert (out / LOCK_FILE).exists(), "the first run never took its lock"
-        second = subprocess.run([sys.executable, str(REPO / "recipes" / "memorize.py"), *SMALL, "--steps", "400",
-                                 "--out", str(out), "--resume"], env=env, capture_output=True, text=True, timeout=120)
+        second = run_python([str(REPO / "recipes" / "memorize.py"), *SMALL, "--steps", "400", "--out", str(out),
+                             "--resume"], env=env, timeout=120)
         assert second.returncode == 1
         assert second.stderr.strip().splitlines()[-1].startswith(
             f"error: --out {out} is being written by another run: PID {first.pid} on host ")
