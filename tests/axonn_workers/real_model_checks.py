@@ -31,7 +31,7 @@ from memorization.models import build_model  # noqa: E402
 from memorization.runtime import Runtime  # noqa: E402
 
 
-def batch(step: int, b: int = 4, t: int = 24, vocab: int = 49152) -> tuple[torch.Tensor, torch.Tensor]:
+def batch(step: int, b: int = 6, t: int = 24, vocab: int = 49152) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(77 + step)
     x = torch.randint(3, vocab, (b, t), generator=g)
     y = x.clone()
