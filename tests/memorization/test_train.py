@@ -119,6 +119,7 @@ def test_resume_refuses_other_settings_or_data_before_loading_anything(tmp_path,
 
 def test_wandb_run_is_resumed_not_restarted(tmp_path, monkeypatch):
     """An interrupted training logs on into the same wandb run (the id travels in the checkpoint)."""
+    import importlib.machinery
     import sys
     import types
 
@@ -135,7 +136,10 @@ def test_wandb_run_is_resumed_not_restarted(tmp_path, monkeypatch):
         def finish(self):
             pass
 
-    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=lambda **kw: Run(**kw)))
+    fake = types.ModuleType("wandb")  # a module with a spec: transformers may ask importlib whether wandb exists
+    fake.__spec__ = importlib.machinery.ModuleSpec("wandb", None)
+    fake.init = lambda **kw: Run(**kw)
+    monkeypatch.setitem(sys.modules, "wandb", fake)
     monkeypatch.setenv("WANDB_MODE", "offline")
 
     def boom(rec):
