@@ -238,6 +238,15 @@ def _gpu_compiler(cfg: RunConfig, model: str) -> tuple[list[str], list[str]]:
             inst.link_flags())
 
 
+def _build_step(cmd: list[str], wd: Path, limits: SandboxLimits, ro: tuple[str, ...], step: str,
+                why: str = "") -> SandboxResult:
+    """One sandboxed build step; past its time-out, its stderr ends with the line "<step> ran past N s<why>"."""
+    res = run_sandboxed(cmd, wd, limits, candidate_env(1), ro=ro)
+    if res.timed_out:
+        res.stderr += f"\n{step} ran past {limits.timeout_s:g} s{why}"
+    return res
+
+
 def _compile_gpu_library(problem: Problem, body: str, wd: Path, cfg: RunConfig, name: str) -> SandboxResult:
     """prompt + ``body`` into ``wd/<name>.so`` with nvcc / hipcc (or g++ against the emulator)."""
     compiler, link = _gpu_compiler(cfg, problem.model)
@@ -255,7 +264,7 @@ def _compile_gpu_library(problem: Problem, body: str, wd: Path, cfg: RunConfig, 
         else:  # hipcc (clang) links its runtime itself
             link, no_undefined = [], ["-Wl,--no-undefined"]
         cmd = [*compiler, *pic, "-shared", f"{name}.cu", "-o", f"{name}.so", *link, "-lm", *no_undefined]
-    return run_sandboxed(cmd, wd, cfg.build_limits, candidate_env(1), ro=tool_dirs(cfg, problem.model))
+    return _build_step(cmd, wd, cfg.build_limits, tool_dirs(cfg, problem.model), "compiling")
 
 
 def adapter_source(problem: Problem) -> str:
@@ -307,19 +316,14 @@ def compile_library(problem: Problem, body: str, workdir: str | Path, cfg: RunCo
         source, flags, link = f"{name}.c", [tool(cfg.mpicc if problem.uses_mpi else cfg.cc), *cfg.cflags], ["-lm"]
         preprocessed = f"{name}.i"
     (wd / source).write_text(problem.prompt + body)
-    env, ro = candidate_env(1), tool_dirs(cfg, problem.model)
-    pre = run_sandboxed([*flags, "-E", source, "-o", preprocessed], wd,
-                        replace(cfg.build_limits, timeout_s=cfg.preprocess_timeout_s), env, ro=ro)
-    if pre.timed_out:
-        pre.stderr += (f"\npreprocessing ran past {cfg.preprocess_timeout_s:g} s (a macro that expands without "
-                       f"bound?)")
+    ro = tool_dirs(cfg, problem.model)
+    pre = _build_step([*flags, "-E", source, "-o", preprocessed], wd,
+                      replace(cfg.build_limits, timeout_s=cfg.preprocess_timeout_s), ro, "preprocessing",
+                      " (a macro that expands without bound?)")
     if pre.returncode != 0:
         return pre
-    built = run_sandboxed([*flags, "-fPIC", "-shared", preprocessed, "-o", f"{name}.so", *link,
-                           "-Wl,--no-undefined"], wd, cfg.build_limits, env, ro=ro)
-    if built.timed_out:
-        built.stderr += f"\ncompiling ran past {cfg.build_limits.timeout_s:g} s"
-    return built
+    return _build_step([*flags, "-fPIC", "-shared", preprocessed, "-o", f"{name}.so", *link, "-Wl,--no-undefined"],
+                       wd, cfg.build_limits, ro, "compiling")
 
 
 _KOKKOS_INIT: dict[tuple, bytes] = {}  # the Kokkos runner's start-up object (kokkos_init.o) by toolchain
