@@ -15,7 +15,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
-from tests.forked import Forked  # noqa: E402
+from tests.forked import Forked, server_env  # noqa: E402
 
 
 def free_port() -> int:
@@ -28,8 +28,7 @@ def _env(extra: dict | None = None) -> dict:
     env = dict(os.environ)
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
-    env.update({"OMP_NUM_THREADS": "1", "AXONN_TIMEOUT": "60", "TOKENIZERS_PARALLELISM": "false",
-                "PYTHONUNBUFFERED": "1", "TRANSFORMERS_VERBOSITY": "error", "PYTHONWARNINGS": "ignore"})
+    env.update({**server_env(), "AXONN_TIMEOUT": "60"})
     env.update(extra or {})
     return env
 
