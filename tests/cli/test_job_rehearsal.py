@@ -101,7 +101,7 @@ def reference(machine: str, root: Path, init: Path, store: Path) -> tuple[dict, 
     if machine not in _REFERENCE:
         job = _job(machine, root, init, store)
         # MIA and perplexity on grids: tests/memorization/test_mia.py, tests/memorization/test_downstream.py; here the checkpoint -> grid path
-        evaluation = eval_jobs.make_eval_job(job, ("extract", "lm-eval"))
+        evaluation = eval_jobs.make_eval_job(job, ("extract", "downstream"), tasks="goldfish_mc")
         evaluation.write()
         p = subprocess.run(["bash", str(evaluation.submit_path)], env=_env(root), capture_output=True, text=True,
                            timeout=900)
@@ -161,7 +161,7 @@ def test_the_evaluation_job_follows_training_and_reproduces_its_extraction(tiny_
     for arm in ("standard", "goldfish"):
         ext = json.loads((run_dir / "eval" / arm / "extraction" / "extraction.json").read_text())
         assert {d["id"]: d["exact_match"] for d in trained(ext["documents"])} == arms[arm]["exact_by_target"]
-        tasks = json.loads((run_dir / "eval" / arm / "lm_eval" / "downstream.json").read_text())["lm_eval"]
+        tasks = json.loads((run_dir / "eval" / arm / "downstream" / "downstream.json").read_text())["lm_eval"]
         assert not tasks["errors"] and tasks["n_samples"] == {"goldfish_mc": 32}, tasks
         assert 0.0 <= tasks["results"]["goldfish_mc"]["acc"] <= 1.0
 

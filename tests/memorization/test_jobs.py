@@ -188,7 +188,7 @@ FAKE_SRUN = """#!/bin/bash
 # srun that runs set-up steps as they are, and stands in for the training tasks: they stop on USR1 with status
 # $SHIM_EXIT (0: the run had just finished)
 while [[ "$1" == -* ]]; do shift; done
-[[ "$*" == *memorize.py* ]] || exec "$@"
+[[ "$*" == *memorization.experiment* ]] || exec "$@"
 trap 'exit $SHIM_EXIT' USR1
 touch "$SHIM_STARTED"
 while :; do sleep 0.05; done
@@ -293,7 +293,7 @@ def test_generator_refuses_a_job_that_would_fail_and_check_says_why(tmp_path, ca
 
 
 def test_job_runs_its_resolved_config_with_only_execution_flags(tmp_path):
-    """--config gives the experiment, flags override it; the script runs memorize.py --config <the resolved
+    """--config gives the experiment, flags override it; the script runs memorize (python -m memorization.experiment) --config <the resolved
     config next to it> plus grid, micro-batch, out and resume only; the file reads back to the job's config."""
     import shlex
 
@@ -305,8 +305,8 @@ def test_job_runs_its_resolved_config_with_only_execution_flags(tmp_path):
                      "--out-dir", str(tmp_path / "jobs"), "--run-root", str(tmp_path / "runs")]) == 0
     script = tmp_path / "jobs" / "mem-8b-alps-gf8-16g.sbatch"
     written = script.with_suffix(".yaml")
-    line = next(x for x in script.read_text().splitlines() if "exec python recipes/memorize.py" in x)
-    argv = shlex.split(line.split("exec python recipes/memorize.py", 1)[1].rstrip("' &"))
+    line = next(x for x in script.read_text().splitlines() if "exec python -m memorization.experiment" in x)
+    argv = shlex.split(line.split("exec python -m memorization.experiment", 1)[1].rstrip("' &"))
     flags = [a for a in argv if a.startswith("--")]
     assert flags == ["--config", "--grid", "--micro-batch", "--out", "--resume"] and argv[1] == str(written)
     cfg = load_config(written)
