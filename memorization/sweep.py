@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from memorization.experiment import ExperimentConfig, run_experiment
-from memorization.experiment.cli import build_parser, config_from_argv, explicit_values, to_argv
+from memorization.experiment.cli import build_parser, config_from_argv, explicit_values
 from memorization.mixture import atomic_write_json
 from memorization.train import EXIT_INTERRUPTED
 
@@ -89,15 +89,19 @@ class Cell:
 
         return tuple(parse_arms(self.arms, self.goldfish_k))
 
-    def config(self, base: ExperimentConfig, out: Path) -> ExperimentConfig:
-        """``base`` (the pass-through options' config) with this cell's size (also for ``{size}`` in its
-        ``--init``: each size's checkpoint), exposures, Goldfish setting and arms, run in ``out`` without
-        progress bars."""
-        init = base.model.init.replace("{size}", self.size) if base.model.init else None  # each size's checkpoint
-        return replace(base, model=replace(base.model, size=self.size, init=init),
+    def experiment(self, base: ExperimentConfig) -> ExperimentConfig:
+        """``base`` with this cell's fields: its size, exposures, Goldfish setting and arms (field overrides)."""
+        return replace(base, model=replace(base.model, size=self.size),
                        data=replace(base.data, exposures=str(self.exposures)),
-                       goldfish=replace(base.goldfish, k=self.goldfish_k, h=self.goldfish_h, arms=self.arms),
-                       output=replace(base.output, out=str(out), no_progress=True))
+                       goldfish=replace(base.goldfish, k=self.goldfish_k, h=self.goldfish_h, arms=self.arms))
+
+    def config(self, base: ExperimentConfig, out: Path) -> ExperimentConfig:
+        """``base`` (the pass-through options' config) with this cell's fields (:meth:`experiment`; ``{size}`` in
+        its ``--init`` as the size: each size's checkpoint), run in ``out`` without progress bars."""
+        cfg = self.experiment(base)
+        init = base.model.init.replace("{size}", self.size) if base.model.init else None  # each size's checkpoint
+        return replace(cfg, model=replace(cfg.model, init=init),
+                       output=replace(cfg.output, out=str(out), no_progress=True))
 
     def memorize_argv(self, out: Path, extra: Sequence[str] = ()) -> list[str]:
         """The memorize.py command line equivalent to this cell's config (without ``--resume``/``--overwrite``):
@@ -611,30 +615,28 @@ def emit_jobs(cells: Sequence[Cell], out_dir: Path, machine: str, extra: Sequenc
 
     Scripts go to ``out_dir/<size>-e<exposures>-.../`` (generate names a job by size, machine,
     k and GPUs only, so each cell gets its own directory and run root).  Also writes
-    ``out_dir/jobs.json`` (cell -> script) and ``out_dir/submit_all.sh``.  ``--seq-len`` and
-    ``--batch-size`` of ``extra`` become the job's sequence length and global batch; the other
-    options (and ``--config``) are the rest of each job's experiment.  ``{size}`` in ``--init`` becomes each
+    ``out_dir/jobs.json`` (cell -> script) and ``out_dir/submit_all.sh``.  ``extra`` (memorize options, a
+    ``--config`` file under them) over :func:`memorization.jobs.job_defaults` is the experiment every cell's job
+    starts from; the cell's size, exposures and Goldfish setting go over it as fields
+    (:meth:`Cell.experiment`).  ``{size}`` in ``--init`` becomes each
     cell's size, and the job is planned with that checkpoint's shape and vocabulary (the preset's where this
     machine does not see it).  Every job's pre-flight checks run (:func:`memorization.jobs.check_job`) before
     any script is written: a failed one refuses the whole grid (:class:`SweepError` naming each job and the
     fix), as the generator refuses one job.
     """
-    from memorization.jobs import JobSpec, check_job, make_job
+    from memorization.jobs import check_job, job_defaults, job_spec, make_job
 
-    values = explicit_values(extra)
-    kwargs = {arg: values.pop(key) for key, arg in (("seq_len", "seq"), ("batch_size", "global_batch"),
-                                                     ("micro_batch", "micro_batch")) if key in values}
-    config = build_parser().parse_args(list(extra)).config
-    extra = (["--config", config] if config else []) + to_argv(values)
+    try:  # the pass-through options (and a --config file) over the job defaults: every cell's experiment
+        base = config_from_argv(extra, base=job_defaults(), resolved=False)
+    except SystemExit as e:
+        raise SweepError(str(e.code).removeprefix("error: ")) from None
+    # a --checkpoint-every given is how the jobs checkpoint (else: every 30 minutes of predicted steps)
+    every = explicit_values(extra).get("checkpoint_every")
     jobs, failed = [], []
     for cell in cells:
-        args = [*extra, "--goldfish-h", str(cell.goldfish_h)]
-        if cell.arms != "both":
-            args += ["--arms", cell.arms]
-        job = make_job(JobSpec(machine=machine, size=cell.size, gpus=gpus, nodes=nodes, goldfish_k=cell.goldfish_k,
-                               exposures=cell.exposures, time=time_limit, account=account,
-                               out_dir=str(out_dir / cell.name), run_root=f"{run_root}/{cell.name}",
-                               extra_args=" ".join(shlex.quote(a) for a in args), **kwargs))
+        job = make_job(job_spec(machine, cell.experiment(base), gpus=gpus, nodes=nodes, time=time_limit,
+                                account=account, out_dir=str(out_dir / cell.name), run_root=f"{run_root}/{cell.name}",
+                                checkpoint_every=every))
         failed += [f"{cell.name}: {c.line()}" for c in check_job(job) if c.failed]
         jobs.append((cell, job))
     if failed:

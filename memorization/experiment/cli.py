@@ -215,14 +215,18 @@ def explicit_values(argv: Sequence[str]) -> dict[str, Any]:
     return given
 
 
-def config_from_argv(argv: Sequence[str], base: ExperimentConfig | None = None) -> ExperimentConfig:
-    """The resolved config of a memorize command line: ``base`` (default: the defaults), then the ``--config``
-    file, then the flags given.  Not validated (:func:`~memorization.experiment.validate.validate`)."""
+def config_from_argv(argv: Sequence[str], base: ExperimentConfig | None = None,
+                     resolved: bool = True) -> ExperimentConfig:
+    """The config of a memorize command line: ``base`` (default: the defaults), then the ``--config`` file, then
+    the flags given; resolved (its ``None`` defaults filled) unless ``resolved`` is false -- for a config that
+    other fields still go over (a job's ``--init``).  Not validated
+    (:func:`~memorization.experiment.validate.validate`)."""
     ns = build_parser().parse_args(list(argv))
     cfg = base or ExperimentConfig()
     if ns.config:
         cfg = load_config(ns.config, base=cfg)
-    return resolve(with_flat(cfg, explicit_values(argv)))
+    cfg = with_flat(cfg, explicit_values(argv))
+    return resolve(cfg) if resolved else cfg
 
 
 def to_argv(values: dict[str, Any]) -> list[str]:

@@ -42,8 +42,8 @@ from axonn.planner import GRAD_REDUCE_BYTES, PlanError  # noqa: E402
 from memorization.experiment.config import ConfigError  # noqa: E402
 from memorization.experiment.preflight import NOT_CHECKED  # noqa: E402
 from memorization.eval_jobs import DEFAULT_EVALUATIONS, EVALUATIONS, SHIPPED_TASKS, make_eval_job  # noqa: E402
-from memorization.jobs import (MACHINES, JobRefused, check_job, job_defaults, load_job_config,  # noqa: E402
-                               make_job, paper_matrix, spec_from_experiment)
+from memorization.jobs import (MACHINES, JobRefused, check_job, job_defaults, job_spec,  # noqa: E402
+                               load_job_config, make_job, paper_matrix)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,8 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(e.code, file=sys.stderr)
         return 2
-    spec = spec_from_experiment(
-        experiment, a.machine, size=a.size, family=a.family, gpus=a.gpus, nodes=a.nodes, goldfish_k=a.goldfish_k,
+    spec = job_spec(
+        a.machine, experiment, size=a.size, family=a.family, gpus=a.gpus, nodes=a.nodes, goldfish_k=a.goldfish_k,
         arms=a.arms, exposures=a.exposures, time=a.time, account=a.account, out_dir=a.out_dir, run_root=a.run_root,
         seq=a.seq, global_batch=a.global_batch, micro_batch=a.micro_batch, grid=grid,
         activation_checkpointing=a.activation_checkpointing, grad_reduce_dtype=a.grad_reduce_dtype,

@@ -62,10 +62,13 @@ def store(tiny_init, tmp_path_factory) -> Path:
 
 def _job(machine: str, root: Path, init: Path, store: Path) -> gen.Job:
     extra = (f"--steps {STEPS} --num-targets 4 --num-nonmembers 2 --prefix 8 --suffix 8 --extract-batch 4 "
-             f"--no-progress --checkpoint-every 2 --eval-every 0 --store {store}")
-    spec = gen.JobSpec(machine=machine, size="tiny", gpus=2, seq=64, global_batch=8, exposures=2,
-                       time="00:30:00", out_dir=str(root / "jobs"), run_root=str(root / "runs"), init=str(init),
-                       extra_args=extra)
+             f"--no-progress --eval-every 0 --store {store}")
+    from memorization.experiment.cli import config_from_argv
+
+    spec = gen.job_spec(machine=machine, size="tiny", gpus=2, seq=64, global_batch=8, exposures=2,
+                        time="00:30:00", out_dir=str(root / "jobs"), run_root=str(root / "runs"), init=str(init),
+                        checkpoint_every=2,
+                        experiment=config_from_argv(extra.split(), base=gen.job_defaults(), resolved=False))
     path = gen.write_job(spec)  # pre-flight checks included
     job = gen.make_job(spec)
     assert job.path == path and "--config" in job.text

@@ -31,7 +31,7 @@ def _bash_n(path: Path) -> None:
 
 @pytest.mark.parametrize("machine, size", [("frontier", "405b"), ("alps", "70b"), ("perlmutter", "8b")])
 def test_an_evaluation_job_runs_every_evaluation_of_every_arm_on_a_planned_grid(machine, size, tmp_path):
-    train = gen.make_job(gen.JobSpec(machine=machine, size=size, out_dir=str(tmp_path), run_root=str(tmp_path / "r")))
+    train = gen.make_job(gen.job_spec(machine=machine, size=size, out_dir=str(tmp_path), run_root=str(tmp_path / "r")))
     ev = eval_jobs.make_eval_job(train)
     ev.write()
     _bash_n(ev.path)
@@ -69,7 +69,7 @@ def test_an_evaluation_job_runs_every_evaluation_of_every_arm_on_a_planned_grid(
 
 
 def test_bad_evaluation_requests_are_refused(tmp_path, capsys):
-    train = gen.make_job(gen.JobSpec(machine="frontier", size="8b", out_dir=str(tmp_path), run_root=str(tmp_path)))
+    train = gen.make_job(gen.job_spec(machine="frontier", size="8b", out_dir=str(tmp_path), run_root=str(tmp_path)))
     for kwargs, match in (({"evaluations": ("extract", "lm_eval")}, "choose from"), ({"evaluations": ()}, "choose"),
                           ({"gpus": 12}, "whole number"), ({"time": "00:00:10"}, "at least a minute"),
                           ({"evaluations": ("mia",), "tasks": "goldfish_mc"}, "add it to the evaluations")):
