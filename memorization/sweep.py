@@ -42,6 +42,7 @@ from typing import Any, Callable, Sequence
 
 from memorization.experiment import ExperimentConfig, run_experiment
 from memorization.experiment.cli import build_parser, config_from_argv, explicit_values
+from memorization.experiment.config import config_from_dict, flat, to_dict
 from memorization.mixture import atomic_write_json
 from memorization.train import EXIT_INTERRUPTED
 
@@ -102,12 +103,6 @@ class Cell:
         init = base.model.init.replace("{size}", self.size) if base.model.init else None  # each size's checkpoint
         return replace(cfg, model=replace(cfg.model, init=init),
                        output=replace(cfg.output, out=str(out), no_progress=True))
-
-    def memorize_argv(self, out: Path, extra: Sequence[str] = ()) -> list[str]:
-        """The memorize.py command line equivalent to this cell's config (without ``--resume``/``--overwrite``):
-        what its ``cell.json`` records, to read and to rerun by hand."""
-        return ["--size", self.size, "--exposures", str(self.exposures), "--goldfish-k", str(self.goldfish_k),
-                "--goldfish-h", str(self.goldfish_h), "--arms", self.arms, "--out", str(out), *extra]
 
 
 def parse_int_list(text: str | Sequence[int], what: str, minimum: int = 0) -> tuple[int, ...]:
@@ -396,22 +391,36 @@ def cell_config(cell: Cell, root: Path, base: ExperimentConfig) -> ExperimentCon
     return cfg
 
 
-def run_cell(cell: Cell, root: Path, extra: Sequence[str], opts: EvalOptions,
-             run: Callable[[ExperimentConfig], dict | None] | None = None) -> dict:
+def run_key(cfg: ExperimentConfig) -> dict[str, Any]:
+    """What a cell's run computes and how, by flat name: ``cfg`` without its ``out`` (the sweep directory may move)
+    and the flags the sweep adds to continue or restart it (``resume``, ``overwrite``).  A finished cell is reused
+    for the same key only."""
+    return {k: v for k, v in flat(cfg).items() if k not in ("out", "resume", "overwrite")}
+
+
+def _recorded_key(record: dict) -> dict[str, Any] | None:
+    """The :func:`run_key` of the config a cell record ran (None: a record without one)."""
+    with contextlib.suppress(Exception):
+        return run_key(config_from_dict(record["config"]))
+    return None
+
+
+def run_cell(cell: Cell, root: Path, base: ExperimentConfig, opts: EvalOptions,
+             run: Callable[[ExperimentConfig], dict | None] | None = None, options: Sequence[str] = ()) -> dict:
     """Run (or resume) one cell and its evaluations; returns its record (also in ``cell.json``).
 
-    ``extra`` are memorize options (:func:`check_passthrough`), parsed into the config every cell starts from;
+    ``base`` is the experiment every cell starts from (the cell's fields go over it: :func:`cell_config`);
+    ``options`` says how it was given, for a reader (the pass-through memorize options: recorded, never read);
     ``run`` runs a config (default :func:`~memorization.experiment.run_experiment`).  Never raises for a failing
     run (except ``KeyboardInterrupt`` and the SIGUSR1 stop): the error is recorded.
     """
     cell_dir = root / "cells" / cell.name
     record_path = cell_dir / "cell.json"
-    argv = cell.memorize_argv(cell_dir, [*extra, "--no-progress"])
+    cfg = cell_config(cell, root, base)
     done = _cell_done(record_path)
-    # a finished cell is reused only for the same memorize command: with other options (--steps, --seed, ...)
-    # memorize runs again (--resume refuses settings that differ from the cell's run, a clear error)
-    if (done is not None and done.get("eval_options") == _opts_key(opts)
-            and _run_options(done.get("memorize_argv") or []) == _run_options(argv)):
+    # a finished cell is reused only for the same run: with other settings (--steps, --seed, ...) memorize runs
+    # again (--resume refuses settings that differ from the cell's run, a clear error)
+    if done is not None and done.get("eval_options") == _opts_key(opts) and _recorded_key(done) == run_key(cfg):
         return {**done, "cached": True}
     prev = None
     if record_path.exists():
@@ -419,11 +428,9 @@ def run_cell(cell: Cell, root: Path, extra: Sequence[str], opts: EvalOptions,
             prev = json.loads(record_path.read_text())
     attempts = int((prev or {}).get("attempts", 0)) + 1
     run = run or run_experiment
-    cfg = cell_config(cell, root, config_from_argv(extra))
-    argv += ["--resume"] if cfg.output.resume else ["--overwrite"] if cfg.output.overwrite else []
     rec: dict[str, Any] = {"cell": asdict(cell), "name": cell.name, "dir": str(cell_dir.relative_to(root)),
-                           "memorize_argv": argv, "attempts": attempts, "eval_options": _opts_key(opts),
-                           "started_at": time.time()}
+                           "config": to_dict(cfg), "memorize_options": list(options), "attempts": attempts,
+                           "eval_options": _opts_key(opts), "started_at": time.time()}
     t0 = time.perf_counter()
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # memorize prints its markdown table
@@ -454,14 +461,6 @@ def run_cell(cell: Cell, root: Path, extra: Sequence[str], opts: EvalOptions,
     rec["finished_at"] = time.time()
     atomic_write_json(record_path, rec)
     return {**rec, "cached": False}
-
-
-def _run_options(argv: Sequence[str]) -> list[str]:
-    """A cell's memorize command without its --out (the sweep directory may move) and the flags the
-    sweep adds to continue or restart it."""
-    argv = list(argv)
-    return [a for i, a in enumerate(argv) if a not in ("--resume", "--overwrite", "--out")
-            and not (i > 0 and argv[i - 1] == "--out")]
 
 
 def _opts_key(opts: EvalOptions) -> dict:
@@ -543,31 +542,20 @@ def aggregate(root: Path, cells: Sequence[Cell], meta: dict) -> dict:
                 continue
         records.append(_partial_record(root, cell))
     data = {**meta, "cells": records, "rows": arm_rows(records)}
-    ran = {tuple(passthrough_of(r)) for r in records if r.get("status") == "ok"}
+    ran = {tuple(r.get("memorize_options") or ()) for r in records if r.get("status") == "ok"}
     if ran:  # what the finished cells ran with (a --report-only may be given other options)
         data["memorize_options"] = list(next(iter(ran))) if len(ran) == 1 else None
     atomic_write_json(root / "results.json", data)
     return data
 
 
-def passthrough_of(record: dict) -> list[str]:
-    """The pass-through memorize options a cell record ran with: its ``memorize_argv`` less the cell's own
-    options (:data:`Cell.memorize_argv`'s), ``--out`` and the flags the sweep adds (``--no-progress``,
-    ``--resume``, ``--overwrite``)."""
-    argv = _run_options(record.get("memorize_argv") or [])
-    own = ("--size", "--exposures", "--goldfish-k", "--goldfish-h", "--arms")
-    return [a for i, a in enumerate(argv) if a not in own and a != "--no-progress"
-            and not (i > 0 and argv[i - 1] in own)]
-
-
-def preflight_cells(cells: Sequence[Cell], root: Path, extra: Sequence[str]) -> None:
+def preflight_cells(cells: Sequence[Cell], root: Path, base: ExperimentConfig) -> None:
     """Run every unfinished cell's pre-flight checks (:func:`memorization.experiment.preflight.preflight`:
     its config, ``--init``, tokenizer, corpus and grid) before the first cell starts, so a grid with one bad
     cell is refused whole (:class:`SweepError` naming each cell, the check and the fix) instead of failing
     hours in.  The corpus check prepares each cell's token store into the cache, where the cell's run finds it."""
     from memorization.experiment.preflight import preflight
 
-    base = config_from_argv(extra)
     failed = []
     for cell in cells:
         if _cell_done(root / "cells" / cell.name / "cell.json") is not None:
@@ -577,22 +565,23 @@ def preflight_cells(cells: Sequence[Cell], root: Path, extra: Sequence[str]) -> 
         raise SweepError("these cells would fail; none was run:\n  " + "\n  ".join(failed))
 
 
-def run_sweep(cells: Sequence[Cell], root: Path, extra: Sequence[str], opts: EvalOptions, meta: dict,
-              progress: bool = True,
-              run: Callable[[ExperimentConfig], dict | None] | None = None) -> tuple[dict, SweepSummary]:
+def run_sweep(cells: Sequence[Cell], root: Path, base: ExperimentConfig, opts: EvalOptions, meta: dict,
+              progress: bool = True, run: Callable[[ExperimentConfig], dict | None] | None = None,
+              options: Sequence[str] = ()) -> tuple[dict, SweepSummary]:
     """Run every cell in order (finished ones are skipped), aggregating after each; returns (results, summary).
+    ``base`` is the experiment every cell starts from and ``options`` how it was given (:func:`run_cell`).
     Every unfinished cell's pre-flight checks run first (:func:`preflight_cells`: a :class:`SweepError`)."""
     from tqdm.auto import tqdm
 
     root.mkdir(parents=True, exist_ok=True)
     cells = adopt_standard_arms(cells, root)
-    preflight_cells(cells, root, extra)
+    preflight_cells(cells, root, base)
     summary = SweepSummary()
     t0 = time.perf_counter()
     bar = tqdm(cells, desc="sweep", unit="cell", disable=not progress)
     for cell in bar:
         bar.set_postfix_str(cell.name)
-        rec = run_cell(cell, root, extra, opts, run=run)
+        rec = run_cell(cell, root, base, opts, run=run, options=options)
         if rec["cached"]:
             summary.cached.append(cell.name)
         else:
@@ -607,36 +596,32 @@ def run_sweep(cells: Sequence[Cell], root: Path, extra: Sequence[str], opts: Eva
 # --------------------------------------------------------------------------- Slurm jobs
 
 
-def emit_jobs(cells: Sequence[Cell], out_dir: Path, machine: str, extra: Sequence[str], *,
+def emit_jobs(cells: Sequence[Cell], out_dir: Path, machine: str, base: ExperimentConfig, *,
               gpus: int | None = None, nodes: int | None = None, account: str = "ACCOUNT",
-              time_limit: str = "02:00:00", run_root: str = "runs/sweep-jobs") -> list[Path]:
+              time_limit: str = "02:00:00", run_root: str = "runs/sweep-jobs",
+              checkpoint_every: int | None = None) -> list[Path]:
     """One Slurm script per cell via :mod:`memorization.jobs` (each running its resolved config, written
     next to it).
 
     Scripts go to ``out_dir/<size>-e<exposures>-.../`` (generate names a job by size, machine,
     k and GPUs only, so each cell gets its own directory and run root).  Also writes
-    ``out_dir/jobs.json`` (cell -> script) and ``out_dir/submit_all.sh``.  ``extra`` (memorize options, a
-    ``--config`` file under them) over :func:`memorization.jobs.job_defaults` is the experiment every cell's job
-    starts from; the cell's size, exposures and Goldfish setting go over it as fields
-    (:meth:`Cell.experiment`).  ``{size}`` in ``--init`` becomes each
+    ``out_dir/jobs.json`` (cell -> script) and ``out_dir/submit_all.sh``.  ``base`` is the experiment every
+    cell's job starts from (not resolved: the job resolves it; e.g. memorize options over
+    :func:`memorization.jobs.job_defaults`); the cell's size, exposures and Goldfish setting go over it as
+    fields (:meth:`Cell.experiment`); ``checkpoint_every`` fixes the jobs' checkpoint interval (None: every 30
+    minutes of predicted steps).  ``{size}`` in ``--init`` becomes each
     cell's size, and the job is planned with that checkpoint's shape and vocabulary (the preset's where this
     machine does not see it).  Every job's pre-flight checks run (:func:`memorization.jobs.check_job`) before
     any script is written: a failed one refuses the whole grid (:class:`SweepError` naming each job and the
     fix), as the generator refuses one job.
     """
-    from memorization.jobs import check_job, job_defaults, job_spec, make_job
+    from memorization.jobs import check_job, job_spec, make_job
 
-    try:  # the pass-through options (and a --config file) over the job defaults: every cell's experiment
-        base = config_from_argv(extra, base=job_defaults(), resolved=False)
-    except SystemExit as e:
-        raise SweepError(str(e.code).removeprefix("error: ")) from None
-    # a --checkpoint-every given is how the jobs checkpoint (else: every 30 minutes of predicted steps)
-    every = explicit_values(extra).get("checkpoint_every")
     jobs, failed = [], []
     for cell in cells:
         job = make_job(job_spec(machine, cell.experiment(base), gpus=gpus, nodes=nodes, time=time_limit,
                                 account=account, out_dir=str(out_dir / cell.name), run_root=f"{run_root}/{cell.name}",
-                                checkpoint_every=every))
+                                checkpoint_every=checkpoint_every))
         failed += [f"{cell.name}: {c.line()}" for c in check_job(job) if c.failed]
         jobs.append((cell, job))
     if failed:

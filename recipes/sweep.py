@@ -105,6 +105,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
 
 def main(argv: list[str] | None = None) -> dict:
     """Run (or emit) the sweep and write its report; returns ``{"results", "summary", "report"}``."""
+    from memorization.experiment.cli import config_from_argv, explicit_values
     from memorization.sweep import EvalOptions, SweepError, aggregate, expand_grid, run_sweep
     from memorization.sweep_report import write_report
 
@@ -121,11 +122,15 @@ def main(argv: list[str] | None = None) -> dict:
     # the command that runs (and resumes) this sweep: --report-only only rebuilds its report
     command = "python recipes/sweep.py " + " ".join(shlex.quote(a) for a in given if a != "--report-only")
     if args.emit_jobs:
+        from memorization.jobs import job_defaults
         from memorization.sweep import emit_jobs
 
+        # the memorize options (a --config file under them) over the job defaults, resolved by each job
+        base = config_from_argv(extra, base=job_defaults(), resolved=False)
         try:
-            paths = emit_jobs(cells, out / "jobs", args.emit_jobs, extra, gpus=args.gpus, nodes=args.nodes,
-                              account=args.account, time_limit=args.time, run_root=args.run_root)
+            paths = emit_jobs(cells, out / "jobs", args.emit_jobs, base, gpus=args.gpus, nodes=args.nodes,
+                              account=args.account, time_limit=args.time, run_root=args.run_root,
+                              checkpoint_every=explicit_values(extra).get("checkpoint_every"))
         except ValueError as e:
             raise SystemExit(f"error: --emit-jobs {args.emit_jobs}: {e}") from None
         print(f"wrote {len(paths)} job scripts to {out / 'jobs'} (submit: bash {out / 'jobs' / 'submit_all.sh'})")
@@ -153,7 +158,8 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         os.environ.setdefault("WANDB_MODE", "disabled")
         try:
-            results, summary = run_sweep(cells, out, extra, opts, meta, progress=not args.no_progress)
+            results, summary = run_sweep(cells, out, config_from_argv(extra), opts, meta,
+                                         progress=not args.no_progress, options=extra)
         except SweepError as e:
             raise SystemExit(f"error: {e}") from None
         print(f"sweep: {len(summary.ran)} cell(s) run, {len(summary.cached)} already done, "
