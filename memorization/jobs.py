@@ -35,8 +35,9 @@ from axonn.grid_shape import GridShape
 from axonn.planner import (GRAD_REDUCE_BYTES, MachineProfile, MemoryConfig, PlanError, divisibility_problem,
                            load_profile, memory_per_gpu, plan, resolve_shape)
 from axonn.presets import ModelShape
-from memorization.experiment.config import (Data, ExperimentConfig, Model, Output, Training, dump_config, flat,
-                                            load_config, resolve)
+from memorization.experiment.cli import settings_flags
+from memorization.experiment.config import (Data, ExperimentConfig, Model, Output, Training, dump_config, load_config,
+                                            resolve)
 from memorization.experiment.preflight import NOT_CHECKED, OK, SIZE_PLACEHOLDER, Check, preflight
 
 REPO = Path(__file__).resolve().parents[1]
@@ -418,7 +419,7 @@ def make_job(spec: JobSpec) -> Job:
         "LOG_DIR": str(log_dir), "REPO": str(REPO), "RUN_DIR": run_dir,
         "GRID": str(grid), "PLAN_NOTE": note, "SRUN_FLAGS": cfg.srun_flags,
         "TRAIN_ARGS": train_args, "CONSTRAINT": cfg.constraint, "CONFIG": str(config_path),
-        "SETTINGS": " ".join(shlex.quote(a) for a in settings_argv(run)), "TASK_PRELUDE": cfg.task_prelude,
+        "SETTINGS": " ".join(shlex.quote(a) for a in settings_flags(run, HEADER_SETTINGS, skip=EXECUTION_FLAGS)), "TASK_PRELUDE": cfg.task_prelude,
     }
     text = (TEMPLATES / cfg.template).read_text() + (TEMPLATES / "launch.part").read_text()
     for key, val in values.items():
@@ -431,20 +432,11 @@ def make_job(spec: JobSpec) -> Job:
                memory)
 
 
-#: settings a script's header always names (with every other one that is not memorize.py's default)
+#: settings a script's header always names as memorize flags (with every other one that is not memorize.py's
+#: default), and those it leaves out: how the job executes, which its command line passes
+EXECUTION_FLAGS = ("grid", "micro_batch", "out", "resume", "overwrite", "plan", "gpus", "machine")
 HEADER_SETTINGS = ("size", "family", "init", "goldfish_k", "exposures", "seq_len", "batch_size", "steps", "lr",
                    "checkpoint_every", "warmup_steps", "weight_decay", "corpus", "tokenizer", "grad_reduce_dtype")
-
-
-def settings_argv(cfg: ExperimentConfig) -> list[str]:
-    """What ``cfg`` computes as memorize flags, for a reader of the script: :data:`HEADER_SETTINGS` and every
-    other setting that differs from memorize.py's default (not the execution flags the script passes)."""
-    from memorization.experiment.cli import to_argv
-
-    default = flat(resolve(ExperimentConfig()))
-    skip = ("grid", "micro_batch", "out", "resume", "overwrite", "plan", "gpus", "machine")
-    return to_argv({k: v for k, v in flat(cfg).items()
-                    if k not in skip and v is not None and (k in HEADER_SETTINGS or v != default.get(k))})
 
 
 def check_hand_grid_memory(spec: JobSpec, grid: GridShape, micro_batch: int, prof: MachineProfile,

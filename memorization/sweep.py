@@ -41,17 +41,12 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from memorization.experiment import ExperimentConfig, run_experiment
-from memorization.experiment.cli import build_parser, config_from_argv, explicit_values
 from memorization.experiment.config import config_from_dict, flat, to_dict
 from memorization.mixture import atomic_write_json
 from memorization.train import EXIT_INTERRUPTED
 
 log = logging.getLogger(__name__)
 
-
-#: memorize options the sweep sets itself per cell (:meth:`Cell.config`); refused as pass-through options.
-RESERVED_OPTIONS = ("--size", "--exposures", "--goldfish-k", "--goldfish-h", "--arms", "--out", "--resume",
-                    "--overwrite", "--plan", "--gpus", "--machine")
 
 #: MIA scores shown in the report (ref_diff needs a reference model the sweep does not have).
 MIA_SCORES = ("loss", "zlib", "min_k", "min_k_pp")
@@ -197,43 +192,6 @@ def adopt_standard_arms(cells: Sequence[Cell], root: Path) -> list[Cell]:
         for i in idx:
             cells[i] = replace(cells[i], arms="both" if i == holder else "goldfish")
     return cells
-
-
-def check_passthrough(extra: Sequence[str]) -> list[str]:
-    """Refuse memorize options the sweep sets itself, and unknown ones (via memorize's parser)."""
-    extra = list(extra)
-    known = memorize_option_strings()
-    for tok in extra:
-        name = tok.split("=", 1)[0]
-        if name in RESERVED_OPTIONS:
-            raise SweepError(f"{name} is set by the sweep per cell; use the sweep's own flag (see --help)")
-        if name.startswith("--") and name.replace("_", "-") != name:
-            raise SweepError(f"unknown option {name}")
-        if name.startswith("--") and len(name) > 2 and name not in known:
-            # memorize's parser expands a unique prefix (--siz -> --size): it would override the cell's own
-            # --size/--exposures/--arms... while the cell keeps its label, so only full names pass through
-            full = sorted(o for o in known if o.startswith(name))
-            if full:
-                raise SweepError(f"{name}: give the full option name ({', '.join(full)}); abbreviations are "
-                                 "not passed to memorize")
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            explicit_values(extra)
-    except SystemExit:
-        msg = err.getvalue().strip().splitlines()
-        why = msg[-1].split(" error: ", 1)[-1] if msg else "invalid"  # argparse's "prog: error: ..." prefix dropped
-        raise SweepError(f"bad memorize option in {' '.join(extra)!r}: {why}") from None
-    try:
-        config_from_argv(extra)  # a --config file: read and checked before any cell
-    except SystemExit as e:
-        raise SweepError(str(e.code).removeprefix("error: ")) from None
-    return extra
-
-
-def memorize_option_strings() -> frozenset[str]:
-    """Every option string of memorize's parser (``--steps``, ``-h``, ...)."""
-    return frozenset(o for a in build_parser()._actions for o in a.option_strings)
 
 
 # --------------------------------------------------------------------------- evaluations

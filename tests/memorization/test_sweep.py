@@ -70,8 +70,8 @@ def test_grid_refuses_bad_values(args, match):
 ])
 def test_passthrough_checked(extra, match):
     with pytest.raises(sw.SweepError, match=match):
-        sw.check_passthrough(extra)
-    assert sw.check_passthrough(["--steps", "12", "--seq-len", "64"]) == ["--steps", "12", "--seq-len", "64"]
+        sweep_cli.check_passthrough(extra)
+    assert sweep_cli.check_passthrough(["--steps", "12", "--seq-len", "64"]) == ["--steps", "12", "--seq-len", "64"]
 
 
 def test_cli_refuses_bad_grid(tmp_path):
@@ -356,8 +356,8 @@ def test_figure_score_counts_the_least_protective_goldfish_setting_in_any_row_or
 def test_abbreviated_passthrough_is_refused(extra):
     # memorize's parser expands --siz to --size: the cell "tiny-e2-..." would train a mini model
     with pytest.raises(sw.SweepError, match="full option name"):
-        sw.check_passthrough(extra)
-    assert sw.check_passthrough(["--steps", "3", "--lr=0.01"]) == ["--steps", "3", "--lr=0.01"]
+        sweep_cli.check_passthrough(extra)
+    assert sweep_cli.check_passthrough(["--steps", "3", "--lr=0.01"]) == ["--steps", "3", "--lr=0.01"]
 
 
 def _fake_memorize(calls):
