@@ -419,7 +419,8 @@ def make_job(spec: JobSpec) -> Job:
         "LOG_DIR": str(log_dir), "REPO": str(REPO), "RUN_DIR": run_dir,
         "GRID": str(grid), "PLAN_NOTE": note, "SRUN_FLAGS": cfg.srun_flags,
         "TRAIN_ARGS": train_args, "CONSTRAINT": cfg.constraint, "CONFIG": str(config_path),
-        "SETTINGS": " ".join(shlex.quote(a) for a in settings_flags(run, HEADER_SETTINGS, skip=EXECUTION_FLAGS)), "TASK_PRELUDE": cfg.task_prelude,
+        "SETTINGS": " ".join(shlex.quote(a) for a in settings_flags(run, HEADER_SETTINGS, skip=EXECUTION_FLAGS)),
+        "TASK_PRELUDE": cfg.task_prelude,
     }
     text = (TEMPLATES / cfg.template).read_text() + (TEMPLATES / "launch.part").read_text()
     for key, val in values.items():
