@@ -100,3 +100,16 @@ def test_generate_writes_the_evaluation_and_the_submit_script_unless_told_not_to
                for c in configs)
     assert cli.main([*base, "--out-dir", str(tmp_path / "b"), "--eval", "none"]) == 0
     assert not list((tmp_path / "b").glob("*.eval.sbatch")) and not list((tmp_path / "b").glob("*.submit.sh"))
+
+
+def test_an_evaluation_job_speaks_the_registrys_vocabulary(tmp_path):
+    """One vocabulary: every evaluation a job can run is a name of memorization.evaluations, and each step's
+    config is that evaluation's config class (what ``python -m memorization.evaluations NAME`` reads back)."""
+    assert set(eval_jobs.EVALUATIONS) <= set(evaluations.EVALUATIONS)
+    train = gen.make_job(gen.job_spec(machine="frontier", size="tiny", gpus=2, seq=64, global_batch=8,
+                                      out_dir=str(tmp_path), run_root=str(tmp_path / "r")))
+    ev = eval_jobs.make_eval_job(train, eval_jobs.EVALUATIONS, tasks="goldfish_mc")
+    assert {s.what for s in ev.steps} == set(eval_jobs.EVALUATIONS)
+    for s in ev.steps:
+        assert isinstance(s.config, evaluations.EVALUATIONS[s.what].config), s.what
+        assert s.argv == (s.what, "--config", str(s.config_path))
