@@ -233,12 +233,20 @@ def config_from_mapping(name: str, values: Mapping[str, Any]) -> Any:
 
 
 def dump_config(name: str, config: Any) -> str:
-    """The YAML text of ``config`` for evaluation ``name`` (:func:`load_config` reads it back equal)."""
+    """The YAML text of ``config`` for evaluation ``name``: the fields it sets, those that differ from the config
+    class's defaults (the others are the defaults of whoever reads it); :func:`load_config` reads it back equal."""
     import yaml
 
-    if not isinstance(config, evaluation(name).config):
-        raise TypeError(f"evaluation {name!r} takes a {evaluation(name).config.__name__}")
-    return yaml.safe_dump(config_to_mapping(config), sort_keys=False)
+    ev = evaluation(name)
+    if not isinstance(config, ev.config):
+        raise TypeError(f"evaluation {name!r} takes a {ev.config.__name__}")
+    values = config_to_mapping(config)
+    for f in dataclasses.fields(config):
+        default = (f.default if f.default is not dataclasses.MISSING else
+                   f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
+        if default is not dataclasses.MISSING and getattr(config, f.name) == default:
+            del values[f.name]
+    return yaml.safe_dump(values, sort_keys=False)
 
 
 def load_config(name: str, path: str | os.PathLike) -> Any:
