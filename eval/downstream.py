@@ -36,9 +36,23 @@ from memorization.downstream import (
     LMEvalNotInstalledError,
     MissingTokenizerError,
     list_lm_eval_tasks,
-    run_downstream,
 )
+from memorization.evaluations import DownstreamConfig, downstream_status, evaluate
 from memorization.eval_model import add_plan_arguments
+
+
+def config_of(args: argparse.Namespace, include: list[str]) -> DownstreamConfig:
+    """The ``downstream`` evaluation's config of the parsed flags (``include``: the lm-eval task directories)."""
+    tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip()) if args.tasks else None
+    limit = args.limit
+    if limit is not None and limit >= 1:
+        limit = int(limit)
+    return DownstreamConfig(
+        args.model, perplexity_source=args.perplexity, tasks=tasks, include_path=include,
+        include_defaults=False if args.only_include_path else None, limit=limit, num_fewshot=args.num_fewshot,
+        out_dir=args.out, batch_size=args.batch_size, device=args.device, dtype=args.dtype,
+        max_length=args.max_length, stride=args.stride, text_key=args.text_key, add_bos=not args.no_bos,
+        tokenizer_path=args.tokenizer, grid=args.grid)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,18 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--limit and --num-fewshot apply to lm-eval --tasks, and none is given: add --tasks or drop them")
     if args.plan:
         return _plan(args, sys.argv[1:] if argv is None else argv)
-    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else None
-    limit = args.limit
-    if limit is not None and limit >= 1:
-        limit = int(limit)
     try:
-        report = run_downstream(
-            args.model, perplexity_source=args.perplexity, tasks=tasks, include_path=include,
-            include_defaults=False if args.only_include_path else None, limit=limit,
-            num_fewshot=args.num_fewshot, out_dir=args.out, batch_size=args.batch_size,
-            device=args.device, dtype=args.dtype, max_length=args.max_length,
-            stride=args.stride, text_key=args.text_key, add_bos=not args.no_bos,
-            tokenizer_path=args.tokenizer, grid=args.grid)
+        report = evaluate("downstream", config_of(args, include))
     except (MissingTokenizerError, LMEvalNotInstalledError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -124,8 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error ({what}): {msg}", file=sys.stderr)
     if args.out:
         print(f"wrote {args.out}/downstream.json and downstream.md", file=sys.stderr)
-    ran = "perplexity" in report or bool((report.get("lm_eval") or {}).get("results"))
-    return (1 if ran else 2) if errors else 0  # 2: nothing could run (docs/eval.md)
+    return downstream_status(report)  # 2: nothing could run (docs/eval.md)
 
 
 def _plan(args: argparse.Namespace, argv: list[str]) -> int:

@@ -97,16 +97,16 @@ def main(argv: list[str] | None = None) -> dict:
     if args.plan:
         _plan(args, sys.argv[1:] if argv is None else argv)
         return {}
-    from memorization.extraction import markdown_table
-    from memorization.extraction_eval import ExtractionEvalError, run_extraction
+    from memorization.evaluations import EVALUATIONS, evaluate
+    from memorization.extraction_eval import ExtractionEvalError
 
     try:
-        res = run_extraction(config_of(args))
+        res = evaluate("extract", config_of(args))
     except ExtractionEvalError as e:
         raise SystemExit(f"error: {e}") from None
     if res is None:  # not rank 0: rank 0 reports
         return {}
-    md = markdown_table(res, title=f"Extraction: {res['model']}")
+    md = EVALUATIONS["extract"].text(res)
     print(json.dumps({"overall": res["overall"], "by_exposure": res["by_exposure"]}, indent=1) if args.json else md)
     return res
 

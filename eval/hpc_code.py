@@ -29,7 +29,8 @@ import sys
 from pathlib import Path
 
 from axonn.cli import HelpFormatter
-from memorization.hpc_code.evaluate import HpcCodeConfig, HpcCodeError, evaluate_hpc_code
+from memorization.evaluations import evaluate
+from memorization.hpc_code.evaluate import HpcCodeConfig, HpcCodeError
 from memorization.hpc_code.problems import MODELS, default_suite_dir
 from memorization.hpc_code.toolchain import LAUNCHERS
 
@@ -168,6 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
 def _exit_on_sigterm(signum: int, frame) -> None:
     """SIGTERM (``kill``, Slurm at the time limit) ends the run as Ctrl-C does: every candidate's and
     reference's temporary directory is removed on the way out (Python's default action skips that)."""
@@ -197,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
-        report = evaluate_hpc_code(config_of(args))
+        report = evaluate("hpc-code", config_of(args), note=_stderr)
     except HpcCodeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

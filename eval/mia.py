@@ -33,7 +33,15 @@ import sys
 
 from axonn.cli import HelpFormatter
 from memorization.eval_model import add_plan_arguments
-from memorization.mia import MissingTokenizerError, run_mia
+from memorization.evaluations import MiaConfig, evaluate
+from memorization.mia import MissingTokenizerError
+
+
+def config_of(args: argparse.Namespace) -> MiaConfig:
+    """The ``mia`` evaluation's config of the parsed flags."""
+    return MiaConfig(args.model, args.manifest, args.reference_model, out_dir=args.out, batch_size=args.batch_size,
+                     device=args.device, dtype=args.dtype, k=args.k, max_length=args.max_length,
+                     add_bos=not args.no_bos, fpr_target=args.fpr, tokenizer_path=args.tokenizer, grid=args.grid)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,10 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
     try:
-        report = run_mia(args.model, args.manifest, args.reference_model, out_dir=args.out,
-                         batch_size=args.batch_size, device=args.device, dtype=args.dtype,
-                         k=args.k, max_length=args.max_length, add_bos=not args.no_bos,
-                         fpr_target=args.fpr, tokenizer_path=args.tokenizer, grid=args.grid)
+        report = evaluate("mia", config_of(args))
     except (MissingTokenizerError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

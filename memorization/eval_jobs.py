@@ -1,13 +1,15 @@
-"""Slurm scripts that evaluate a training job's models once it has ended: extraction, membership
-inference, held-out perplexity and lm-eval tasks, each on the grid the inference planner picks.
+"""Slurm scripts that evaluate a training job's models once it has ended: extraction, membership inference and
+downstream quality (held-out perplexity, and lm-eval tasks when asked), each on the grid the inference planner
+picks.  The evaluations are :mod:`memorization.evaluations`' (``extract``, ``mia``, ``downstream``: the registry's
+names and configs).
 
-For a training :class:`~memorization.jobs.Job` this writes ``<name>.eval.sbatch`` -- the machine's
-template (its modules and environment, without the training job's requeue and USR1) followed by
-``templates/eval.part``: one ``srun`` step per (evaluation, arm), each running ``eval/extract.py``,
-``eval/mia.py``, ``eval/downstream.py --perplexity`` or ``eval/downstream.py --tasks`` on
-``<run>/<arm>/checkpoint`` with the run's own manifest and extraction settings -- and ``<name>.submit.sh``,
-which submits the training job and then the evaluation with ``--dependency=afterok:<training job>`` (a requeued training job keeps its id;
-the evaluation waits until it has ended with status 0).
+For a training :class:`~memorization.jobs.Job` this writes ``<name>.eval.sbatch`` -- the machine's template (its
+modules and environment, without the training job's requeue and USR1) followed by ``eval.part``: one ``srun`` step
+per (evaluation, arm), each running ``python -m memorization.evaluations NAME --config <step>.yaml`` on
+``<run>/<arm>/checkpoint`` with the run's own manifest and extraction settings; the step configs are written in
+``<name>.eval/`` next to it -- and ``<name>.submit.sh``, which submits the training job and then the evaluation with
+``--dependency=afterok:<training job>`` (a requeued training job keeps its id; the evaluation waits until it has
+ended with status 0).
 
 Sizing: a model-parallel group is the smallest that holds one replica for the most demanding
 evaluation (:func:`axonn.planner.smallest_inference_gpus`: weights, KV cache, activations, logits at
@@ -15,8 +17,7 @@ the evaluation's batch and context), rounded up to whole nodes (at least one); e
 runs on :func:`axonn.planner.plan_inference`'s best grid of those GPUs, which spends the rest on data
 replicas (documents split over them).
 
-API: :func:`make_eval_job` (nothing written) and :meth:`EvalJob.write`; ``recipes/jobs/generate.py``
-writes them next to each training job unless ``--eval none``.
+API: :func:`make_eval_job` (nothing written) and :meth:`EvalJob.write`.
 """
 from __future__ import annotations
 
@@ -26,24 +27,35 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from typing import Any
+
 from axonn.grid_shape import GridShape
 from axonn.planner import load_profile
+from memorization.evaluations import DownstreamConfig, MiaConfig, dump_config
+from memorization.extraction_eval import ExtractionEvalConfig
 from memorization.jobs import REPO, TEMPLATES, Job, machine_config, time_limit_s
 
-EVALUATIONS = ("extract", "mia", "perplexity", "lm-eval")
-DEFAULT_EVALUATIONS = ("extract", "mia", "perplexity")  # lm-eval tasks other than the shipped one need datasets
-DEFAULT_TASKS = "goldfish_mc"  # shipped with the project (data/lm_eval_tasks): runs offline
-MIA_BATCH = 8  # eval/mia.py's and eval/downstream.py's default --batch-size
+#: the evaluations of :mod:`memorization.evaluations` an evaluation job runs (hpc-code needs compilers: not here)
+EVALUATIONS = ("extract", "mia", "downstream")
+DEFAULT_EVALUATIONS = EVALUATIONS  # downstream: held-out perplexity; lm-eval tasks only when given
+SHIPPED_TASKS = "goldfish_mc"  # shipped with the project (data/lm_eval_tasks): runs offline
+MIA_BATCH = MiaConfig.batch_size  # the scoring evaluations' default batch (MIA and downstream)
 
 
 @dataclass(frozen=True)
 class EvalStep:
-    """One evaluation of one arm: the script and its arguments, on ``grid``."""
+    """One evaluation of one arm: the registry's ``what`` with its ``config``, on ``grid``, run as
+    ``python -m memorization.evaluations`` with ``argv`` (the config written to ``config_path``)."""
 
     what: str
     arm: str
     grid: GridShape
-    argv: tuple[str, ...]
+    config: Any
+    config_path: Path
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        return (self.what, "--config", str(self.config_path))
 
 
 @dataclass(frozen=True)
@@ -61,8 +73,12 @@ class EvalJob:
     memory_bytes: float  # the largest predicted peak per GPU over the steps
 
     def write(self) -> Path:
-        """Write the evaluation script and the submit script (executable); returns the evaluation script's path."""
+        """Write the evaluation script, its step configs and the submit script (executable); returns the evaluation
+        script's path."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        for s in self.steps:
+            s.config_path.parent.mkdir(parents=True, exist_ok=True)
+            s.config_path.write_text(dump_config(s.what, s.config))
         for path, text in ((self.path, self.text), (self.submit_path, self.submit_text)):
             path.write_text(text)
             path.chmod(0o755)
@@ -76,39 +92,37 @@ def _arms(train: Job) -> list[str]:
 
 
 def _demands(train: Job, evaluations: tuple[str, ...]) -> dict[str, tuple[int, int, bool]]:
-    """(batch, context, generates) of each evaluation as the script runs it."""
+    """(batch, context, generates) of each evaluation as the step runs it."""
     cfg = train.config
     ex = cfg.extraction
     seq = cfg.data.seq_len
     context = ex.prefix + ex.suffix if ex.prefix_mode == "fixed" else seq
     demands = {"extract": (ex.batch, context, True), "mia": (MIA_BATCH, seq, False),
-               "perplexity": (MIA_BATCH, seq, False), "lm-eval": (MIA_BATCH, seq, False)}
+               "downstream": (MIA_BATCH, seq, False)}
     return {e: demands[e] for e in evaluations}
 
 
-def _argv(what: str, arm: str, train: Job, grid: GridShape, tasks: str) -> tuple[str, ...]:
+def step_config(what: str, arm: str, train: Job, grid: GridShape, tasks: tuple[str, ...] | None = None) -> Any:
+    """The config of evaluation ``what`` of ``arm``'s training checkpoint on ``grid``: the run's manifest, its
+    extraction settings and row length; reports under ``<run>/eval/<arm>/<what>``."""
     cfg = train.config
     ex = cfg.extraction
-    model, manifest, out = f"$RUN_DIR/{arm}/checkpoint", "$RUN_DIR/manifest.json", f"$RUN_DIR/eval/{arm}"
+    run = cfg.output.out
+    model, manifest, out = f"{run}/{arm}/checkpoint", f"{run}/manifest.json", f"{run}/eval/{arm}"
     g = str(grid)
     if what == "extract":
-        return ("eval/extract.py", "--model", model, "--manifest", manifest, "--grid", g, "--prefix", str(ex.prefix),
-                "--suffix", str(ex.suffix), "--prefix-mode", ex.prefix_mode, "--batch-size", str(ex.batch),
-                "--include-nonmembers", "--out", f"{out}/extraction", "--no-progress")
+        return ExtractionEvalConfig(model=model, manifest=manifest, grid=g, prefix=ex.prefix, suffix=ex.suffix,
+                                    prefix_mode=ex.prefix_mode, batch_size=ex.batch, include_nonmembers=True,
+                                    out=f"{out}/extraction", progress=False)
     if what == "mia":
-        return ("eval/mia.py", "--model", model, "--manifest", manifest, "--grid", g, "--batch-size", str(MIA_BATCH),
-                "--max-length", str(cfg.data.seq_len), "--out", f"{out}/mia")
-    if what == "lm-eval":
-        return ("eval/downstream.py", "--model", model, "--tasks", tasks, "--grid", g, "--batch-size", str(MIA_BATCH),
-                "--max-length", str(cfg.data.seq_len), "--out", f"{out}/lm_eval")
-    return ("eval/downstream.py", "--model", model, "--perplexity", manifest, "--grid", g, "--batch-size",
-            str(MIA_BATCH), "--max-length", str(cfg.data.seq_len), "--out", f"{out}/perplexity")
+        return MiaConfig(model, manifest, grid=g, batch_size=MIA_BATCH, max_length=cfg.data.seq_len,
+                         out_dir=f"{out}/mia")
+    return DownstreamConfig(model, perplexity_source=manifest, tasks=tasks, grid=g, batch_size=MIA_BATCH,
+                            max_length=cfg.data.seq_len, out_dir=f"{out}/downstream")
 
 
 def _quote(arg: str) -> str:
-    """``arg`` for the script: ``$RUN_DIR`` stays expandable (double quotes), anything else plain or refused."""
-    if arg.startswith("$RUN_DIR"):
-        return f'"{arg}"'
+    """``arg`` for the script as it is, or refused when the shell would read it otherwise."""
     if shlex.quote(arg) != arg:
         raise ValueError(f"{arg!r}: paths and values in a job script must not contain spaces, quotes or other "
                          "shell characters; use a path without them")
@@ -116,14 +130,17 @@ def _quote(arg: str) -> str:
 
 
 def make_eval_job(train: Job, evaluations: tuple[str, ...] = DEFAULT_EVALUATIONS, time: str = "01:00:00",
-                  gpus: int | None = None, tasks: str = DEFAULT_TASKS) -> EvalJob:
+                  gpus: int | None = None, tasks: str | None = None) -> EvalJob:
     """The evaluation job of ``train`` (see the module docstring); ``gpus`` overrides the planner's count
-    (whole nodes); ``tasks`` are the lm-eval tasks of the ``lm-eval`` evaluation (a comma list)."""
+    (whole nodes); ``tasks`` are lm-eval tasks (a comma list) the ``downstream`` evaluation runs besides the
+    held-out perplexity (None: none)."""
     from axonn.planner import PlanError, plan_inference, smallest_inference_gpus
 
     unknown = [e for e in evaluations if e not in EVALUATIONS]
     if unknown or not evaluations:
         raise ValueError(f"evaluations {list(evaluations)}: choose from {', '.join(EVALUATIONS)}")
+    if tasks and "downstream" not in evaluations:
+        raise ValueError(f"lm-eval tasks {tasks} run in the downstream evaluation: add it to the evaluations")
     if time_limit_s(time) < 60:
         raise ValueError(f"--eval-time {time}: give at least a minute")
     mcfg = machine_config(train.spec.machine)
@@ -139,6 +156,10 @@ def make_eval_job(train: Job, evaluations: tuple[str, ...] = DEFAULT_EVALUATIONS
     elif gpus < 1 or (gpus > gpn and gpus % gpn):
         raise ValueError(f"--eval-gpus {gpus}: give a whole number of {train.spec.machine} nodes ({gpn} GPUs each)")
     nodes = max(1, gpus // gpn)
+    task_list = tuple(t.strip() for t in tasks.split(",") if t.strip()) if tasks else None
+    name = train.spec.name
+    path = train.path.with_name(f"{name}.eval.sbatch")
+    step_dir = path.with_name(f"{name}.eval").resolve()
     steps, peak = [], 0.0
     for what, (batch, ctx, gen) in demands.items():
         try:
@@ -147,18 +168,17 @@ def make_eval_job(train: Job, evaluations: tuple[str, ...] = DEFAULT_EVALUATIONS
             raise ValueError(f"{what} of {train.spec.name} on {gpus} GPUs: {e}") from None
         peak = max(peak, best.memory.total)
         grid = best.grid
-        steps += [EvalStep(what, arm, grid, _argv(what, arm, train, grid, tasks)) for arm in _arms(train)]
+        steps += [EvalStep(what, arm, grid, step_config(what, arm, train, grid, task_list),
+                           step_dir / f"{what}-{arm}.yaml") for arm in _arms(train)]
     run_dir = train.config.output.out
-    name = train.spec.name
-    path = train.path.with_name(f"{name}.eval.sbatch")
     submit_path = train.path.with_name(f"{name}.submit.sh")
     commands = "\n".join(f'run_eval "{s.what} {s.arm}" ' + " ".join(_quote(a) for a in s.argv) for s in steps)
     note = (f"inference planner: {gpus} GPUs on {nodes} node(s); grids "
             + ", ".join(sorted({f"{s.what} {s.grid}" for s in steps}))
             + f"; ~{peak / 1024**3:.1f} GiB per GPU at most")
     values = {
-        "HEADER": f"generated by recipes/jobs/generate.py: evaluation of {name} ({', '.join(evaluations)})",
-        "JOB_NAME": f"{name}-eval", "ACCOUNT": train.spec.account, "NODES": str(nodes), "TASKS": str(gpus),
+        "HEADER": f"generated by memorization.eval_jobs: evaluation of {name} ({', '.join(evaluations)})",
+        "JOB_NAME": f"{name}-eval", "ACCOUNT": train.spec.launch.account, "NODES": str(nodes), "TASKS": str(gpus),
         "TASKS_PER_NODE": str(gpus // nodes), "TIME": time, "LOG_DIR": str(train.log_dir), "REPO": str(REPO),
         "RUN_DIR": run_dir, "SRUN_FLAGS": mcfg.srun_flags, "CONSTRAINT": mcfg.constraint, "EVAL_NOTE": note,
         "EVAL_COMMANDS": commands, "TASK_PRELUDE": mcfg.task_prelude, "SUBMIT": submit_path.name,
@@ -178,7 +198,7 @@ def make_eval_job(train: Job, evaluations: tuple[str, ...] = DEFAULT_EVALUATIONS
 
 
 SUBMIT = """#!/bin/bash
-# generated by recipes/jobs/generate.py: submits {name}'s training job, then its evaluation, which
+# generated by memorization.eval_jobs: submits {name}'s training job, then its evaluation, which
 # Slurm starts only once training has ended with status 0 (--dependency=afterok; a requeued job keeps its id)
 here="$(cd "$(dirname "$0")" && pwd)"
 train="$(sbatch --parsable "$here/{train}")" || true

@@ -7,15 +7,18 @@ comparison (McNemar); ``--goldfish-k 0`` trains the standard arm alone and ``--a
 that machine and GPU count (passed as ``--grid D,R,C,Z``, with the planner's micro-batch), with
 the environment the machine needs, one ``srun`` task per GPU, ``MASTER_ADDR`` from the first
 node of ``$SLURM_JOB_NODELIST``, and checkpoint/resume on requeue (``#SBATCH --requeue``,
-``--signal=B:USR1@...``, a fixed ``--out`` directory and ``--resume``).  The templates are
-``recipes/jobs/templates/``; ``recipes/jobs/generate.py`` is the command line.
+``--signal=B:USR1@...``, a fixed ``--out`` directory and ``--resume``).  The templates are this package's
+``job_templates/`` (package data); the job runs ``python -m memorization.experiment`` (memorize's command line);
+``recipes/jobs/generate.py`` is the generator's command line.
 
 With ``--init`` each rank reads only the rows of the checkpoint its shards need (no process holds
 the full model; ``memorization.models.build_model``).
 
-API: :func:`make_job` (a :class:`JobSpec` -> :class:`Job`, nothing written), :func:`write_job`,
-:func:`generate_job` (keyword arguments -> written script path; what a sweep calls) and
-:func:`paper_matrix`.
+A job is a :class:`JobSpec`: its experiment (an :class:`ExperimentConfig`, as a config file gives it) and its
+:class:`Launch` (machine, GPUs, grid, micro-batch, time, account, where it writes).  API: :func:`job_spec` (keywords
+-> :class:`JobSpec`: the one place where they become fields), :func:`make_job` (a :class:`JobSpec` ->
+:class:`Job`, nothing written), :func:`write_job`, :func:`generate_job` (keyword arguments -> written script path)
+and :func:`paper_matrix`.
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ import math
 import re
 import shlex
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -32,12 +35,13 @@ from axonn.grid_shape import GridShape
 from axonn.planner import (GRAD_REDUCE_BYTES, MachineProfile, MemoryConfig, PlanError, divisibility_problem,
                            load_profile, memory_per_gpu, plan, resolve_shape)
 from axonn.presets import ModelShape
-from memorization.experiment.config import (Data, ExperimentConfig, Model, Output, Training, dump_config, flat,
-                                            load_config, resolve)
+from memorization.experiment.cli import settings_flags
+from memorization.experiment.config import (Data, ExperimentConfig, Model, Output, Training, dump_config, load_config,
+                                            resolve)
 from memorization.experiment.preflight import NOT_CHECKED, OK, SIZE_PLACEHOLDER, Check, preflight
 
 REPO = Path(__file__).resolve().parents[1]
-TEMPLATES = REPO / "recipes" / "jobs" / "templates"
+TEMPLATES = Path(__file__).resolve().parent / "job_templates"  # package data
 
 
 @dataclass(frozen=True)
@@ -113,67 +117,76 @@ def _tokenizer_rows(tokenizer: str) -> int | None:
 
 
 @dataclass(frozen=True)
-class JobSpec:
-    """One training job. ``gpus`` or ``nodes`` (``None`` for both: the paper default for the size).
+class Launch:
+    """How and where a job runs -- everything of a job that is not its experiment: the machine and its GPUs
+    (``gpus`` or ``nodes``; ``None`` for both: the paper's count for the size), a hand ``grid`` and ``micro_batch``
+    instead of the planner's (``micro_batch`` None: the experiment's, else the planner's), the allocation's
+    ``time`` and ``account``, where the script goes (``out_dir``) and where the run writes (``run_root``), and
+    how it checkpoints and stops before the limit (``signal_lead_s``, ``checkpoint_minutes`` or ``checkpoint_every``,
+    ``fs_gbps``)."""
 
-    ``experiment`` is the rest of the experiment (corpus, targets, tokenizer, steps, learning rate, ...;
-    default :func:`job_defaults`); the fields here override it, and ``extra_args`` (memorize flags) override
-    both.  The job runs the composed, resolved config (:meth:`run_config`), written next to its script.
-    """
-
-    machine: str
-    size: str
-    family: str | None = None    # memorize.py --family: the size's shape as this model family (None: the preset's)
+    machine: str = "frontier"
     gpus: int | None = None
     nodes: int | None = None
-    goldfish_k: int = 4
-    arms: str = "both"           # memorize.py --arms: both (its default), all, or a comma list of arms
-    exposures: int | str = 1     # the paper's headline: every target seen once ("1,4,16": groups)
+    grid: GridShape | None = None  # override the planner's choice (any four sizes D, R, C, Z)
+    micro_batch: int | None = None
     time: str = "02:00:00"
     account: str = "ACCOUNT"     # placeholder: replace or pass --account
-    out_dir: str = "recipes/jobs/out"
+    out_dir: str = "jobs"        # where the script and its config are written
     run_root: str = "runs/jobs"  # checkpoints/logs of the runs: <run_root>/<job name>
-    seq: int = 2048
-    global_batch: int = 128
-    micro_batch: int | None = None
-    grid: GridShape | None = None  # override the planner's choice (any four sizes D, R, C, Z)
-    activation_checkpointing: bool = True
-    grad_reduce_dtype: str = "fp32"  # "bf16": gradients summed in bf16 (planned and trained so)
-    async_checkpoint: bool = True    # checkpoints written while training goes on (host memory is ample there)
     signal_lead_s: int | None = None  # USR1 this many s before the limit; None: from step and save time
     checkpoint_minutes: float = 30.0  # checkpoint interval in wall time (converted with the predicted step)
+    checkpoint_every: int | None = None  # or in steps (None: from checkpoint_minutes)
     fs_gbps: float | None = None      # checkpoint write GB/s per node (None: the machine's assumption)
-    init: str | None = None      # HF checkpoint to fine-tune; "{size}" in it becomes the size (8b, 70b, ...)
-    extra_args: str = ""         # memorize flags over all of the above (folded into the job's config)
-    experiment: ExperimentConfig | None = None  # the rest of the run (None: job_defaults())
+
+
+#: a job's keywords that are experiment fields (:func:`job_spec`): keyword -> (section, field)
+EXPERIMENT_KEYWORDS: dict[str, tuple[str, str]] = {
+    "size": ("model", "size"), "family": ("model", "family"), "init": ("model", "init"),
+    "goldfish_k": ("goldfish", "k"), "arms": ("goldfish", "arms"), "exposures": ("data", "exposures"),
+    "seq": ("data", "seq_len"), "global_batch": ("training", "batch_size"),
+    "activation_checkpointing": ("training", "activation_checkpointing"),
+    "async_checkpoint": ("training", "async_checkpoint"), "grad_reduce_dtype": ("execution", "grad_reduce_dtype"),
+}
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One training job: its ``experiment`` (an :class:`ExperimentConfig` as a config file gives it, not yet
+    resolved; :func:`job_defaults` under it) and its :class:`Launch`.  The job runs the composed, resolved config
+    (:meth:`run_config`), written next to its script.  :func:`job_spec` builds one from keywords."""
+
+    experiment: ExperimentConfig = field(default_factory=job_defaults)
+    launch: Launch = field(default_factory=Launch)
+
+    @property
+    def size(self) -> str:
+        return self.experiment.model.size
+
+    @property
+    def machine(self) -> str:
+        return self.launch.machine
+
+    @property
+    def micro_batch(self) -> int | None:
+        """The hand micro-batch: the launch's, else the experiment's (None: the planner's)."""
+        return self.launch.micro_batch or self.experiment.training.micro_batch
 
     @property
     def name(self) -> str:
-        size = f"{self.family}-{self.size}" if self.family else self.size
-        return f"mem-{size}-{self.machine}-gf{self.goldfish_k}-{self.total_gpus()}g"
+        e = self.experiment
+        size = f"{e.model.family}-{e.model.size}" if e.model.family else e.model.size
+        return f"mem-{size}-{self.machine}-gf{e.goldfish.k}-{self.total_gpus()}g"
 
     def run_config(self, grid: GridShape | None = None, micro_batch: int | None = None,
                    checkpoint_every: int | None = None, out: str | None = None) -> ExperimentConfig:
-        """The resolved experiment this job runs: ``experiment`` (default :func:`job_defaults`), this spec's
-        fields, then ``extra_args``; ``{size}`` in ``--init`` becomes the size; with the job's execution
-        settings when given (grid, micro-batch, checkpoint interval, ``out`` with ``resume``)."""
-        from memorization.experiment.cli import config_from_argv
-
-        base = self.experiment or job_defaults()
-        cfg = replace(
-            base, model=replace(base.model, size=self.size,
-                                init=self.init if self.init is not None else base.model.init,
-                                family=self.family if self.family is not None else base.model.family),
-            data=replace(base.data, exposures=str(self.exposures), seq_len=self.seq),
-            goldfish=replace(base.goldfish, k=self.goldfish_k, arms=self.arms),
-            training=replace(base.training, batch_size=self.global_batch, micro_batch=self.micro_batch,
-                             activation_checkpointing=self.activation_checkpointing,
-                             async_checkpoint=self.async_checkpoint,
-                             checkpoint_every=base.training.checkpoint_every if checkpoint_every is None
-                             else checkpoint_every),
-            execution=replace(base.execution, grad_reduce_dtype=self.grad_reduce_dtype))
-        if self.extra_args:
-            cfg = config_from_argv(shlex.split(self.extra_args), base=cfg)
+        """The resolved experiment this job runs: ``experiment`` with ``{size}`` in ``--init`` as the size, the
+        launch's micro-batch, and the job's execution settings when given (grid, micro-batch, checkpoint
+        interval, ``out`` with ``resume``)."""
+        cfg = self.experiment
+        cfg = replace(cfg, training=replace(cfg.training, micro_batch=self.micro_batch,
+                                            checkpoint_every=cfg.training.checkpoint_every if checkpoint_every is None
+                                            else checkpoint_every))
         if cfg.model.init:
             cfg = replace(cfg, model=replace(cfg.model, init=cfg.model.init.replace(SIZE_PLACEHOLDER, self.size)))
         if grid is not None:
@@ -208,13 +221,14 @@ class JobSpec:
 
     def total_gpus(self) -> int:
         cfg = machine_config(self.machine)
-        if self.gpus is not None and self.nodes is not None and self.gpus != self.nodes * cfg.gpus_per_node:
-            raise ValueError(f"--gpus {self.gpus} and --nodes {self.nodes} disagree "
+        gpus, nodes = self.launch.gpus, self.launch.nodes
+        if gpus is not None and nodes is not None and gpus != nodes * cfg.gpus_per_node:
+            raise ValueError(f"--gpus {gpus} and --nodes {nodes} disagree "
                              f"({cfg.gpus_per_node} GPUs per {self.machine} node)")
-        if self.gpus is not None:
-            return self.gpus
-        if self.nodes is not None:
-            return self.nodes * cfg.gpus_per_node
+        if gpus is not None:
+            return gpus
+        if nodes is not None:
+            return nodes * cfg.gpus_per_node
         if self.size not in cfg.default_gpus:
             resolve_shape(self.size)  # an unknown size is named as such (PlanError lists the presets)
             raise ValueError(f"no default GPU count for {self.size} on {self.machine}: pass --gpus or --nodes")
@@ -248,7 +262,7 @@ class Job:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         from memorization.atomic import atomic_write_text
 
-        atomic_write_text(self.config_path, f"# the experiment of {self.path.name} (recipes/jobs/generate.py), "
+        atomic_write_text(self.config_path, f"# the experiment of {self.path.name} (memorization.jobs), "
                           "resolved\n" + dump_config(self.config))
         self.path.write_text(self.text)
         self.path.chmod(0o755)
@@ -298,13 +312,15 @@ def stop_plan(spec: JobSpec, step_s: float | None, nodes: int, fs_gbps: float,
     """The :class:`StopPlan` of ``spec`` (its model ``shape``, default ``spec.shape()``) at ``step_s``."""
     save_s = STATE_BYTES_PER_PARAM * (shape or spec.shape()).num_params() / nodes / (fs_gbps * 1e9)
     step = step_s if step_s is not None else 60.0  # a hand grid the planner cannot price: assume a slow step
-    stop_s = 3 * step + (2 if spec.async_checkpoint else 1) * save_s + 30
-    lead = spec.signal_lead_s if spec.signal_lead_s is not None else max(120, 60 * math.ceil(stop_s / 60))
+    launch = spec.launch
+    stop_s = 3 * step + (2 if spec.experiment.training.async_checkpoint else 1) * save_s + 30
+    lead = launch.signal_lead_s if launch.signal_lead_s is not None else max(120, 60 * math.ceil(stop_s / 60))
     if lead < stop_s:
         raise ValueError(f"--signal-lead {lead} s is too short: stopping cleanly takes ~{stop_s:.0f} s "
                          f"(3 steps of {step:.1f} s and {save_s:.0f} s per checkpoint write at {fs_gbps:g} GB/s per "
                          f"node): use at least {math.ceil(stop_s)} or leave it out")
-    every = (max(1, round(spec.checkpoint_minutes * 60 / step_s)) if step_s is not None
+    every = (launch.checkpoint_every if launch.checkpoint_every is not None
+             else max(1, round(launch.checkpoint_minutes * 60 / step_s)) if step_s is not None
              else DEFAULT_CHECKPOINT_EVERY)
     return StopPlan(every, save_s, stop_s, int(lead), max(10, int(lead) - 30))
 
@@ -312,44 +328,51 @@ def stop_plan(spec: JobSpec, step_s: float | None, nodes: int, fs_gbps: float,
 def make_job(spec: JobSpec) -> Job:
     """Render the batch script of ``spec`` (planner picks grid and micro-batch unless given)."""
     cfg = machine_config(spec.machine)
+    launch = spec.launch
     gpus = spec.total_gpus()
     if gpus % cfg.gpus_per_node and gpus > cfg.gpus_per_node:
         raise ValueError(f"{gpus} GPUs is not a whole number of {spec.machine} nodes ({cfg.gpus_per_node} each)")
-    if not _TIME.match(spec.time):
-        raise ValueError(f"--time {spec.time!r}: use [D-]HH:MM:SS or minutes")
-    if spec.checkpoint_minutes <= 0 or (spec.fs_gbps is not None and spec.fs_gbps <= 0):
-        raise ValueError("checkpoint_minutes and fs_gbps must be positive")
-    if spec.goldfish_k < 0 or spec.goldfish_k == 1:  # memorize.py refuses k = 1 at start
-        raise ValueError(f"goldfish_k must be 0 (standard loss) or >= 2, got {spec.goldfish_k}")
+    if not _TIME.match(launch.time):
+        raise ValueError(f"--time {launch.time!r}: use [D-]HH:MM:SS or minutes")
+    if (launch.checkpoint_minutes <= 0 or (launch.fs_gbps is not None and launch.fs_gbps <= 0)
+            or (launch.checkpoint_every is not None and launch.checkpoint_every < 1)):
+        raise ValueError("checkpoint_minutes, checkpoint_every and fs_gbps must be positive")
+    exp = spec.run_config()
+    k = exp.goldfish.k
+    if k < 0 or k == 1:  # memorize.py refuses k = 1 at start
+        raise ValueError(f"goldfish_k must be 0 (standard loss) or >= 2, got {k}")
     try:
-        exposures = [int(x) for x in str(spec.exposures).split(",")]
+        exposures = [int(x) for x in str(exp.data.exposures).split(",")]
     except ValueError:
         exposures = [-1]
     if min(exposures) < 0 or max(exposures) == 0:
-        raise ValueError(f"exposures {spec.exposures!r}: give a count >= 1 (or a comma list of counts >= 0, one >= 1)")
+        raise ValueError(f"exposures {exp.data.exposures!r}: give a count >= 1 (or a comma list of counts >= 0, one "
+                         ">= 1)")
     from memorization.experiment.config import ConfigError, parse_arms
 
     try:
-        parse_arms(spec.arms, spec.goldfish_k)
+        parse_arms(exp.goldfish.arms, k)
     except ConfigError as e:
         raise ValueError(str(e.code).removeprefix("error: ")) from None
     nodes = max(1, gpus // cfg.gpus_per_node)
     tpn = gpus // nodes
     shape = spec.shape()
 
-    def ranking(micro_batch: int | None):
-        return plan(shape, seq=spec.seq, global_batch=spec.global_batch, gpus=gpus,
-                    machine=load_profile(cfg.profile), micro_batch=micro_batch,
-                    activation_checkpointing=spec.activation_checkpointing, grad_reduce_dtype=spec.grad_reduce_dtype)
+    seq, batch = exp.data.seq_len, exp.training.batch_size
 
-    if spec.grid is not None:
-        if len(spec.grid) != 4 or math.prod(spec.grid) != gpus:
-            raise ValueError(f"grid {tuple(spec.grid)} does not multiply to {gpus} GPUs")
-        grid = GridShape(*spec.grid)
+    def ranking(micro_batch: int | None):
+        return plan(shape, seq=seq, global_batch=batch, gpus=gpus, machine=load_profile(cfg.profile),
+                    micro_batch=micro_batch, activation_checkpointing=exp.training.activation_checkpointing,
+                    grad_reduce_dtype=exp.execution.grad_reduce_dtype)
+
+    if launch.grid is not None:
+        if len(launch.grid) != 4 or math.prod(launch.grid) != gpus:
+            raise ValueError(f"grid {tuple(launch.grid)} does not multiply to {gpus} GPUs")
+        grid = GridShape(*launch.grid)
         mb = spec.micro_batch or 1
         why = divisibility_problem(shape, grid)
-        if why is None and spec.global_batch % (grid.data * grid.depth * mb):
-            why = (f"global batch {spec.global_batch} is not divisible by data×depth×micro-batch="
+        if why is None and batch % (grid.data * grid.depth * mb):
+            why = (f"global batch {batch} is not divisible by data×depth×micro-batch="
                    f"{grid.data}×{grid.depth}×{mb}")
         if why:  # the trainer refuses it at start: say so now, not after the queue
             raise ValueError(f"grid {grid}: {why}")
@@ -365,18 +388,18 @@ def make_job(spec: JobSpec) -> Job:
         memory = best.memory_per_gpu_bytes
         note = (f"planner: {predicted:.2f} s/step, {best.tflops_per_gpu:.0f} TFLOP/s/GPU, "
                 f"{best.memory_per_gpu_bytes / 1024**3:.1f} GiB/GPU")
-    stop = stop_plan(spec, predicted, nodes, spec.fs_gbps or cfg.fs_gbps_per_node, shape)
-    if time_limit_s(spec.time) < stop.signal_lead_s + 600:
-        raise ValueError(f"--time {spec.time} leaves under 10 minutes of training before the USR1 "
+    stop = stop_plan(spec, predicted, nodes, launch.fs_gbps or cfg.fs_gbps_per_node, shape)
+    if time_limit_s(launch.time) < stop.signal_lead_s + 600:
+        raise ValueError(f"--time {launch.time} leaves under 10 minutes of training before the USR1 "
                          f"{stop.signal_lead_s} s ahead of the limit: ask for more time")
     note += (f"; checkpoint every {stop.checkpoint_every} steps, ~{stop.save_s:.0f} s per write, "
              f"USR1 {stop.signal_lead_s} s before the limit")
-    run_dir = f"{spec.run_root}/{spec.name}"
+    run_dir = f"{launch.run_root}/{spec.name}"
     # Slurm opens --output before the script runs: an absolute directory that write() creates
-    log_dir = Path(spec.run_root) / "logs"
+    log_dir = Path(launch.run_root) / "logs"
     log_dir = log_dir if log_dir.is_absolute() else REPO / log_dir
     run = spec.run_config(grid, mb, stop.checkpoint_every, run_dir)
-    config_path = (Path(spec.out_dir) / f"{spec.name}.yaml").resolve()
+    config_path = (Path(launch.out_dir) / f"{spec.name}.yaml").resolve()
     # the job decides only how it executes; the experiment is the config file
     args = ["--config", str(config_path), "--grid", str(grid), "--micro-batch", str(mb),
             "--out", run_dir, "--resume"]
@@ -388,42 +411,33 @@ def make_job(spec: JobSpec) -> Job:
     if "'" in cfg.task_prelude:
         raise ValueError("the machine's task prelude must not contain single quotes (it goes inside bash -c '...')")
     values = {
-        "HEADER": f"generated by recipes/jobs/generate.py: {spec.size} on {gpus} {spec.machine} GPUs, "
-                  f"goldfish k={spec.goldfish_k}, grid D,R,C,Z={grid}",
-        "JOB_NAME": spec.name, "ACCOUNT": spec.account, "NODES": str(nodes), "TASKS": str(gpus),
-        "TASKS_PER_NODE": str(tpn), "TIME": spec.time, "SIGNAL_LEAD": str(stop.signal_lead_s),
+        "HEADER": f"generated by memorization.jobs: {spec.size} on {gpus} {spec.machine} GPUs, "
+                  f"goldfish k={k}, grid D,R,C,Z={grid}",
+        "JOB_NAME": spec.name, "ACCOUNT": launch.account, "NODES": str(nodes), "TASKS": str(gpus),
+        "TASKS_PER_NODE": str(tpn), "TIME": launch.time, "SIGNAL_LEAD": str(stop.signal_lead_s),
         "CHECKPOINT_GRACE": str(stop.grace_s),
         "LOG_DIR": str(log_dir), "REPO": str(REPO), "RUN_DIR": run_dir,
         "GRID": str(grid), "PLAN_NOTE": note, "SRUN_FLAGS": cfg.srun_flags,
         "TRAIN_ARGS": train_args, "CONSTRAINT": cfg.constraint, "CONFIG": str(config_path),
-        "SETTINGS": " ".join(shlex.quote(a) for a in settings_argv(run)),
+        "SETTINGS": " ".join(shlex.quote(a) for a in settings_flags(run, HEADER_SETTINGS, skip=EXECUTION_FLAGS)),
+        "TASK_PRELUDE": cfg.task_prelude,
     }
     text = (TEMPLATES / cfg.template).read_text() + (TEMPLATES / "launch.part").read_text()
-    text = text.replace("exec python recipes/memorize.py", f"{cfg.task_prelude}exec python recipes/memorize.py")
     for key, val in values.items():
         text = text.replace("{{" + key + "}}", val)
     left = re.findall(r"\{\{\w+\}\}", text)
     if left:
         raise RuntimeError(f"template placeholders left unfilled: {left}")
-    path = Path(spec.out_dir) / f"{spec.name}.sbatch"
+    path = Path(launch.out_dir) / f"{spec.name}.sbatch"
     return Job(spec, text, nodes, tpn, gpus, grid, mb, predicted, path, log_dir, stop, run, config_path, shape,
                memory)
 
 
-#: settings a script's header always names (with every other one that is not memorize.py's default)
+#: settings a script's header always names as memorize flags (with every other one that is not memorize.py's
+#: default), and those it leaves out: how the job executes, which its command line passes
+EXECUTION_FLAGS = ("grid", "micro_batch", "out", "resume", "overwrite", "plan", "gpus", "machine")
 HEADER_SETTINGS = ("size", "family", "init", "goldfish_k", "exposures", "seq_len", "batch_size", "steps", "lr",
                    "checkpoint_every", "warmup_steps", "weight_decay", "corpus", "tokenizer", "grad_reduce_dtype")
-
-
-def settings_argv(cfg: ExperimentConfig) -> list[str]:
-    """What ``cfg`` computes as memorize flags, for a reader of the script: :data:`HEADER_SETTINGS` and every
-    other setting that differs from memorize.py's default (not the execution flags the script passes)."""
-    from memorization.experiment.cli import to_argv
-
-    default = flat(resolve(ExperimentConfig()))
-    skip = ("grid", "micro_batch", "out", "resume", "overwrite", "plan", "gpus", "machine")
-    return to_argv({k: v for k, v in flat(cfg).items()
-                    if k not in skip and v is not None and (k in HEADER_SETTINGS or v != default.get(k))})
 
 
 def check_hand_grid_memory(spec: JobSpec, grid: GridShape, micro_batch: int, prof: MachineProfile,
@@ -434,16 +448,17 @@ def check_hand_grid_memory(spec: JobSpec, grid: GridShape, micro_batch: int, pro
     from memorization.models import PREFLIGHT_FRACTION  # memorize.py's start-up check (check_size_runs_here)
 
     shape = shape or spec.shape()
-    steps = spec.global_batch // (grid.data * grid.depth * micro_batch)
-    mem = memory_per_gpu(shape, grid, spec.seq, micro_batch, spec.activation_checkpointing,
-                         MemoryConfig(grad_reduce_bytes=GRAD_REDUCE_BYTES[spec.grad_reduce_dtype]),
+    exp = spec.run_config()
+    seq, batch, ckpt = exp.data.seq_len, exp.training.batch_size, exp.training.activation_checkpointing
+    reduce = exp.execution.grad_reduce_dtype
+    steps = batch // (grid.data * grid.depth * micro_batch)
+    mem = memory_per_gpu(shape, grid, seq, micro_batch, ckpt, MemoryConfig(grad_reduce_bytes=GRAD_REDUCE_BYTES[reduce]),
                          micro_steps=steps).total
     gib, text = 1024**3, str(grid)
     if mem > PREFLIGHT_FRACTION * prof.memory_bytes:
         try:
-            best = plan(shape, seq=spec.seq, global_batch=spec.global_batch, gpus=grid.size, machine=prof,
-                        micro_batch=spec.micro_batch, activation_checkpointing=spec.activation_checkpointing,
-                        grad_reduce_dtype=spec.grad_reduce_dtype).best
+            best = plan(shape, seq=seq, global_batch=batch, gpus=grid.size, machine=prof,
+                        micro_batch=spec.micro_batch, activation_checkpointing=ckpt, grad_reduce_dtype=reduce).best
             hint = f"the planner's best grid here is {best.grid} with micro-batch {best.micro_batch} (leave out --grid)"
         except PlanError as e:
             hint = str(e)
@@ -527,35 +542,43 @@ def write_job(spec: JobSpec, check: bool = True) -> Path:
 
 def generate_job(machine: str, size: str, gpus: int | None = None, nodes: int | None = None,
                  goldfish_k: int = 4, check: bool = True, **kwargs) -> Path:
-    """Emit one job script for the given arguments (the sweep entry point); returns its path.
+    """Emit one job script for the given arguments; returns its path.
 
-    ``kwargs`` are the other :class:`JobSpec` fields (exposures, time, account, out_dir, seq, ...); ``check``
-    as in :func:`write_job`.
+    ``kwargs`` are :func:`job_spec`'s other keywords (exposures, time, account, out_dir, seq, ...); ``check`` as in
+    :func:`write_job`.
     """
-    return write_job(JobSpec(machine=machine, size=size, gpus=gpus, nodes=nodes, goldfish_k=goldfish_k, **kwargs),
+    return write_job(job_spec(machine, size=size, gpus=gpus, nodes=nodes, goldfish_k=goldfish_k, **kwargs),
                      check=check)
 
 
-def spec_from_experiment(experiment: ExperimentConfig, machine: str, **job) -> JobSpec:
-    """The :class:`JobSpec` that runs ``experiment`` (e.g. :func:`load_job_config`'s) on ``machine``: its
-    size, family, init, Goldfish k and arms, exposures, row length, batch, micro-batch, activation checkpointing,
-    gradient dtype and checkpoint mode come from the experiment unless ``job`` gives them (``None``: not
-    given); ``job``'s other keys are the job's own fields (gpus, time, account, ...)."""
-    e, d = experiment, job_defaults()
-    mirrored = dict(size=e.model.size, family=e.model.family, init=e.model.init, goldfish_k=e.goldfish.k,
-                    arms=e.goldfish.arms, exposures=e.data.exposures, seq=e.data.seq_len or d.data.seq_len,
-                    global_batch=e.training.batch_size or d.training.batch_size, micro_batch=e.training.micro_batch,
-                    activation_checkpointing=(d.training.activation_checkpointing
-                                              if e.training.activation_checkpointing is None
-                                              else e.training.activation_checkpointing),
-                    grad_reduce_dtype=e.execution.grad_reduce_dtype, async_checkpoint=e.training.async_checkpoint)
-    given = {k: v for k, v in job.items() if v is not None}
-    return JobSpec(machine=machine, **{**mirrored, **given}, experiment=experiment)
+def job_spec(machine: str = "frontier", experiment: ExperimentConfig | None = None, **settings) -> JobSpec:
+    """The :class:`JobSpec` that runs ``experiment`` (default :func:`job_defaults`; e.g. :func:`load_job_config`'s)
+    on ``machine``, with ``settings`` over it: those of :data:`EXPERIMENT_KEYWORDS` (size, family, init,
+    goldfish_k, arms, exposures, seq, global_batch, activation_checkpointing, async_checkpoint, grad_reduce_dtype)
+    replace the experiment's fields, the others are :class:`Launch`'s fields (gpus, nodes, grid, micro_batch,
+    time, account, out_dir, run_root, ...); ``None`` is not given.  The one place where a job's keywords become
+    its config."""
+    e = experiment or job_defaults()
+    given = {k: v for k, v in settings.items() if v is not None}
+    sections: dict[str, dict] = {}
+    for key in [k for k in given if k in EXPERIMENT_KEYWORDS]:
+        section, name = EXPERIMENT_KEYWORDS[key]
+        value = given.pop(key)
+        sections.setdefault(section, {})[name] = str(value) if name == "exposures" else value
+    e = replace(e, **{sec: replace(getattr(e, sec), **values) for sec, values in sections.items()})
+    known = {f.name for f in fields(Launch)}
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise TypeError(f"job_spec: unknown settings {unknown}: the experiment's are {sorted(EXPERIMENT_KEYWORDS)}, "
+                        f"the launch's {sorted(known)}")
+    return JobSpec(e, Launch(machine=machine, **given))
 
 
 def paper_matrix(base: JobSpec | None = None, machines=PAPER_MACHINES, sizes=PAPER_SIZES) -> list[JobSpec]:
     """The paper's memorization runs: one job per machine × size (8b/70b/405b), each training Goldfish off and
     on (``base``'s k, 4 by default) as the two arms of one run: each arm trained once, on the same mixture, seed
     and initial weights, with the paired comparison in the run's report."""
-    base = base or JobSpec(machine="frontier", size="8b")
-    return [replace(base, machine=m, size=s, gpus=None, nodes=None) for m in machines for s in sizes]
+    base = base or job_spec("frontier", size="8b")
+    e = base.experiment
+    return [JobSpec(replace(e, model=replace(e.model, size=s)), replace(base.launch, machine=m, gpus=None, nodes=None))
+            for m in machines for s in sizes]

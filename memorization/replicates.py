@@ -23,10 +23,15 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Collection
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .stats import mean_ci
+
+if TYPE_CHECKING:
+    from memorization.experiment.config import ExperimentConfig
 
 #: the per-document performances of counterfactual memorization: name -> (extraction record, loss) -> value
 PERFORMANCES: dict[str, Callable[[dict, float | None], float | None]] = {
@@ -174,14 +179,12 @@ def run_record(out: Path) -> dict:
     return {"arms": arms}
 
 
-def replicate_argvs(extra: Sequence[str], seeds: Sequence[int] = (), counterfactual: bool = False
-                    ) -> list[tuple[str, list[str]]]:
-    """``(name, memorize argv)`` of each replicated run: ``seed-<s>`` with ``--seed s`` for every seed, or (with
-    ``counterfactual``) ``split-<r>`` with the r-th rotation of ``extra``'s ``--exposures``.  ``extra`` must not
-    set what the replicates vary (``--seed`` with seeds, ``--out``): a ``ValueError`` says so."""
-    from memorization.experiment.cli import explicit_values
-
-    given = explicit_values(list(extra))
+def replicate_configs(base: ExperimentConfig, seeds: Sequence[int] = (), counterfactual: bool = False,
+                      given: Collection[str] = ()) -> list[tuple[str, ExperimentConfig]]:
+    """``(name, config)`` of each replicated run, field overrides of ``base``: ``seed-<s>`` with ``training.seed``
+    s for every seed, or (with ``counterfactual``) ``split-<r>`` with the r-th rotation of ``base``'s exposures.
+    ``given`` names the settings the command line set (flat names): it must not set what the replicates vary
+    (``seed`` with seeds, ``out``): a ``ValueError`` says so."""
     if "out" in given:
         raise ValueError("give --out to the replicate command itself, not as a memorize option: each run goes to "
                          "<out>/<run>")
@@ -190,22 +193,21 @@ def replicate_argvs(extra: Sequence[str], seeds: Sequence[int] = (), counterfact
     if seeds:
         if "seed" in given:
             raise ValueError("--seed is what --seeds varies: drop it from the memorize options")
-        return [(f"seed-{s}", [*extra, "--seed", str(s)]) for s in seeds]
-    splits = rotations(given.get("exposures", "64"))
-    return [(f"split-{r}", [*extra, "--exposures", e]) for r, e in enumerate(splits)]
+        return [(f"seed-{s}", replace(base, training=replace(base.training, seed=s))) for s in seeds]
+    splits = rotations(base.data.exposures)
+    return [(f"split-{r}", replace(base, data=replace(base.data, exposures=e))) for r, e in enumerate(splits)]
 
 
-def run_replicates(root: Path, runs: Sequence[tuple[str, list[str]]]) -> list[Path]:
+def run_replicates(root: Path, runs: Sequence[tuple[str, ExperimentConfig]]) -> list[Path]:
     """Run every replicate into ``root/<name>`` (memorize's experiment; a run whose ``results.json`` exists is
-    kept, an interrupted one continues with ``--resume``); returns the run directories."""
+    kept, an interrupted one continues with ``resume``); returns the run directories."""
     from memorization.experiment import run_experiment
-    from memorization.experiment.cli import config_from_argv
 
     outs = []
-    for name, argv in runs:
+    for name, cfg in runs:
         out = Path(root) / name
         if not (out / "results.json").exists():
-            resume = ["--resume"] if (out / "run_config.json").exists() else []
-            run_experiment(config_from_argv([*argv, "--out", str(out), *resume]))
+            resume = (out / "run_config.json").exists()
+            run_experiment(replace(cfg, output=replace(cfg.output, out=str(out), resume=resume)))
         outs.append(out)
     return outs

@@ -41,16 +41,12 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from memorization.experiment import ExperimentConfig, run_experiment
-from memorization.experiment.cli import build_parser, config_from_argv, explicit_values, to_argv
+from memorization.experiment.config import config_from_dict, flat, to_dict
 from memorization.mixture import atomic_write_json
 from memorization.train import EXIT_INTERRUPTED
 
 log = logging.getLogger(__name__)
 
-
-#: memorize options the sweep sets itself per cell (:meth:`Cell.config`); refused as pass-through options.
-RESERVED_OPTIONS = ("--size", "--exposures", "--goldfish-k", "--goldfish-h", "--arms", "--out", "--resume",
-                    "--overwrite", "--plan", "--gpus", "--machine")
 
 #: MIA scores shown in the report (ref_diff needs a reference model the sweep does not have).
 MIA_SCORES = ("loss", "zlib", "min_k", "min_k_pp")
@@ -89,21 +85,19 @@ class Cell:
 
         return tuple(parse_arms(self.arms, self.goldfish_k))
 
-    def config(self, base: ExperimentConfig, out: Path) -> ExperimentConfig:
-        """``base`` (the pass-through options' config) with this cell's size (also for ``{size}`` in its
-        ``--init``: each size's checkpoint), exposures, Goldfish setting and arms, run in ``out`` without
-        progress bars."""
-        init = base.model.init.replace("{size}", self.size) if base.model.init else None  # each size's checkpoint
-        return replace(base, model=replace(base.model, size=self.size, init=init),
+    def experiment(self, base: ExperimentConfig) -> ExperimentConfig:
+        """``base`` with this cell's fields: its size, exposures, Goldfish setting and arms (field overrides)."""
+        return replace(base, model=replace(base.model, size=self.size),
                        data=replace(base.data, exposures=str(self.exposures)),
-                       goldfish=replace(base.goldfish, k=self.goldfish_k, h=self.goldfish_h, arms=self.arms),
-                       output=replace(base.output, out=str(out), no_progress=True))
+                       goldfish=replace(base.goldfish, k=self.goldfish_k, h=self.goldfish_h, arms=self.arms))
 
-    def memorize_argv(self, out: Path, extra: Sequence[str] = ()) -> list[str]:
-        """The memorize.py command line equivalent to this cell's config (without ``--resume``/``--overwrite``):
-        what its ``cell.json`` records, to read and to rerun by hand."""
-        return ["--size", self.size, "--exposures", str(self.exposures), "--goldfish-k", str(self.goldfish_k),
-                "--goldfish-h", str(self.goldfish_h), "--arms", self.arms, "--out", str(out), *extra]
+    def config(self, base: ExperimentConfig, out: Path) -> ExperimentConfig:
+        """``base`` (the pass-through options' config) with this cell's fields (:meth:`experiment`; ``{size}`` in
+        its ``--init`` as the size: each size's checkpoint), run in ``out`` without progress bars."""
+        cfg = self.experiment(base)
+        init = base.model.init.replace("{size}", self.size) if base.model.init else None  # each size's checkpoint
+        return replace(cfg, model=replace(cfg.model, init=init),
+                       output=replace(cfg.output, out=str(out), no_progress=True))
 
 
 def parse_int_list(text: str | Sequence[int], what: str, minimum: int = 0) -> tuple[int, ...]:
@@ -198,43 +192,6 @@ def adopt_standard_arms(cells: Sequence[Cell], root: Path) -> list[Cell]:
         for i in idx:
             cells[i] = replace(cells[i], arms="both" if i == holder else "goldfish")
     return cells
-
-
-def check_passthrough(extra: Sequence[str]) -> list[str]:
-    """Refuse memorize options the sweep sets itself, and unknown ones (via memorize's parser)."""
-    extra = list(extra)
-    known = memorize_option_strings()
-    for tok in extra:
-        name = tok.split("=", 1)[0]
-        if name in RESERVED_OPTIONS:
-            raise SweepError(f"{name} is set by the sweep per cell; use the sweep's own flag (see --help)")
-        if name.startswith("--") and name.replace("_", "-") != name:
-            raise SweepError(f"unknown option {name}")
-        if name.startswith("--") and len(name) > 2 and name not in known:
-            # memorize's parser expands a unique prefix (--siz -> --size): it would override the cell's own
-            # --size/--exposures/--arms... while the cell keeps its label, so only full names pass through
-            full = sorted(o for o in known if o.startswith(name))
-            if full:
-                raise SweepError(f"{name}: give the full option name ({', '.join(full)}); abbreviations are "
-                                 "not passed to memorize")
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            explicit_values(extra)
-    except SystemExit:
-        msg = err.getvalue().strip().splitlines()
-        why = msg[-1].split(" error: ", 1)[-1] if msg else "invalid"  # argparse's "prog: error: ..." prefix dropped
-        raise SweepError(f"bad memorize option in {' '.join(extra)!r}: {why}") from None
-    try:
-        config_from_argv(extra)  # a --config file: read and checked before any cell
-    except SystemExit as e:
-        raise SweepError(str(e.code).removeprefix("error: ")) from None
-    return extra
-
-
-def memorize_option_strings() -> frozenset[str]:
-    """Every option string of memorize's parser (``--steps``, ``-h``, ...)."""
-    return frozenset(o for a in build_parser()._actions for o in a.option_strings)
 
 
 # --------------------------------------------------------------------------- evaluations
@@ -392,22 +349,36 @@ def cell_config(cell: Cell, root: Path, base: ExperimentConfig) -> ExperimentCon
     return cfg
 
 
-def run_cell(cell: Cell, root: Path, extra: Sequence[str], opts: EvalOptions,
-             run: Callable[[ExperimentConfig], dict | None] | None = None) -> dict:
+def run_key(cfg: ExperimentConfig) -> dict[str, Any]:
+    """What a cell's run computes and how, by flat name: ``cfg`` without its ``out`` (the sweep directory may move)
+    and the flags the sweep adds to continue or restart it (``resume``, ``overwrite``).  A finished cell is reused
+    for the same key only."""
+    return {k: v for k, v in flat(cfg).items() if k not in ("out", "resume", "overwrite")}
+
+
+def _recorded_key(record: dict) -> dict[str, Any] | None:
+    """The :func:`run_key` of the config a cell record ran (None: a record without one)."""
+    with contextlib.suppress(Exception):
+        return run_key(config_from_dict(record["config"]))
+    return None
+
+
+def run_cell(cell: Cell, root: Path, base: ExperimentConfig, opts: EvalOptions,
+             run: Callable[[ExperimentConfig], dict | None] | None = None, options: Sequence[str] = ()) -> dict:
     """Run (or resume) one cell and its evaluations; returns its record (also in ``cell.json``).
 
-    ``extra`` are memorize options (:func:`check_passthrough`), parsed into the config every cell starts from;
+    ``base`` is the experiment every cell starts from (the cell's fields go over it: :func:`cell_config`);
+    ``options`` says how it was given, for a reader (the pass-through memorize options: recorded, never read);
     ``run`` runs a config (default :func:`~memorization.experiment.run_experiment`).  Never raises for a failing
     run (except ``KeyboardInterrupt`` and the SIGUSR1 stop): the error is recorded.
     """
     cell_dir = root / "cells" / cell.name
     record_path = cell_dir / "cell.json"
-    argv = cell.memorize_argv(cell_dir, [*extra, "--no-progress"])
+    cfg = cell_config(cell, root, base)
     done = _cell_done(record_path)
-    # a finished cell is reused only for the same memorize command: with other options (--steps, --seed, ...)
-    # memorize runs again (--resume refuses settings that differ from the cell's run, a clear error)
-    if (done is not None and done.get("eval_options") == _opts_key(opts)
-            and _run_options(done.get("memorize_argv") or []) == _run_options(argv)):
+    # a finished cell is reused only for the same run: with other settings (--steps, --seed, ...) memorize runs
+    # again (--resume refuses settings that differ from the cell's run, a clear error)
+    if done is not None and done.get("eval_options") == _opts_key(opts) and _recorded_key(done) == run_key(cfg):
         return {**done, "cached": True}
     prev = None
     if record_path.exists():
@@ -415,11 +386,9 @@ def run_cell(cell: Cell, root: Path, extra: Sequence[str], opts: EvalOptions,
             prev = json.loads(record_path.read_text())
     attempts = int((prev or {}).get("attempts", 0)) + 1
     run = run or run_experiment
-    cfg = cell_config(cell, root, config_from_argv(extra))
-    argv += ["--resume"] if cfg.output.resume else ["--overwrite"] if cfg.output.overwrite else []
     rec: dict[str, Any] = {"cell": asdict(cell), "name": cell.name, "dir": str(cell_dir.relative_to(root)),
-                           "memorize_argv": argv, "attempts": attempts, "eval_options": _opts_key(opts),
-                           "started_at": time.time()}
+                           "config": to_dict(cfg), "memorize_options": list(options), "attempts": attempts,
+                           "eval_options": _opts_key(opts), "started_at": time.time()}
     t0 = time.perf_counter()
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # memorize prints its markdown table
@@ -450,14 +419,6 @@ def run_cell(cell: Cell, root: Path, extra: Sequence[str], opts: EvalOptions,
     rec["finished_at"] = time.time()
     atomic_write_json(record_path, rec)
     return {**rec, "cached": False}
-
-
-def _run_options(argv: Sequence[str]) -> list[str]:
-    """A cell's memorize command without its --out (the sweep directory may move) and the flags the
-    sweep adds to continue or restart it."""
-    argv = list(argv)
-    return [a for i, a in enumerate(argv) if a not in ("--resume", "--overwrite", "--out")
-            and not (i > 0 and argv[i - 1] == "--out")]
 
 
 def _opts_key(opts: EvalOptions) -> dict:
@@ -539,31 +500,20 @@ def aggregate(root: Path, cells: Sequence[Cell], meta: dict) -> dict:
                 continue
         records.append(_partial_record(root, cell))
     data = {**meta, "cells": records, "rows": arm_rows(records)}
-    ran = {tuple(passthrough_of(r)) for r in records if r.get("status") == "ok"}
+    ran = {tuple(r.get("memorize_options") or ()) for r in records if r.get("status") == "ok"}
     if ran:  # what the finished cells ran with (a --report-only may be given other options)
         data["memorize_options"] = list(next(iter(ran))) if len(ran) == 1 else None
     atomic_write_json(root / "results.json", data)
     return data
 
 
-def passthrough_of(record: dict) -> list[str]:
-    """The pass-through memorize options a cell record ran with: its ``memorize_argv`` less the cell's own
-    options (:data:`Cell.memorize_argv`'s), ``--out`` and the flags the sweep adds (``--no-progress``,
-    ``--resume``, ``--overwrite``)."""
-    argv = _run_options(record.get("memorize_argv") or [])
-    own = ("--size", "--exposures", "--goldfish-k", "--goldfish-h", "--arms")
-    return [a for i, a in enumerate(argv) if a not in own and a != "--no-progress"
-            and not (i > 0 and argv[i - 1] in own)]
-
-
-def preflight_cells(cells: Sequence[Cell], root: Path, extra: Sequence[str]) -> None:
+def preflight_cells(cells: Sequence[Cell], root: Path, base: ExperimentConfig) -> None:
     """Run every unfinished cell's pre-flight checks (:func:`memorization.experiment.preflight.preflight`:
     its config, ``--init``, tokenizer, corpus and grid) before the first cell starts, so a grid with one bad
     cell is refused whole (:class:`SweepError` naming each cell, the check and the fix) instead of failing
     hours in.  The corpus check prepares each cell's token store into the cache, where the cell's run finds it."""
     from memorization.experiment.preflight import preflight
 
-    base = config_from_argv(extra)
     failed = []
     for cell in cells:
         if _cell_done(root / "cells" / cell.name / "cell.json") is not None:
@@ -573,22 +523,23 @@ def preflight_cells(cells: Sequence[Cell], root: Path, extra: Sequence[str]) -> 
         raise SweepError("these cells would fail; none was run:\n  " + "\n  ".join(failed))
 
 
-def run_sweep(cells: Sequence[Cell], root: Path, extra: Sequence[str], opts: EvalOptions, meta: dict,
-              progress: bool = True,
-              run: Callable[[ExperimentConfig], dict | None] | None = None) -> tuple[dict, SweepSummary]:
+def run_sweep(cells: Sequence[Cell], root: Path, base: ExperimentConfig, opts: EvalOptions, meta: dict,
+              progress: bool = True, run: Callable[[ExperimentConfig], dict | None] | None = None,
+              options: Sequence[str] = ()) -> tuple[dict, SweepSummary]:
     """Run every cell in order (finished ones are skipped), aggregating after each; returns (results, summary).
+    ``base`` is the experiment every cell starts from and ``options`` how it was given (:func:`run_cell`).
     Every unfinished cell's pre-flight checks run first (:func:`preflight_cells`: a :class:`SweepError`)."""
     from tqdm.auto import tqdm
 
     root.mkdir(parents=True, exist_ok=True)
     cells = adopt_standard_arms(cells, root)
-    preflight_cells(cells, root, extra)
+    preflight_cells(cells, root, base)
     summary = SweepSummary()
     t0 = time.perf_counter()
     bar = tqdm(cells, desc="sweep", unit="cell", disable=not progress)
     for cell in bar:
         bar.set_postfix_str(cell.name)
-        rec = run_cell(cell, root, extra, opts, run=run)
+        rec = run_cell(cell, root, base, opts, run=run, options=options)
         if rec["cached"]:
             summary.cached.append(cell.name)
         else:
@@ -603,38 +554,32 @@ def run_sweep(cells: Sequence[Cell], root: Path, extra: Sequence[str], opts: Eva
 # --------------------------------------------------------------------------- Slurm jobs
 
 
-def emit_jobs(cells: Sequence[Cell], out_dir: Path, machine: str, extra: Sequence[str], *,
+def emit_jobs(cells: Sequence[Cell], out_dir: Path, machine: str, base: ExperimentConfig, *,
               gpus: int | None = None, nodes: int | None = None, account: str = "ACCOUNT",
-              time_limit: str = "02:00:00", run_root: str = "runs/sweep-jobs") -> list[Path]:
+              time_limit: str = "02:00:00", run_root: str = "runs/sweep-jobs",
+              checkpoint_every: int | None = None) -> list[Path]:
     """One Slurm script per cell via :mod:`memorization.jobs` (each running its resolved config, written
     next to it).
 
     Scripts go to ``out_dir/<size>-e<exposures>-.../`` (generate names a job by size, machine,
     k and GPUs only, so each cell gets its own directory and run root).  Also writes
-    ``out_dir/jobs.json`` (cell -> script) and ``out_dir/submit_all.sh``.  ``--seq-len`` and
-    ``--batch-size`` of ``extra`` become the job's sequence length and global batch; the other
-    options (and ``--config``) are the rest of each job's experiment.  ``{size}`` in ``--init`` becomes each
+    ``out_dir/jobs.json`` (cell -> script) and ``out_dir/submit_all.sh``.  ``base`` is the experiment every
+    cell's job starts from (not resolved: the job resolves it; e.g. memorize options over
+    :func:`memorization.jobs.job_defaults`); the cell's size, exposures and Goldfish setting go over it as
+    fields (:meth:`Cell.experiment`); ``checkpoint_every`` fixes the jobs' checkpoint interval (None: every 30
+    minutes of predicted steps).  ``{size}`` in ``--init`` becomes each
     cell's size, and the job is planned with that checkpoint's shape and vocabulary (the preset's where this
     machine does not see it).  Every job's pre-flight checks run (:func:`memorization.jobs.check_job`) before
     any script is written: a failed one refuses the whole grid (:class:`SweepError` naming each job and the
     fix), as the generator refuses one job.
     """
-    from memorization.jobs import JobSpec, check_job, make_job
+    from memorization.jobs import check_job, job_spec, make_job
 
-    values = explicit_values(extra)
-    kwargs = {arg: values.pop(key) for key, arg in (("seq_len", "seq"), ("batch_size", "global_batch"),
-                                                     ("micro_batch", "micro_batch")) if key in values}
-    config = build_parser().parse_args(list(extra)).config
-    extra = (["--config", config] if config else []) + to_argv(values)
     jobs, failed = [], []
     for cell in cells:
-        args = [*extra, "--goldfish-h", str(cell.goldfish_h)]
-        if cell.arms != "both":
-            args += ["--arms", cell.arms]
-        job = make_job(JobSpec(machine=machine, size=cell.size, gpus=gpus, nodes=nodes, goldfish_k=cell.goldfish_k,
-                               exposures=cell.exposures, time=time_limit, account=account,
-                               out_dir=str(out_dir / cell.name), run_root=f"{run_root}/{cell.name}",
-                               extra_args=" ".join(shlex.quote(a) for a in args), **kwargs))
+        job = make_job(job_spec(machine, cell.experiment(base), gpus=gpus, nodes=nodes, time=time_limit,
+                                account=account, out_dir=str(out_dir / cell.name), run_root=f"{run_root}/{cell.name}",
+                                checkpoint_every=checkpoint_every))
         failed += [f"{cell.name}: {c.line()}" for c in check_job(job) if c.failed]
         jobs.append((cell, job))
     if failed:
@@ -646,7 +591,7 @@ def emit_jobs(cells: Sequence[Cell], out_dir: Path, machine: str, extra: Sequenc
         index.append({"cell": cell.name, **asdict(cell), "script": str(path)})
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out_dir / "jobs.json", index)
-    lines = ["#!/bin/bash", "# submit every cell of the sweep (generated by recipes/sweep.py --emit-jobs)", "set -e"]
+    lines = ["#!/bin/bash", "# submit every cell of the sweep (generated by memorization.sweep.emit_jobs)", "set -e"]
     lines += [f"sbatch {shlex.quote(str(p))}" for p in paths]
     (out_dir / "submit_all.sh").write_text("\n".join(lines) + "\n")
     (out_dir / "submit_all.sh").chmod(0o755)

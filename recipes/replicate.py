@@ -47,8 +47,11 @@ def main(argv: list[str] | None = None) -> dict:
         seeds = [] if ns.counterfactual else [int(s) for s in ns.seeds.split(",") if s.strip()]
     except ValueError:
         raise SystemExit(f"error: --seeds {ns.seeds!r}: give a comma list of integers, e.g. 0,1,2") from None
-    try:
-        runs = replicates.replicate_argvs(extra, seeds, ns.counterfactual)
+    from memorization.experiment.cli import config_from_argv, explicit_values
+
+    try:  # the memorize options, once: every replicate is field overrides of this config
+        runs = replicates.replicate_configs(config_from_argv(extra), seeds, ns.counterfactual,
+                                            given=explicit_values(extra))
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
     root = Path(ns.out)
@@ -59,7 +62,7 @@ def main(argv: list[str] | None = None) -> dict:
         md = replicates.seeds_markdown(agg, seeds)
     else:
         cf = replicates.counterfactual([replicates.run_record(o) for o in outs])
-        splits = [argv[-1] for _, argv in runs]
+        splits = [cfg.data.exposures for _, cfg in runs]
         report, name = {"splits": splits, "runs": [str(o) for o in outs], "arms": cf}, "counterfactual"
         md = replicates.counterfactual_markdown(cf, splits)
     root.mkdir(parents=True, exist_ok=True)

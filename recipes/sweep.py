@@ -24,6 +24,7 @@ import platform
 import shlex
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 _REPO = Path(__file__).resolve().parents[1]
@@ -90,9 +91,60 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+#: memorize options the sweep sets itself per cell (memorization.sweep.Cell); refused as pass-through options.
+RESERVED_OPTIONS = ("--size", "--exposures", "--goldfish-k", "--goldfish-h", "--arms", "--out", "--resume",
+                    "--overwrite", "--plan", "--gpus", "--machine")
+
+
+def check_passthrough(extra: Sequence[str]) -> list[str]:
+    """``extra`` as given, after refusing memorize options the sweep sets itself, abbreviations, unknown options
+    and bad values (memorize's own parser); a :class:`~memorization.sweep.SweepError` says which."""
+    import contextlib
+    import io
+
+    from memorization.experiment.cli import config_from_argv, explicit_values
+    from memorization.sweep import SweepError
+
+    extra = list(extra)
+    known = memorize_option_strings()
+    for tok in extra:
+        name = tok.split("=", 1)[0]
+        if name in RESERVED_OPTIONS:
+            raise SweepError(f"{name} is set by the sweep per cell; use the sweep's own flag (see --help)")
+        if name.startswith("--") and name.replace("_", "-") != name:
+            raise SweepError(f"unknown option {name}")
+        if name.startswith("--") and len(name) > 2 and name not in known:
+            # memorize's parser expands a unique prefix (--siz -> --size): it would override the cell's own
+            # --size/--exposures/--arms... while the cell keeps its label, so only full names pass through
+            full = sorted(o for o in known if o.startswith(name))
+            if full:
+                raise SweepError(f"{name}: give the full option name ({', '.join(full)}); abbreviations are "
+                                 "not passed to memorize")
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            explicit_values(extra)
+    except SystemExit:
+        msg = err.getvalue().strip().splitlines()
+        why = msg[-1].split(" error: ", 1)[-1] if msg else "invalid"  # argparse's "prog: error: ..." prefix dropped
+        raise SweepError(f"bad memorize option in {' '.join(extra)!r}: {why}") from None
+    try:
+        config_from_argv(extra)  # a --config file: read and checked before any cell
+    except SystemExit as e:
+        raise SweepError(str(e.code).removeprefix("error: ")) from None
+    return extra
+
+
+def memorize_option_strings() -> frozenset[str]:
+    """Every option string of memorize's parser (``--steps``, ``-h``, ...)."""
+    from memorization.experiment.cli import build_parser as memorize_parser
+
+    return frozenset(o for a in memorize_parser()._actions for o in a.option_strings)
+
+
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
     """Sweep flags and the memorize pass-through options (validated by memorize's own parser)."""
-    from memorization.sweep import SweepError, check_passthrough
+    from memorization.sweep import SweepError
 
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -105,6 +157,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
 
 def main(argv: list[str] | None = None) -> dict:
     """Run (or emit) the sweep and write its report; returns ``{"results", "summary", "report"}``."""
+    from memorization.experiment.cli import config_from_argv, explicit_values
     from memorization.sweep import EvalOptions, SweepError, aggregate, expand_grid, run_sweep
     from memorization.sweep_report import write_report
 
@@ -121,11 +174,15 @@ def main(argv: list[str] | None = None) -> dict:
     # the command that runs (and resumes) this sweep: --report-only only rebuilds its report
     command = "python recipes/sweep.py " + " ".join(shlex.quote(a) for a in given if a != "--report-only")
     if args.emit_jobs:
+        from memorization.jobs import job_defaults
         from memorization.sweep import emit_jobs
 
+        # the memorize options (a --config file under them) over the job defaults, resolved by each job
+        base = config_from_argv(extra, base=job_defaults(), resolved=False)
         try:
-            paths = emit_jobs(cells, out / "jobs", args.emit_jobs, extra, gpus=args.gpus, nodes=args.nodes,
-                              account=args.account, time_limit=args.time, run_root=args.run_root)
+            paths = emit_jobs(cells, out / "jobs", args.emit_jobs, base, gpus=args.gpus, nodes=args.nodes,
+                              account=args.account, time_limit=args.time, run_root=args.run_root,
+                              checkpoint_every=explicit_values(extra).get("checkpoint_every"))
         except ValueError as e:
             raise SystemExit(f"error: --emit-jobs {args.emit_jobs}: {e}") from None
         print(f"wrote {len(paths)} job scripts to {out / 'jobs'} (submit: bash {out / 'jobs' / 'submit_all.sh'})")
@@ -153,7 +210,8 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         os.environ.setdefault("WANDB_MODE", "disabled")
         try:
-            results, summary = run_sweep(cells, out, extra, opts, meta, progress=not args.no_progress)
+            results, summary = run_sweep(cells, out, config_from_argv(extra), opts, meta,
+                                         progress=not args.no_progress, options=extra)
         except SweepError as e:
             raise SystemExit(f"error: {e}") from None
         print(f"sweep: {len(summary.ran)} cell(s) run, {len(summary.cached)} already done, "

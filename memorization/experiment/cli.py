@@ -14,7 +14,7 @@ from typing import Any, Sequence
 from axonn.plans import FAMILIES
 from memorization.experiment.config import (FINE_TUNE_LR, FINE_TUNE_WEIGHT_DECAY, FLAT_KEYS, MAX_FINE_TUNE_LR,
                                             SCRATCH_LR, SCRATCH_WARMUP_STEPS, SCRATCH_WEIGHT_DECAY,
-                                            ExperimentConfig, load_config, resolve, with_flat)
+                                            ExperimentConfig, flat, load_config, resolve, with_flat)
 from memorization.experiment.validate import EXECUTION_SETTINGS, as_flags
 from memorization.goldfish import DOC_STARTS
 from memorization.mixture import PLACEMENTS
@@ -215,14 +215,18 @@ def explicit_values(argv: Sequence[str]) -> dict[str, Any]:
     return given
 
 
-def config_from_argv(argv: Sequence[str], base: ExperimentConfig | None = None) -> ExperimentConfig:
-    """The resolved config of a memorize command line: ``base`` (default: the defaults), then the ``--config``
-    file, then the flags given.  Not validated (:func:`~memorization.experiment.validate.validate`)."""
+def config_from_argv(argv: Sequence[str], base: ExperimentConfig | None = None,
+                     resolved: bool = True) -> ExperimentConfig:
+    """The config of a memorize command line: ``base`` (default: the defaults), then the ``--config`` file, then
+    the flags given; resolved (its ``None`` defaults filled) unless ``resolved`` is false -- for a config that
+    other fields still go over (a job's ``--init``).  Not validated
+    (:func:`~memorization.experiment.validate.validate`)."""
     ns = build_parser().parse_args(list(argv))
     cfg = base or ExperimentConfig()
     if ns.config:
         cfg = load_config(ns.config, base=cfg)
-    return resolve(with_flat(cfg, explicit_values(argv)))
+    cfg = with_flat(cfg, explicit_values(argv))
+    return resolve(cfg) if resolved else cfg
 
 
 def to_argv(values: dict[str, Any]) -> list[str]:
@@ -239,3 +243,11 @@ def to_argv(values: dict[str, Any]) -> list[str]:
         elif value is not None:
             out += [flag, str(value)]
     return out
+
+
+def settings_flags(cfg: ExperimentConfig, always: Sequence[str] = (), skip: Sequence[str] = ()) -> list[str]:
+    """``cfg`` as memorize flags, for a reader: the settings ``always`` and every other one that differs from
+    memorize's resolved default, but those of ``skip`` (flat names) and unset ones."""
+    default = flat(resolve(ExperimentConfig()))
+    return to_argv({k: v for k, v in flat(cfg).items()
+                    if k not in skip and v is not None and (k in always or v != default.get(k))})

@@ -6,7 +6,8 @@ import json
 import sys
 from pathlib import Path
 
-from memorization.experiment.config import ConfigError, ExperimentConfig, fine_tune_warmup
+from memorization.experiment.components import mixture_config, parse_exposures  # noqa: F401 (re-exported)
+from memorization.experiment.config import ExperimentConfig
 
 
 def read_targets(path: str, text_field: str, flag: str = "--targets",
@@ -44,41 +45,6 @@ def read_targets(path: str, text_field: str, flag: str = "--targets",
 def targets_text_field(cfg: ExperimentConfig) -> str:
     """The field ``--targets`` records hold their text in: ``--targets-text-field``, else ``--text-field``."""
     return cfg.data.targets_text_field or cfg.data.text_field
-
-
-def parse_exposures(s: str) -> tuple[int, ...]:
-    """``"1,4,16"`` -> ``(1, 4, 16)``; a ConfigError for anything else or a negative count."""
-    try:
-        vals = tuple(int(x) for x in s.split(","))
-    except ValueError:
-        raise ConfigError(f"--exposures {s!r}: give an integer or a comma list of integers") from None
-    if any(v < 0 for v in vals):
-        raise ConfigError(f"--exposures {s!r}: counts must be >= 0")
-    return vals
-
-
-def mixture_config(cfg: ExperimentConfig):
-    """The run's :class:`MixtureConfig`; its checks (e.g. prefix + suffix vs --seq-len) as a ConfigError."""
-    from memorization.mixture import MixtureConfig
-
-    d, x = cfg.data, cfg.extraction
-    need = x.suffix + (1 if x.prefix_mode == "all-but-suffix" else x.prefix)
-    try:
-        return MixtureConfig(seq_len=d.seq_len, batch_size=cfg.training.batch_size,
-                             exposures=parse_exposures(d.exposures), num_targets=d.num_targets,
-                             num_nonmembers=d.num_nonmembers, num_steps=cfg.training.steps or None,
-                             min_target_tokens=need, skip_short_targets=d.skip_short_targets,
-                             skip_overlapping_targets=d.skip_overlapping_targets, seed=cfg.training.seed,
-                             placement=d.placement)
-    except ValueError as e:
-        raise ConfigError(f"error: {e}") from None
-
-
-def warmup_steps(cfg: ExperimentConfig, num_steps: int) -> int:
-    """The run's warmup: ``training.warmup_steps``, or (fine-tuning with ``steps`` 0) 3% of the ``num_steps``
-    the corpus filled."""
-    w = cfg.training.warmup_steps
-    return fine_tune_warmup(num_steps) if w is None else w
 
 
 def tokenizer_spec(cfg: ExperimentConfig) -> str:

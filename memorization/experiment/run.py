@@ -11,8 +11,9 @@ from pathlib import Path
 from memorization.atomic import atomic_write_text
 from memorization.experiment.config import (ARMS, ExperimentConfig, dump_config, parse_arms, parse_lengths, resolve,
                                             settings)
+from memorization.experiment.components import arm_goldfish, extraction_config, length_config, train_config
 from memorization.experiment.data import (cached_run_store, check_same_data, load_run_tokenizer, open_run_store,
-                                          read_targets, targets_text_field, tokenizer_spec, warmup_steps)
+                                          read_targets, targets_text_field, tokenizer_spec)
 from memorization.experiment.plan import print_plan, run_shape
 from memorization.experiment.validate import check_grid_divides, config_grid, validate
 
@@ -27,18 +28,6 @@ def arms_to_train(cfg: ExperimentConfig) -> list[str]:
     """The arms a run trains, in order: ``--arms`` (standard and goldfish by default; only the standard arm when
     ``--goldfish-k 0``)."""
     return parse_arms(cfg.goldfish.arms, cfg.goldfish.k)
-
-
-def arm_goldfish(arm: str, cfg: ExperimentConfig):
-    """The :class:`~memorization.goldfish.GoldfishConfig` an arm trains with: none for the standard arm, the
-    run's for the Goldfish arm, and the run's, randomized, for the equal-supervised-tokens control."""
-    from memorization.goldfish import GoldfishConfig
-
-    g = cfg.goldfish
-    if arm == "standard":
-        return GoldfishConfig(k=0)
-    return GoldfishConfig(k=g.k, h=g.h, strategy=g.strategy, seed=0, doc_start=g.doc_start,
-                          randomize=arm == "equal-tokens")
 
 
 def remove_run(out: Path) -> None:
@@ -70,23 +59,17 @@ def run_arm(arm: str, cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path, 
     from memorization.models import build_model
     from memorization.recency import by_recency
     from memorization.tracking import Tracker, tracked_targets
-    from memorization.train import TrainConfig, Trainer
+    from memorization.train import Trainer
 
     arm_dir = out / arm
     done = arm_dir / "arm_result.json"
     if done.exists():
         return json.loads(done.read_text())
     t, x, progress = cfg.training, cfg.extraction, not cfg.output.no_progress
-    gf = arm_goldfish(arm, cfg)
     model = build_model(cfg.model.size, len(tokenizer), init=cfg.model.init, seed=t.seed, max_seq=cfg.data.seq_len,
                         runtime=rt, family=cfg.model.family)  # each rank builds and fills only its own shards
-    tcfg = TrainConfig(batch_size=t.batch_size, micro_batch=t.micro_batch, steps=t.steps or None, lr=t.lr,
-                       warmup_steps=warmup_steps(cfg, mixture.num_steps), weight_decay=t.weight_decay,
-                       grad_clip=t.grad_clip, eval_every=t.eval_every, track_every=x.track_every,
-                       checkpoint_every=t.checkpoint_every, compile=t.compile, async_checkpoint=t.async_checkpoint,
-                       activation_checkpointing=t.activation_checkpointing, overlap=cfg.execution.overlap,
-                       grad_reduce_dtype=cfg.execution.grad_reduce_dtype, seed=t.seed, wandb=cfg.output.wandb,
-                       progress=progress, goldfish=gf)
+    tcfg = train_config(arm, cfg, mixture.num_steps)
+    gf = tcfg.goldfish
     ecfg = extraction_config(cfg)
     tracker = None
     if x.track_every:  # the labels are split by the run's Goldfish mask in every arm (memorization.tracking)
@@ -190,26 +173,6 @@ def arm_canaries(model, canaries: list, tokenizer, seed: int) -> dict:
 
     rows = canary_exposures(model, canaries, digit_alphabet(tokenizer), seed=seed)
     return {"by_exposure": summarize_exposures(rows), "canaries": rows}
-
-
-def extraction_config(cfg: ExperimentConfig):
-    """The :class:`~memorization.extraction.ExtractionConfig` of the run's extraction (``--prefix``, ``--suffix``,
-    ``--prefix-mode``, ``--extract-batch``, ``--samples``, ``--temperature``, ``--top-k``; seeded by ``--seed``)."""
-    from memorization.extraction import ExtractionConfig
-
-    x = cfg.extraction
-    return ExtractionConfig(prefix_len=x.prefix, suffix_len=x.suffix, all_but_suffix=x.prefix_mode == "all-but-suffix",
-                            batch_size=x.batch, samples=x.samples, temperature=x.temperature, top_k=x.top_k,
-                            seed=cfg.training.seed, beam=x.beam, hints=x.hints)
-
-
-def length_config(cfg: ExperimentConfig, prefix: int | None, suffix: int):
-    """The greedy extraction of one more ``--extract-lengths`` pair (``prefix`` None: all but the suffix); targets
-    too short for it are skipped and counted."""
-    from memorization.extraction import ExtractionConfig
-
-    return ExtractionConfig(prefix_len=prefix or 1, suffix_len=suffix, all_but_suffix=prefix is None,
-                            batch_size=cfg.extraction.batch, skip_short=True)
 
 
 def write_report(out: Path, results: dict) -> None:

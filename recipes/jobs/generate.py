@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Generate Slurm batch scripts for the memorization experiments on Frontier, Alps and Perlmutter.
 
-Each script trains one model size with ``recipes/memorize.py`` (both arms by default, paired in one report)
-on the 4D grid the planner ranks fastest for the machine and GPU count, one ``srun`` task per GPU, with
+Each script trains one model size with memorize (``python -m memorization.experiment``, the program of
+``recipes/memorize.py``; both arms by default, paired in one report) on the 4D grid the planner ranks fastest for the machine and GPU count, one ``srun`` task per GPU, with
 checkpoint/resume on requeue (how: :mod:`memorization.jobs` and docs/planner.md, "Job scripts").  Next to
 it go the evaluation job (``<name>.eval.sbatch``: extraction, membership inference and held-out perplexity of
 each arm's checkpoint on the grid the inference planner picks; :mod:`memorization.eval_jobs`) and
@@ -10,8 +10,8 @@ each arm's checkpoint on the grid the inference planner picks; :mod:`memorizatio
 
 The experiment is a memorize config (``--config FILE.yaml``: corpus, targets, tokenizer, steps, learning
 rate, ...; the flags below override it, and fields neither gives keep the job defaults: the 8b, rows of 2,048
-tokens, 128 rows a step, each target seen once). The job runs ``recipes/memorize.py --config <the resolved
-config, written next to the script>`` plus only what the job decides: ``--grid``, ``--micro-batch``, ``--out``,
+tokens, 128 rows a step, each target seen once). The job runs ``python -m memorization.experiment --config <the
+resolved config, written next to the script>`` plus only what the job decides: ``--grid``, ``--micro-batch``, ``--out``,
 ``--resume``. Before a script is written, the experiment's own checks run for the job's exact configuration:
 the config is valid, the corpus fills the steps with the targets, the tokenizer fits the ``--init``
 checkpoint's vocabulary, the checkpoint has the size's shape, the grid divides the model, its memory fits the
@@ -41,9 +41,9 @@ from axonn.plans import FAMILIES  # noqa: E402
 from axonn.planner import GRAD_REDUCE_BYTES, PlanError  # noqa: E402
 from memorization.experiment.config import ConfigError  # noqa: E402
 from memorization.experiment.preflight import NOT_CHECKED  # noqa: E402
-from memorization.eval_jobs import DEFAULT_EVALUATIONS, DEFAULT_TASKS, EVALUATIONS, make_eval_job  # noqa: E402
-from memorization.jobs import (MACHINES, JobRefused, check_job, job_defaults, load_job_config,  # noqa: E402
-                               make_job, paper_matrix, spec_from_experiment)
+from memorization.eval_jobs import DEFAULT_EVALUATIONS, EVALUATIONS, SHIPPED_TASKS, make_eval_job  # noqa: E402
+from memorization.jobs import (MACHINES, JobRefused, check_job, job_defaults, job_spec,  # noqa: E402
+                               load_job_config, make_job, paper_matrix)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,11 +113,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval", default=",".join(DEFAULT_EVALUATIONS), metavar="LIST",
                    help="evaluations of the trained arms written as a second job, <name>.eval.sbatch, that starts "
                         "once training has ended with status 0 (<name>.submit.sh submits both with "
-                        f"--dependency=afterok): a comma list of {', '.join(EVALUATIONS)}, or none "
+                        f"--dependency=afterok): a comma list of {', '.join(EVALUATIONS)} (memorization.evaluations' "
+                        "names; downstream is held-out perplexity, plus --eval-tasks), or none "
                         f"(default: {','.join(DEFAULT_EVALUATIONS)}), each on the grid the inference planner picks")
-    p.add_argument("--eval-tasks", default=DEFAULT_TASKS, metavar="LIST",
-                   help="lm-eval tasks of the lm-eval evaluation (a comma list; tasks other than the shipped "
-                        f"{DEFAULT_TASKS} need their datasets in the cluster's HF cache: the job runs offline)")
+    p.add_argument("--eval-tasks", default=None, metavar="LIST",
+                   help="lm-eval tasks the downstream evaluation runs besides perplexity (a comma list; tasks other "
+                        f"than the shipped {SHIPPED_TASKS} need their datasets in the cluster's HF cache: the job runs "
+                        "offline); default: none")
     p.add_argument("--eval-time", default="01:00:00", help="wall time of the evaluation job")
     p.add_argument("--eval-gpus", type=int, default=None,
                    help="GPUs of the evaluation job (whole nodes; default: the fewest whole nodes on which one "
@@ -136,8 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(e.code, file=sys.stderr)
         return 2
-    spec = spec_from_experiment(
-        experiment, a.machine, size=a.size, family=a.family, gpus=a.gpus, nodes=a.nodes, goldfish_k=a.goldfish_k,
+    spec = job_spec(
+        a.machine, experiment, size=a.size, family=a.family, gpus=a.gpus, nodes=a.nodes, goldfish_k=a.goldfish_k,
         arms=a.arms, exposures=a.exposures, time=a.time, account=a.account, out_dir=a.out_dir, run_root=a.run_root,
         seq=a.seq, global_batch=a.global_batch, micro_batch=a.micro_batch, grid=grid,
         activation_checkpointing=a.activation_checkpointing, grad_reduce_dtype=a.grad_reduce_dtype,

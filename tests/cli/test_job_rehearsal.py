@@ -62,10 +62,13 @@ def store(tiny_init, tmp_path_factory) -> Path:
 
 def _job(machine: str, root: Path, init: Path, store: Path) -> gen.Job:
     extra = (f"--steps {STEPS} --num-targets 4 --num-nonmembers 2 --prefix 8 --suffix 8 --extract-batch 4 "
-             f"--no-progress --checkpoint-every 2 --eval-every 0 --store {store}")
-    spec = gen.JobSpec(machine=machine, size="tiny", gpus=2, seq=64, global_batch=8, exposures=2,
-                       time="00:30:00", out_dir=str(root / "jobs"), run_root=str(root / "runs"), init=str(init),
-                       extra_args=extra)
+             f"--no-progress --eval-every 0 --store {store}")
+    from memorization.experiment.cli import config_from_argv
+
+    spec = gen.job_spec(machine=machine, size="tiny", gpus=2, seq=64, global_batch=8, exposures=2,
+                        time="00:30:00", out_dir=str(root / "jobs"), run_root=str(root / "runs"), init=str(init),
+                        checkpoint_every=2,
+                        experiment=config_from_argv(extra.split(), base=gen.job_defaults(), resolved=False))
     path = gen.write_job(spec)  # pre-flight checks included
     job = gen.make_job(spec)
     assert job.path == path and "--config" in job.text
@@ -101,7 +104,7 @@ def reference(machine: str, root: Path, init: Path, store: Path) -> tuple[dict, 
     if machine not in _REFERENCE:
         job = _job(machine, root, init, store)
         # MIA and perplexity on grids: tests/memorization/test_mia.py, tests/memorization/test_downstream.py; here the checkpoint -> grid path
-        evaluation = eval_jobs.make_eval_job(job, ("extract", "lm-eval"))
+        evaluation = eval_jobs.make_eval_job(job, ("extract", "downstream"), tasks="goldfish_mc")
         evaluation.write()
         p = subprocess.run(["bash", str(evaluation.submit_path)], env=_env(root), capture_output=True, text=True,
                            timeout=900)
@@ -161,7 +164,7 @@ def test_the_evaluation_job_follows_training_and_reproduces_its_extraction(tiny_
     for arm in ("standard", "goldfish"):
         ext = json.loads((run_dir / "eval" / arm / "extraction" / "extraction.json").read_text())
         assert {d["id"]: d["exact_match"] for d in trained(ext["documents"])} == arms[arm]["exact_by_target"]
-        tasks = json.loads((run_dir / "eval" / arm / "lm_eval" / "downstream.json").read_text())["lm_eval"]
+        tasks = json.loads((run_dir / "eval" / arm / "downstream" / "downstream.json").read_text())["lm_eval"]
         assert not tasks["errors"] and tasks["n_samples"] == {"goldfish_mc": 32}, tasks
         assert 0.0 <= tasks["results"]["goldfish_mc"]["acc"] <= 1.0
 

@@ -18,6 +18,15 @@ _spec = importlib.util.spec_from_file_location("jobs_generate", REPO / "recipes"
 cli = importlib.util.module_from_spec(_spec)  # the command line; the generator is memorization.jobs
 _spec.loader.exec_module(cli)
 
+
+def experiment_of(flags: str):
+    """The job experiment of memorize ``flags`` over the job defaults (memorize's own command-line reading)."""
+    import shlex
+
+    from memorization.experiment.cli import config_from_argv
+
+    return config_from_argv(shlex.split(flags), base=gen.job_defaults(), resolved=False)
+
 MACHINE_ENV = {
     "frontier": ["NCCL_NET_GDR_LEVEL=3", "FI_CXI_ATS=0", "MIOPEN_USER_DB_PATH", "module load rocm",
                  "--gpus-per-node=8", "-A "],
@@ -38,7 +47,7 @@ def _bash_n(text: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("machine", ["frontier", "alps", "perlmutter"])
 @pytest.mark.parametrize("size", ["8b", "70b", "405b"])
 def test_paper_jobs(machine, size, tmp_path):
-    job = gen.make_job(gen.JobSpec(machine=machine, size=size, goldfish_k=4, out_dir=str(tmp_path),
+    job = gen.make_job(gen.job_spec(machine=machine, size=size, goldfish_k=4, out_dir=str(tmp_path),
                                    run_root=str(tmp_path / "runs")))
     text = job.text
     _bash_n(text, tmp_path)
@@ -58,21 +67,21 @@ def test_paper_jobs(machine, size, tmp_path):
 
 
 def test_goldfish_off_and_overrides(tmp_path):
-    job = gen.make_job(gen.JobSpec(machine="frontier", size="8b", nodes=2, goldfish_k=0, exposures=7,
+    job = gen.make_job(gen.job_spec(machine="frontier", size="8b", nodes=2, goldfish_k=0, exposures=7,
                                    time="1-00:00:00", account="ABC123", grid=(2, 2, 2, 2), micro_batch=1,
                                    out_dir=str(tmp_path), run_root=str(tmp_path)))
     assert job.tasks == 16 and job.nodes == 2 and job.grid == (2, 2, 2, 2)
     assert "--goldfish-k 0" in job.text and "--exposures 7" in job.text and "--export-dtype bfloat16" in job.text
     assert "#SBATCH -A ABC123" in job.text and "#SBATCH --time=1-00:00:00" in job.text
     assert "--grad-reduce-dtype fp32" in job.text and "--async-checkpoint" in job.text
-    sync = gen.make_job(gen.JobSpec(machine="frontier", size="8b", nodes=2, grid=(2, 2, 2, 2), micro_batch=1,
+    sync = gen.make_job(gen.job_spec(machine="frontier", size="8b", nodes=2, grid=(2, 2, 2, 2), micro_batch=1,
                                     async_checkpoint=False, out_dir=str(tmp_path), run_root=str(tmp_path)))
     assert "--async-checkpoint" not in sync.text
     _bash_n(job.text, tmp_path)
     # bf16 gradient reduction: planned with it (a faster prediction) and passed to the trainer
-    fp32 = gen.make_job(gen.JobSpec(machine="frontier", size="405b", gpus=1024, out_dir=str(tmp_path),
+    fp32 = gen.make_job(gen.job_spec(machine="frontier", size="405b", gpus=1024, out_dir=str(tmp_path),
                                     run_root=str(tmp_path)))
-    bf16 = gen.make_job(gen.JobSpec(machine="frontier", size="405b", gpus=1024, grad_reduce_dtype="bf16",
+    bf16 = gen.make_job(gen.job_spec(machine="frontier", size="405b", gpus=1024, grad_reduce_dtype="bf16",
                                     out_dir=str(tmp_path), run_root=str(tmp_path)))
     assert "--grad-reduce-dtype bf16" in bf16.text and bf16.predicted_step_s < fp32.predicted_step_s
     _bash_n(bf16.text, tmp_path)
@@ -82,7 +91,7 @@ def test_checkpoint_interval_and_usr1_lead_follow_step_and_write_time(tmp_path):
     """The 405b on 1,024 Frontier GCDs: a checkpoint every ~30 minutes of predicted steps, and USR1
     early enough for 3 steps plus two checkpoint writes (a background one in flight, the stop's own)
     at the assumed per-node bandwidth; the batch shell waits for the tasks until 30 s before the limit."""
-    job = gen.make_job(gen.JobSpec(machine="frontier", size="405b", gpus=1024, out_dir=str(tmp_path),
+    job = gen.make_job(gen.job_spec(machine="frontier", size="405b", gpus=1024, out_dir=str(tmp_path),
                                    run_root=str(tmp_path)))
     step, stop = job.predicted_step_s, job.stop
     assert stop.checkpoint_every == round(1800 / step) and f"--checkpoint-every {stop.checkpoint_every}" in job.text
@@ -92,18 +101,18 @@ def test_checkpoint_interval_and_usr1_lead_follow_step_and_write_time(tmp_path):
     assert f"#SBATCH --signal=B:USR1@{stop.signal_lead_s}" in job.text
     assert f"seq {stop.signal_lead_s - 30})" in job.text
     # a slower filesystem: a longer lead; the trainer's own blocking saves: one write less
-    slow = gen.make_job(gen.JobSpec(machine="frontier", size="405b", gpus=1024, fs_gbps=0.25,
+    slow = gen.make_job(gen.job_spec(machine="frontier", size="405b", gpus=1024, fs_gbps=0.25,
                                     out_dir=str(tmp_path), run_root=str(tmp_path)))
     assert slow.stop.signal_lead_s > stop.signal_lead_s and slow.stop.save_s == pytest.approx(8 * stop.save_s)
-    sync = gen.make_job(gen.JobSpec(machine="frontier", size="405b", gpus=1024, fs_gbps=0.25, async_checkpoint=False,
+    sync = gen.make_job(gen.job_spec(machine="frontier", size="405b", gpus=1024, fs_gbps=0.25, async_checkpoint=False,
                                     out_dir=str(tmp_path), run_root=str(tmp_path)))
     assert sync.stop.stop_s == pytest.approx(slow.stop.stop_s - slow.stop.save_s)
     with pytest.raises(ValueError, match=r"--signal-lead 60 s is too short: stopping cleanly takes ~\d+ s"):
-        gen.make_job(gen.JobSpec(machine="frontier", size="405b", gpus=1024, signal_lead_s=60))
+        gen.make_job(gen.job_spec(machine="frontier", size="405b", gpus=1024, signal_lead_s=60))
     with pytest.raises(ValueError, match="ask for more time"):
-        gen.make_job(gen.JobSpec(machine="frontier", size="405b", gpus=1024, time="10"))
+        gen.make_job(gen.job_spec(machine="frontier", size="405b", gpus=1024, time="10"))
     # a hand grid the planner prices gets the same treatment; --checkpoint-minutes scales the interval
-    hand = gen.make_job(gen.JobSpec(machine="frontier", size="405b", gpus=1024, grid=(1, 8, 4, 32), micro_batch=4,
+    hand = gen.make_job(gen.job_spec(machine="frontier", size="405b", gpus=1024, grid=(1, 8, 4, 32), micro_batch=4,
                                     checkpoint_minutes=60, out_dir=str(tmp_path), run_root=str(tmp_path)))
     assert hand.predicted_step_s == pytest.approx(step) and hand.stop.checkpoint_every == round(3600 / step)
     assert gen.time_limit_s("1-02:03:04") == 93784 and gen.time_limit_s("90") == 5400
@@ -111,25 +120,25 @@ def test_checkpoint_interval_and_usr1_lead_follow_step_and_write_time(tmp_path):
 
 def test_bad_job_inputs(tmp_path):
     with pytest.raises(ValueError, match="unknown machine"):
-        gen.make_job(gen.JobSpec(machine="summit", size="8b"))
+        gen.make_job(gen.job_spec(machine="summit", size="8b"))
     with pytest.raises(ValueError, match="does not multiply"):
-        gen.make_job(gen.JobSpec(machine="alps", size="8b", gpus=16, grid=(1, 2, 2, 2)))
+        gen.make_job(gen.job_spec(machine="alps", size="8b", gpus=16, grid=(1, 2, 2, 2)))
     with pytest.raises(ValueError, match="whole number"):
-        gen.make_job(gen.JobSpec(machine="alps", size="8b", gpus=18))
+        gen.make_job(gen.job_spec(machine="alps", size="8b", gpus=18))
     with pytest.raises(ValueError, match="disagree"):
-        gen.make_job(gen.JobSpec(machine="alps", size="8b", gpus=16, nodes=2))
+        gen.make_job(gen.job_spec(machine="alps", size="8b", gpus=16, nodes=2))
     with pytest.raises(gen.PlanError, match="smallest GPU count"):
-        gen.make_job(gen.JobSpec(machine="perlmutter", size="405b", gpus=8))
+        gen.make_job(gen.job_spec(machine="perlmutter", size="405b", gpus=8))
     # a hand grid the trainer would refuse at start is refused here, before the job waits in the queue
     with pytest.raises(ValueError, match="grid 1,16,1,64: row=16 does not divide kv_heads=8"):
-        gen.make_job(gen.JobSpec(machine="frontier", size="405b", gpus=1024, grid=(1, 16, 1, 64)))
+        gen.make_job(gen.job_spec(machine="frontier", size="405b", gpus=1024, grid=(1, 16, 1, 64)))
     with pytest.raises(ValueError, match=r"grid 8,8,2,8: global batch 128 is not divisible by .*=8×8×4"):
-        gen.make_job(gen.JobSpec(machine="frontier", size="405b", gpus=1024, grid=(8, 8, 2, 8), micro_batch=4))
+        gen.make_job(gen.job_spec(machine="frontier", size="405b", gpus=1024, grid=(8, 8, 2, 8), micro_batch=4))
 
 
 def test_generate_job_api_and_cli(tmp_path, capsys):
     path = gen.generate_job("alps", "8b", gpus=8, goldfish_k=0, out_dir=str(tmp_path), run_root=str(tmp_path),
-                            extra_args="--steps 1")  # the built-in corpus fills 1 step of 128 x 2048
+                            experiment=experiment_of("--steps 1"))  # the built-in corpus fills 1 step of 128 x 2048
     assert path.exists() and path.name == "mem-8b-alps-gf0-8g.sbatch"
     assert path.with_suffix(".yaml").exists()
     assert len(gen.paper_matrix()) == 3 * 3
@@ -154,7 +163,7 @@ def test_init_checkpoint_per_size_checked_where_visible(tmp_path, capsys):
 
     ckpt = tmp_path / "Llama-3.1-8b"
     get_preset("8b").hf_config().save_pretrained(ckpt)
-    spec = gen.JobSpec(machine="alps", size="8b", gpus=16, init=str(tmp_path / "Llama-3.1-{size}"),
+    spec = gen.job_spec(machine="alps", size="8b", gpus=16, init=str(tmp_path / "Llama-3.1-{size}"),
                        out_dir=str(tmp_path), run_root=str(tmp_path))
     job = gen.make_job(spec)
     assert f"--init {ckpt}" in job.text
@@ -166,7 +175,7 @@ def test_init_checkpoint_per_size_checked_where_visible(tmp_path, capsys):
     with pytest.raises(ValueError, match="has no parallel plan: supported are llama"):
         gen.make_job(spec)
     # a path this machine cannot see is passed on, with a note; the job checks it when it starts
-    job = gen.make_job(gen.JobSpec(machine="alps", size="70b", gpus=64, init="/nowhere/Llama-3.1-{size}",
+    job = gen.make_job(gen.job_spec(machine="alps", size="70b", gpus=64, init="/nowhere/Llama-3.1-{size}",
                                    out_dir=str(tmp_path), run_root=str(tmp_path)))
     assert "--init /nowhere/Llama-3.1-70b" in job.text
     assert "not visible here" in capsys.readouterr().err
@@ -188,7 +197,7 @@ FAKE_SRUN = """#!/bin/bash
 # srun that runs set-up steps as they are, and stands in for the training tasks: they stop on USR1 with status
 # $SHIM_EXIT (0: the run had just finished)
 while [[ "$1" == -* ]]; do shift; done
-[[ "$*" == *memorize.py* ]] || exec "$@"
+[[ "$*" == *memorization.experiment* ]] || exec "$@"
 trap 'exit $SHIM_EXIT' USR1
 touch "$SHIM_STARTED"
 while :; do sleep 0.05; done
@@ -205,9 +214,9 @@ def test_a_job_plans_the_model_it_trains(tmp_path):
 
     base = dict(machine="alps", size="405b", gpus=256, out_dir=str(tmp_path), run_root=str(tmp_path))
     preset = resolve_shape("405b")
-    own = gen.JobSpec(**base)
+    own = gen.job_spec(**base)
     assert own.shape().vocab == len(load_tokenizer()) == 4096 and own.shape().layers == preset.layers
-    tuned = gen.JobSpec(**base, init=str(tmp_path / "not-here" / "Llama-3.1-405B"))
+    tuned = gen.job_spec(**base, init=str(tmp_path / "not-here" / "Llama-3.1-405B"))
     assert tuned.shape() == preset
     small = tmp_path / "tok"  # a --tokenizer of 1,000 tokens: 1,024 rows once padded to a multiple of 64
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -215,10 +224,11 @@ def test_a_job_plans_the_model_it_trains(tmp_path):
     t = Tokenizer(models.WordLevel({f"w{i}": i for i in range(1000)}, unk_token="w0"))
     t.pre_tokenizer = pre_tokenizers.Whitespace()
     PreTrainedTokenizerFast(tokenizer_object=t, eos_token="w1", bos_token="w2").save_pretrained(str(small))
-    assert gen.JobSpec(**base, extra_args=f"--tokenizer {small}").shape().vocab == 1024
+    assert gen.job_spec(**base, experiment=experiment_of(f"--tokenizer {small}")).shape().vocab == 1024
     for spec in (own, tuned):
         job = gen.make_job(spec)
-        best = plan(spec.shape(), seq=spec.seq, global_batch=spec.global_batch, gpus=256,
+        best = plan(spec.shape(), seq=spec.experiment.data.seq_len, global_batch=spec.experiment.training.batch_size,
+                    gpus=256,
                     machine=load_profile("alps"), activation_checkpointing=True).best
         assert (job.grid, job.predicted_step_s) == (tuple(best.grid), best.step_time_s)
         assert job.stop.save_s == pytest.approx(12 * spec.shape().num_params() / 64 / 2e9)
@@ -240,7 +250,7 @@ def test_usr1_requeues_unless_the_run_finished(tasks_exit, requeued, tmp_path):
     for name, text in (("srun", FAKE_SRUN), ("scontrol", SCONTROL_SHIM), ("module", "#!/bin/bash\nexit 0\n")):
         (shims / name).write_text(text)
         (shims / name).chmod(0o755)
-    job = gen.make_job(gen.JobSpec(machine="frontier", size="tiny", gpus=2, seq=64, global_batch=4, exposures=2,
+    job = gen.make_job(gen.job_spec(machine="frontier", size="tiny", gpus=2, seq=64, global_batch=4, exposures=2,
                                    out_dir=str(tmp_path), run_root=str(tmp_path / "runs")))
     started, log = tmp_path / "started", tmp_path / "requeued"
     env = {**os.environ, "PATH": f"{shims}:{os.environ['PATH']}", "AXONN_VENV": sys.prefix, "AXONN_REPO": str(REPO),
@@ -263,10 +273,10 @@ def test_a_path_the_script_cannot_quote_is_named(tmp_path):
     not with a complaint about single quotes nobody typed."""
     refused = r"'.*my runs/mem-8b-alps-gf4-16g': paths and values .* must not contain spaces"
     with pytest.raises(ValueError, match=refused):
-        gen.make_job(gen.JobSpec(machine="alps", size="8b", out_dir=str(tmp_path), run_root=str(tmp_path / "my runs")))
+        gen.make_job(gen.job_spec(machine="alps", size="8b", out_dir=str(tmp_path), run_root=str(tmp_path / "my runs")))
     # memorize flags are folded into the job's config file: quoting them is fine
-    job = gen.make_job(gen.JobSpec(machine="alps", size="8b", out_dir=str(tmp_path), run_root=str(tmp_path),
-                                   extra_args="--targets 'my docs'"))
+    job = gen.make_job(gen.job_spec(machine="alps", size="8b", out_dir=str(tmp_path), run_root=str(tmp_path),
+                                   experiment=experiment_of("--targets 'my docs'")))
     assert job.config.data.targets == "my docs"
 
 
@@ -293,7 +303,7 @@ def test_generator_refuses_a_job_that_would_fail_and_check_says_why(tmp_path, ca
 
 
 def test_job_runs_its_resolved_config_with_only_execution_flags(tmp_path):
-    """--config gives the experiment, flags override it; the script runs memorize.py --config <the resolved
+    """--config gives the experiment, flags override it; the script runs memorize (python -m memorization.experiment) --config <the resolved
     config next to it> plus grid, micro-batch, out and resume only; the file reads back to the job's config."""
     import shlex
 
@@ -305,8 +315,8 @@ def test_job_runs_its_resolved_config_with_only_execution_flags(tmp_path):
                      "--out-dir", str(tmp_path / "jobs"), "--run-root", str(tmp_path / "runs")]) == 0
     script = tmp_path / "jobs" / "mem-8b-alps-gf8-16g.sbatch"
     written = script.with_suffix(".yaml")
-    line = next(x for x in script.read_text().splitlines() if "exec python recipes/memorize.py" in x)
-    argv = shlex.split(line.split("exec python recipes/memorize.py", 1)[1].rstrip("' &"))
+    line = next(x for x in script.read_text().splitlines() if "exec python -m memorization.experiment" in x)
+    argv = shlex.split(line.split("exec python -m memorization.experiment", 1)[1].rstrip("' &"))
     flags = [a for a in argv if a.startswith("--")]
     assert flags == ["--config", "--grid", "--micro-batch", "--out", "--resume"] and argv[1] == str(written)
     cfg = load_config(written)
@@ -324,22 +334,22 @@ def test_init_checked_for_tokenizer_and_planned_with_its_vocabulary(tmp_path, ca
     from memorization.experiment.config import ExperimentConfig, Model, resolve
     from memorization.experiment.preflight import preflight
 
+    flags = "--steps 5 --num-targets 4 --num-nonmembers 2 --prefix 8 --suffix 8"
     base = dict(machine="frontier", size="tiny", gpus=2, seq=64, global_batch=4, out_dir=str(tmp_path),
-                run_root=str(tmp_path / "runs"), extra_args="--steps 5 --num-targets 4 --num-nonmembers 2 "
-                "--prefix 8 --suffix 8")
+                run_root=str(tmp_path / "runs"), experiment=experiment_of(flags))
     small = save_tiny_llama(tmp_path / "small-tiny", vocab_size=1024, tokenizer=False)
     shipped = REPO / "data" / "pydocs" / "tokenizer-bpe4096"  # 4,096 tokens: more than the checkpoint's rows
-    mismatch = {**base, "extra_args": base["extra_args"] + f" --tokenizer {shipped}"}
-    job = gen.make_job(gen.JobSpec(**mismatch, init=str(tmp_path / "small-{size}")))
+    mismatch = {**base, "experiment": experiment_of(flags + f" --tokenizer {shipped}")}
+    job = gen.make_job(gen.job_spec(**mismatch, init=str(tmp_path / "small-{size}")))
     assert job.shape.vocab == 1024 and job.config.model.init == str(small)
     checks = {c.name: c for c in gen.check_job(job)}
     assert checks["tokenizer"].failed and "1024" in checks["tokenizer"].detail
     with pytest.raises(gen.JobRefused, match=r"\[failed\] tokenizer"):
-        gen.write_job(gen.JobSpec(**mismatch, init=str(small)))
+        gen.write_job(gen.job_spec(**mismatch, init=str(small)))
     own = save_tiny_llama(tmp_path / "own-tiny")
-    checks = {c.name: c.status for c in gen.check_job(gen.make_job(gen.JobSpec(**base, init=str(own))))}
+    checks = {c.name: c.status for c in gen.check_job(gen.make_job(gen.job_spec(**base, init=str(own))))}
     assert set(checks.values()) == {"ok"}, checks
-    hidden = {c.name: c for c in gen.check_job(gen.make_job(gen.JobSpec(**base, init="/nowhere/{size}")))}
+    hidden = {c.name: c for c in gen.check_job(gen.make_job(gen.job_spec(**base, init="/nowhere/{size}")))}
     assert hidden["init"].status == hidden["tokenizer"].status == hidden["corpus"].status == "not checked"
     assert "not visible here" in hidden["init"].detail
     nosize = preflight(resolve(ExperimentConfig(model=Model(init="/models/Llama-3.1-{size}"))))
@@ -362,5 +372,6 @@ def test_sweep_emit_jobs_maps_size_in_init_and_plans_its_vocabulary(tmp_path):
         cfg = load_config(path.with_suffix(".yaml"))
         assert cfg.model.init == f"/nowhere/Llama-3.1-{size}" and "{size}" not in path.read_text()
         assert "vocabulary" not in path.read_text().split("grid D,R,C,Z")[0]  # planned as the preset (128,256 rows)
-    assert gen.JobSpec(machine="frontier", size="8b", extra_args="--init /nowhere/Llama-3.1-{size}").shape().vocab \
+    assert gen.job_spec(machine="frontier", size="8b",
+                        experiment=experiment_of("--init /nowhere/Llama-3.1-{size}")).shape().vocab \
         == 128256

@@ -628,7 +628,7 @@ def _refuse_work(*args, **kwargs):
                                           (["--max-length", "1"], "--max-length 1")])
 def test_mia_cli_checks_its_numbers_before_loading(tmp_path, monkeypatch, capsys, flags, match):
     cli = load_eval_cli("mia")
-    monkeypatch.setattr(cli, "run_mia", _refuse_work)
+    monkeypatch.setattr(cli, "evaluate", _refuse_work)
     assert cli.main(["--model", str(tmp_path), "--manifest", str(tmp_path / "m.json"), *flags]) == 2
     assert match in capsys.readouterr().err
 

@@ -376,7 +376,7 @@ def test_memorize_help_planner_and_job_generator_take_the_family(capsys, tmp_pat
     assert planner_main(["--size", "tiny", "--family", "gpt_neox", "--gpus", "4", "--machine", "h100-node"]) == 0
     shape = get_preset("tiny", "gpt_neox")
     assert f"tiny (gpt_neox): {shape.num_params() / 1e9:.3g}B params" in capsys.readouterr().out
-    spec = jobs.JobSpec(machine="alps", size="8b", family="qwen3", gpus=16, out_dir=str(tmp_path),
+    spec = jobs.job_spec(machine="alps", size="8b", family="qwen3", gpus=16, out_dir=str(tmp_path),
                         run_root=str(tmp_path))
     job = jobs.make_job(spec)
     assert job.shape.family == "qwen3" and job.spec.name.startswith("mem-qwen3-8b-alps")

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from memorization.replicates import (aggregate_seeds, counterfactual, distribution, headline_metrics,
-                                     replicate_argvs, rotations, seeds_markdown)
+                                     replicate_configs, rotations, seeds_markdown)
 
 
 def _doc(i, e, exact, token):
@@ -60,9 +60,15 @@ def test_rotations_and_replicate_refusals():
     assert rotations("64,0,0") == ["64,0,0", "0,0,64", "0,64,0"]
     with pytest.raises(ValueError, match="at least one 0"):
         rotations("16,64")
-    assert replicate_argvs(["--steps", "5"], seeds=[0, 2]) == [("seed-0", ["--steps", "5", "--seed", "0"]),
-                                                               ("seed-2", ["--steps", "5", "--seed", "2"])]
-    assert [a[-1] for _, a in replicate_argvs(["--exposures", "8,0"], counterfactual=True)] == ["8,0", "0,8"]
+    from memorization.experiment.cli import config_from_argv, explicit_values
+
+    def replicate_argvs(argv, **kw):  # the replicate command's reading of its memorize options
+        return replicate_configs(config_from_argv(argv), given=explicit_values(argv), **kw)
+
+    assert [(n, c.training.steps, c.training.seed) for n, c in replicate_argvs(["--steps", "5"], seeds=[0, 2])] == [
+        ("seed-0", 5, 0), ("seed-2", 5, 2)]
+    assert [c.data.exposures for _, c in replicate_argvs(["--exposures", "8,0"], counterfactual=True)] == ["8,0",
+                                                                                                         "0,8"]
     with pytest.raises(ValueError, match="--seed is what --seeds varies"):
         replicate_argvs(["--seed", "3"], seeds=[0, 1])
     with pytest.raises(ValueError, match="give --out to the replicate command"):

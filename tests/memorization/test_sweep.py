@@ -14,7 +14,8 @@ sys.path.insert(0, str(REPO / "recipes"))
 import sweep as sweep_cli  # noqa: E402
 
 from memorization import sweep as sw  # noqa: E402
-from memorization.experiment import run_experiment  # noqa: E402
+from memorization.experiment import ExperimentConfig, run_experiment  # noqa: E402
+from memorization.experiment.cli import config_from_argv  # noqa: E402
 
 MICRO = ["--num-targets", "4", "--num-nonmembers", "2", "--steps", "12", "--prefix", "10", "--suffix", "10",
          "--seq-len", "64", "--checkpoint-every", "5"]
@@ -33,8 +34,9 @@ def test_grid_shares_the_standard_arm():
     both = [c for c in cells if c.arms == "both"]
     assert len(both) == 4 and all(c.goldfish_k == 4 for c in both)  # one standard arm per (size, exposures)
     assert all(c.arms == "goldfish" for c in cells if c.goldfish_k == 8)
-    assert cells[0].memorize_argv(Path("d"))[:10] == ["--size", "tiny", "--exposures", "16", "--goldfish-k", "4",
-                                                      "--goldfish-h", "13", "--arms", "both"]
+    cfg = cells[0].config(ExperimentConfig(), Path("d"))  # the cell's fields over the experiment every cell shares
+    assert (cfg.model.size, cfg.data.exposures, cfg.goldfish.k, cfg.goldfish.h, cfg.goldfish.arms) == (
+        "tiny", "16", 4, 13, "both")
 
 
 def test_grid_variants():
@@ -68,8 +70,8 @@ def test_grid_refuses_bad_values(args, match):
 ])
 def test_passthrough_checked(extra, match):
     with pytest.raises(sw.SweepError, match=match):
-        sw.check_passthrough(extra)
-    assert sw.check_passthrough(["--steps", "12", "--seq-len", "64"]) == ["--steps", "12", "--seq-len", "64"]
+        sweep_cli.check_passthrough(extra)
+    assert sweep_cli.check_passthrough(["--steps", "12", "--seq-len", "64"]) == ["--steps", "12", "--seq-len", "64"]
 
 
 def test_cli_refuses_bad_grid(tmp_path):
@@ -104,8 +106,8 @@ def micro(tmp_path_factory):
         return run_experiment(cfg)
 
     with pytest.raises(KeyboardInterrupt):
-        sw.run_sweep(cells, out, MICRO, sw.EvalOptions(mia=True), {"command": "test"}, progress=False,
-                     run=interrupted)
+        sw.run_sweep(cells, out, config_from_argv(MICRO), sw.EvalOptions(mia=True), {"command": "test"},
+                     progress=False, run=interrupted, options=MICRO)
     state = {
         "after_interrupt": {c.name: (out / "cells" / c.name / "cell.json").exists() for c in cells},
         "interrupted_results": (out / "cells" / "tiny-e4-k4-h13" / "results.json").exists(),
@@ -141,7 +143,7 @@ def test_interrupted_cell_leaves_no_result_and_resumes(micro):
     assert sorted((r["exposures"], r["arm"], r["partial"]) for r in agg["rows"]) == [
         (2, "goldfish", False), (2, "standard", False), (4, "goldfish", True), (4, "standard", True)]
     rec = micro["records"]["tiny-e4-k4-h13"]
-    assert rec["status"] == "ok" and "--resume" in rec["memorize_argv"] and rec["attempts"] == 1
+    assert rec["status"] == "ok" and rec["config"]["output"]["resume"] and rec["attempts"] == 1
     assert not list(micro["out"].rglob("*.tmp"))
 
 
@@ -284,14 +286,14 @@ def test_stop_signal_stops_the_sweep_and_leaves_the_cell_to_resume(tmp_path):
         raise SystemExit(EXIT_INTERRUPTED)
 
     with pytest.raises(SystemExit) as e:
-        sw.run_sweep(cells, tmp_path, MICRO, sw.EvalOptions(), {}, progress=False, run=stopped)
+        sw.run_sweep(cells, tmp_path, config_from_argv(MICRO), sw.EvalOptions(), {}, progress=False, run=stopped)
     assert e.value.code == EXIT_INTERRUPTED and len(seen) == 1  # the second cell never started
     assert not list(tmp_path.glob("cells/*/cell.json"))  # nothing recorded: the next run resumes the cell
 
     def refused(cfg):
         raise SystemExit("error: --lr must be > 0")
 
-    rec = sw.run_cell(cells[0], tmp_path, MICRO, sw.EvalOptions(), run=refused)
+    rec = sw.run_cell(cells[0], tmp_path, config_from_argv(MICRO), sw.EvalOptions(), run=refused)
     assert rec["status"] == "error" and rec["error"] == "SystemExit: error: --lr must be > 0"
 
 
@@ -310,12 +312,12 @@ def test_finished_cell_is_not_reused_for_other_memorize_options(tmp_path):
         (out / "standard" / "sweep_eval.json").write_text(json.dumps({"options": sw._opts_key(opts)}))
         return {"arms": {"standard": {"steps": cfg.training.steps}}}
 
-    assert not sw.run_cell(cell, tmp_path, ["--steps", "12"], opts, run=fake)["cached"]
-    assert sw.run_cell(cell, tmp_path, ["--steps", "12"], opts, run=fake)["cached"]
+    assert not sw.run_cell(cell, tmp_path, config_from_argv(["--steps", "12"]), opts, run=fake)["cached"]
+    assert sw.run_cell(cell, tmp_path, config_from_argv(["--steps", "12"]), opts, run=fake)["cached"]
     moved = tmp_path.parent / (tmp_path.name + "-moved")
     tmp_path.rename(moved)
-    assert sw.run_cell(cell, moved, ["--steps", "12"], opts, run=fake)["cached"]
-    rec = sw.run_cell(cell, moved, ["--steps", "24"], opts, run=fake)
+    assert sw.run_cell(cell, moved, config_from_argv(["--steps", "12"]), opts, run=fake)["cached"]
+    rec = sw.run_cell(cell, moved, config_from_argv(["--steps", "24"]), opts, run=fake)
     assert not rec["cached"] and len(calls) == 2 and calls[-1].output.resume
     assert rec["arms"]["standard"]["memorize"]["steps"] == 24
 
@@ -354,8 +356,8 @@ def test_figure_score_counts_the_least_protective_goldfish_setting_in_any_row_or
 def test_abbreviated_passthrough_is_refused(extra):
     # memorize's parser expands --siz to --size: the cell "tiny-e2-..." would train a mini model
     with pytest.raises(sw.SweepError, match="full option name"):
-        sw.check_passthrough(extra)
-    assert sw.check_passthrough(["--steps", "3", "--lr=0.01"]) == ["--steps", "3", "--lr=0.01"]
+        sweep_cli.check_passthrough(extra)
+    assert sweep_cli.check_passthrough(["--steps", "3", "--lr=0.01"]) == ["--steps", "3", "--lr=0.01"]
 
 
 def _fake_memorize(calls):
@@ -389,11 +391,11 @@ def test_extended_grid_keeps_the_standard_arm_where_it_was_trained(tmp_path):
     fake = _fake_memorize(calls)
     first = sw.expand_grid("tiny", "2", "0,4")
     for c in first:
-        assert sw.run_cell(c, tmp_path, [], OPTS, run=fake)["status"] == "ok"
+        assert sw.run_cell(c, tmp_path, ExperimentConfig(), OPTS, run=fake)["status"] == "ok"
     # the same sweep with k=2 added in front: k=4 keeps its (finished) standard arm, k=2 runs Goldfish only
     cells = sw.adopt_standard_arms(sw.expand_grid("tiny", "2", "0,2,4"), tmp_path)
     assert [(c.name, c.arms) for c in cells] == [("tiny-e2-k2-h13", "goldfish"), ("tiny-e2-k4-h13", "both")]
-    recs = [sw.run_cell(c, tmp_path, [], OPTS, run=fake) for c in cells]
+    recs = [sw.run_cell(c, tmp_path, ExperimentConfig(), OPTS, run=fake) for c in cells]
     assert [r["status"] for r in recs] == ["ok", "ok"] and recs[1]["cached"]
     assert sum(c.goldfish.arms == "both" for c in calls) == 1  # one standard arm per (size, exposures), trained once
     # and a grid without the first k: a cell not started yet takes the standard arm
@@ -407,9 +409,10 @@ def test_run_sweep_adopts_the_standard_arm(tmp_path):
     calls = []
     fake = _fake_memorize(calls)
     small = ["--steps", "12", "--seq-len", "64", "--num-targets", "4", "--prefix", "10", "--suffix", "10"]
-    sw.run_sweep(sw.expand_grid("tiny", "2", "0,4"), tmp_path, small, OPTS, {}, progress=False, run=fake)
-    res, summary = sw.run_sweep(sw.expand_grid("tiny", "2", "0,2,4"), tmp_path, small, OPTS, {}, progress=False,
-                                run=fake)
+    sw.run_sweep(sw.expand_grid("tiny", "2", "0,4"), tmp_path, config_from_argv(small), OPTS, {}, progress=False,
+                 run=fake)
+    res, summary = sw.run_sweep(sw.expand_grid("tiny", "2", "0,2,4"), tmp_path, config_from_argv(small), OPTS, {},
+                                progress=False, run=fake)
     assert not summary.failed and summary.cached == ["tiny-e2-k4-h13"]
     assert sorted((r["arm"], r["k"]) for r in res["rows"]) == [("goldfish", 2), ("goldfish", 4), ("standard", 0)]
 

@@ -376,7 +376,7 @@ def test_planner_validity_is_what_axonn_parallelize_accepts():
 
 
 def test_a_depth_three_hand_grid_gets_a_script(tmp_path):
-    job = gen.make_job(gen.JobSpec(machine="alps", size="1b", gpus=12, grid=(1, 4, 1, 3), micro_batch=1,
+    job = gen.make_job(gen.job_spec(machine="alps", size="1b", gpus=12, grid=(1, 4, 1, 3), micro_batch=1,
                                    global_batch=96, out_dir=str(tmp_path), run_root=str(tmp_path)))
     assert job.grid == (1, 4, 1, 3) and "--grid 1,4,1,3" in job.text and job.nodes == 3
 
@@ -391,16 +391,17 @@ def _arms(job) -> tuple[int, list[str]]:
 def test_the_paper_matrix_trains_each_arm_once(tmp_path):
     """One job per machine and size trains both arms, Goldfish off and on (each once, paired in one report);
     --arms trains one alone, and 'goldfish' without a Goldfish k is refused."""
-    base = gen.JobSpec(machine="frontier", size="8b", out_dir=str(tmp_path), run_root=str(tmp_path))
+    given = dict(machine="frontier", size="8b", out_dir=str(tmp_path), run_root=str(tmp_path))
+    base = gen.job_spec(**given)
     trained = []
     for spec in gen.paper_matrix(base, machines=("frontier", "alps"), sizes=("8b", "70b")):
         k, arms = _arms(gen.make_job(spec))
         trained.append((spec.machine, spec.size, k, tuple(arms)))
     assert trained == [(m, s, 4, ("standard", "goldfish")) for m in ("frontier", "alps") for s in ("8b", "70b")]
-    assert _arms(gen.make_job(gen.JobSpec(**{**base.__dict__, "arms": "goldfish"})))[1] == ["goldfish"]
-    assert _arms(gen.make_job(gen.JobSpec(**{**base.__dict__, "goldfish_k": 0})))[1] == ["standard"]
+    assert _arms(gen.make_job(gen.job_spec(**{**given, "arms": "goldfish"})))[1] == ["goldfish"]
+    assert _arms(gen.make_job(gen.job_spec(**{**given, "goldfish_k": 0})))[1] == ["standard"]
     with pytest.raises(ValueError, match=r"the goldfish arm\(s\) need --goldfish-k >= 2"):
-        gen.make_job(gen.JobSpec(**{**base.__dict__, "arms": "goldfish", "goldfish_k": 0}))
+        gen.make_job(gen.job_spec(**{**given, "arms": "goldfish", "goldfish_k": 0}))
 
 
 def test_a_hand_grid_the_trainer_preflight_refuses_is_refused_before_the_queue(tmp_path, capsys):
@@ -410,7 +411,7 @@ def test_a_hand_grid_the_trainer_preflight_refuses_is_refused_before_the_queue(t
 
     prof = load_profile("frontier")
     cuda = torch.device("cuda")
-    spec = gen.JobSpec(machine="frontier", size="405b", gpus=8, grid=(1, 8, 1, 1), micro_batch=1,
+    spec = gen.job_spec(machine="frontier", size="405b", gpus=8, grid=(1, 8, 1, 1), micro_batch=1,
                        out_dir=str(tmp_path), run_root=str(tmp_path))
     with pytest.raises(SystemExit, match="needs ~"):  # the trainer, even on an empty 64 GiB GCD
         check_size_runs_here(get_preset("405b"), cuda, (1, 8, 1, 1), seq=2048, micro_batch=1,
@@ -419,7 +420,7 @@ def test_a_hand_grid_the_trainer_preflight_refuses_is_refused_before_the_queue(t
                                          r"check.*smallest GPU count that fits is 128"):
         gen.make_job(spec)
     # a hand grid the trainer takes still gets its script, with no warning
-    ok = gen.JobSpec(machine="frontier", size="405b", gpus=1024, grid=(1, 8, 4, 32), micro_batch=4,
+    ok = gen.job_spec(machine="frontier", size="405b", gpus=1024, grid=(1, 8, 4, 32), micro_batch=4,
                      out_dir=str(tmp_path), run_root=str(tmp_path))
     check_size_runs_here(get_preset("405b"), cuda, (1, 8, 4, 32), seq=2048, micro_batch=4,
                          activation_checkpointing=True, free_bytes=prof.memory_bytes, micro_steps=1)
@@ -428,9 +429,9 @@ def test_a_hand_grid_the_trainer_preflight_refuses_is_refused_before_the_queue(t
 
 def test_an_unknown_size_is_named(tmp_path):
     with pytest.raises(PlanError, match="unknown size '8B': choose one of"):
-        gen.make_job(gen.JobSpec(machine="frontier", size="8B"))
+        gen.make_job(gen.job_spec(machine="frontier", size="8B"))
     with pytest.raises(ValueError, match="no default GPU count for 1b on frontier"):
-        gen.make_job(gen.JobSpec(machine="frontier", size="1b"))
+        gen.make_job(gen.job_spec(machine="frontier", size="1b"))
 
 
 def test_goldfish_k_one_is_refused_as_memorize_refuses_it(tmp_path):
@@ -439,7 +440,7 @@ def test_goldfish_k_one_is_refused_as_memorize_refuses_it(tmp_path):
     with pytest.raises(ValueError, match="k=1 is invalid"):
         validate_goldfish_args(1, 13, "hash", allow_zero=True)
     with pytest.raises(ValueError, match="goldfish_k must be 0 .* or >= 2, got 1"):  # memorize.py refuses k = 1
-        gen.make_job(gen.JobSpec(machine="frontier", size="8b", goldfish_k=1, out_dir=str(tmp_path)))
+        gen.make_job(gen.job_spec(machine="frontier", size="8b", goldfish_k=1, out_dir=str(tmp_path)))
 
 
 def test_batch_error_only_when_some_grid_fits_and_its_suggestion_plans():

@@ -162,7 +162,7 @@ def test_the_sweep_runs_cells_through_the_library(tmp_path, monkeypatch):
     monkeypatch.setattr(sw, "run_experiment", fake)  # the default runner is the library function
     opts = sw.EvalOptions(device="cpu")
     cell = sw.expand_grid("mini", "8", "0,4")[0]
-    rec = sw.run_cell(cell, tmp_path, ["--steps", "12", "--lr", "1e-3"], opts)
+    rec = sw.run_cell(cell, tmp_path, config_from_argv(["--steps", "12", "--lr", "1e-3"]), opts)
     assert rec["status"] == "ok" and len(seen) == 1 and isinstance(seen[0], ExperimentConfig)
     cfg = seen[0]
     assert (cfg.model.size, cfg.data.exposures, cfg.goldfish.k, cfg.goldfish.h, cfg.goldfish.arms) == \
