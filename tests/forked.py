@@ -24,7 +24,8 @@ from pathlib import Path
 PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "numpy", "transformers",
            "transformers.models.llama.modeling_llama", "axonn", "axonn.checkpoint", "memorization.models",
            "memorization.train", "memorization.eval_model", "memorization.extraction", "memorization.mia",
-           "memorization.downstream", "memorization.lm", "memorization.lm_eval_grid", "memorization.hpc_code.generate"]
+           "memorization.downstream", "memorization.lm", "memorization.lm_eval_grid", "memorization.hpc_code.generate",
+           "rouge_score.rouge_scorer"]  # Rouge-L imports nltk and scipy.stats: 3 s of CPU
 
 
 def server_env() -> dict[str, str]:

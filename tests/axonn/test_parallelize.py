@@ -10,13 +10,13 @@ curve, and overlap on == overlap off.
 from __future__ import annotations
 
 import importlib.util
-import subprocess
 import sys
 
 import pytest
 import torch
 
 import axonn
+from tests.forked import run_python
 from tests.support import WORKERS, fake_grid
 
 _spec = importlib.util.spec_from_file_location("axonn_launcher", WORKERS / "launcher.py")
@@ -37,8 +37,7 @@ def _run(nproc: int, grids: list[str], timeout: float, env: dict | None = None) 
 def test_a_one_rank_grid_runs_in_plain_python_without_a_launcher() -> None:
     """A 1x1x1x1 grid works in a plain python process with no launcher env vars."""
     env = launcher._env({"AXONN_TEST_STEPS": "5"})
-    res = subprocess.run([sys.executable, str(WORKERS / "grid_checks.py"), "1,1,1,1"], env=env,
-                         capture_output=True, text=True, timeout=110)
+    res = run_python([str(WORKERS / "grid_checks.py"), "1,1,1,1"], env=env, timeout=110)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "OK grid data=1 row=1 col=1 depth=1" in res.stdout
 
@@ -104,8 +103,7 @@ def test_compiled_parallel_model_shares_graphs_across_layers(grid, flags) -> Non
     """torch.compile splits only at axonn's collectives: no recompilation, as many graphs for 4 layers as for 2,
     and the compiled loss and gradients equal the eager ones (fake world, one process)."""
     env = launcher._env({})
-    res = subprocess.run([sys.executable, str(WORKERS / "compile_checks.py"), grid, *flags], env=env,
-                         capture_output=True, text=True, timeout=280)
+    res = run_python([str(WORKERS / "compile_checks.py"), grid, *flags], env=env, timeout=280)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert f"OK compile {grid}" in res.stdout
 

@@ -1,12 +1,12 @@
 """Rehearsal of generated jobs under a simulated Slurm (the shims in tests/slurm_shims: sbatch, srun, scontrol,
-module): a script from recipes/jobs/generate.py runs on this machine with 2 CPU ranks (gloo), fine-tuning a
-tiny Llama saved with transformers (``--init``, with the shipped BPE tokenizer next to it) on a token store
-prepared from the built-in corpus with that checkpoint's tokenizer (``--store``).  USR1 mid-run -> every rank
-checkpoints and exits 75 -> ``scontrol requeue`` -> the sbatch shim runs the job again -> it resumes and
-finishes; its results equal an uninterrupted run's of the same job (same grid, same computation: exactly).
-The uninterrupted run is submitted as a user submits it, by the generated ``<name>.submit.sh``: training,
-then the evaluation job (``--dependency=afterok``), which extracts and runs an lm-eval task from the
-arms' training checkpoints on the inference planner's grid; its extraction reproduces the run's own."""
+module): the generated ``<name>.submit.sh`` submits, as a user does, the training script from
+recipes/jobs/generate.py -- 2 CPU ranks (gloo) fine-tuning a tiny Llama saved with transformers (``--init``, with
+the shipped BPE tokenizer next to it) on a token store prepared from the built-in corpus with that checkpoint's
+tokenizer (``--store``) -- and then its evaluation job (``--dependency=afterok``).  USR1 mid-run -> every rank
+checkpoints and exits 75 -> ``scontrol requeue`` -> the sbatch shim runs the job again -> it resumes and finishes;
+its results equal an uninterrupted run's of the same command (same grid, same computation: exactly).  The
+evaluation job then extracts (and, in the slow variants, runs perplexity and an lm-eval task) from the arms'
+training checkpoints on the inference planner's grid; its extraction reproduces the run's own."""
 from __future__ import annotations
 
 import json
@@ -21,9 +21,9 @@ import pytest
 
 from memorization import eval_jobs
 from memorization import jobs as gen
-from tests.support import REPO, SHIMS
+from tests.support import REPO, SHIMS, WORKERS
 
-STEPS = 16
+STEPS = 8
 
 
 def save_tiny_llama(path: Path, vocab_size: int | None = None, tokenizer: bool = True) -> Path:
@@ -84,60 +84,107 @@ def _env(root: Path) -> dict:
     return env
 
 
-def _sbatch(job: gen.Job, root: Path, job_id: int) -> subprocess.Popen:
-    env = {**_env(root), "SLURM_JOB_ID": str(job_id)}
-    return subprocess.Popen([str(SHIMS / "sbatch"), str(job.path)], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-
-
 def _arms(run_dir: Path) -> dict:
     arms = json.loads((run_dir / "results.json").read_text())["arms"]
     return {a: {k: v for k, v in r.items() if k != "train_seconds"} for a, r in arms.items()}
 
 
-_REFERENCE: dict[str, tuple] = {}
+def _descendants(pid: int) -> list[int]:
+    """The process ids below ``pid`` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
 
 
-def reference(machine: str, root: Path, init: Path, store: Path) -> tuple[dict, Path, eval_jobs.EvalJob, str]:
-    """The uninterrupted run of the same job and its evaluation, submitted by the generated submit script (once per
-    machine and session): (its arms' results, its run directory, the evaluation job, the submit script's output)."""
-    if machine not in _REFERENCE:
+def _batch_shim(submit: subprocess.Popen, script: Path) -> int | None:
+    """The sbatch shim that runs ``script`` under the submit script ``submit`` (None while there is none)."""
+    for pid in _descendants(submit.pid):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(a.endswith(b"/sbatch") for a in argv) and str(script).encode() in argv:
+            return pid
+    return None
+
+
+def _uninterrupted(job: gen.Job, out: Path) -> dict:
+    """The arms of the job's training run without interruption: its ranks run the job's command line (its config,
+    grid and micro-batch) with ``out`` as the run directory, started as forks (tests/forked.py) instead of through
+    the shims: the same computation on the same grid."""
+    sys.path.insert(0, str(WORKERS))
+    import launcher
+
+    args = ["--config", str(job.config_path), "--grid", str(job.grid), "--micro-batch", str(job.micro_batch),
+            "--out", str(out)]
+    codes, log = launcher.launch(str(REPO / "recipes" / "memorize.py"), job.tasks, args, timeout=600,
+                                 extra_env={"WANDB_MODE": "disabled", "AXONN_TIMEOUT": "240"})
+    assert codes == [0] * job.tasks, log
+    return _arms(out)
+
+
+_SUBMITTED: dict[str, tuple] = {}
+
+
+def submitted(machine: str, root: Path, init: Path, store: Path) -> tuple:
+    """The job submitted as a user submits it, by the generated ``<name>.submit.sh`` (training, then the evaluation
+    job after it), with USR1 sent to the training job once its first checkpoint exists (Slurm's
+    ``--signal=B:USR1@lead``): (the job, its run directory, the evaluation job, the submit script's output, the
+    training log, the training job's id).  Once per machine and session."""
+    if machine not in _SUBMITTED:
         job = _job(machine, root, init, store)
-        # MIA and perplexity on grids: tests/memorization/test_mia.py, tests/memorization/test_downstream.py; here the checkpoint -> grid path
-        evaluation = eval_jobs.make_eval_job(job, ("extract", "downstream"), tasks="goldfish_mc")
+        assert job.tasks == 2 and job.config.model.init == str(init) and job.config.data.store == str(store)
+        # MIA and perplexity on grids: tests/memorization/test_mia.py, tests/memorization/test_downstream.py; here
+        # the checkpoint -> grid path of a generated evaluation job (with downstream: the slow variant)
+        evaluation = eval_jobs.make_eval_job(job, EVALUATIONS[machine],
+                                             tasks="goldfish_mc" if "downstream" in EVALUATIONS[machine] else None)
         evaluation.write()
-        p = subprocess.run(["bash", str(evaluation.submit_path)], env=_env(root), capture_output=True, text=True,
-                           timeout=900)
-        logs = "".join(f.read_text()[-3000:] for f in sorted(job.log_dir.glob("*.out")))
-        assert p.returncode == 0, p.stdout + p.stderr + logs
         run_dir = Path(job.config.output.out)
-        _REFERENCE[machine] = (_arms(run_dir), run_dir, evaluation, p.stdout + p.stderr)
-    return _REFERENCE[machine]
+        p = subprocess.Popen(["bash", str(evaluation.submit_path)], env=_env(root), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+        latest = run_dir / "standard" / "checkpoint" / "LATEST"
+        deadline = time.time() + 300
+        while not latest.exists() and p.poll() is None and time.time() < deadline:
+            time.sleep(0.02)
+        shim = _batch_shim(p, job.path)
+        assert latest.exists() and shim is not None, (p.poll(), "".join(
+            f.read_text()[-3000:] for f in sorted(job.log_dir.glob("*.out"))))
+        os.kill(shim, signal.SIGUSR1)  # Slurm: --signal=B:USR1@lead to the batch shell (the shim relays it)
+        out, _ = p.communicate(timeout=900)
+        logs = "".join(f.read_text()[-3000:] for f in sorted(job.log_dir.glob("*.out")))
+        assert p.returncode == 0, out + logs
+        job_id = out.split("training job ")[1].split()[0]
+        text = (job.log_dir / f"{job.spec.name}-{job_id}.out").read_text()
+        _SUBMITTED[machine] = (job, run_dir, evaluation, out, text, job_id)
+    return _SUBMITTED[machine]
+
+
+#: the evaluations of the rehearsed evaluation job: downstream (perplexity and lm-eval from the training
+#: checkpoints) adds two srun steps, rehearsed with the slow machines
+EVALUATIONS = {"frontier": ("extract",), "alps": ("extract", "downstream"), "perlmutter": ("extract", "downstream")}
+MACHINES = ["frontier", pytest.param("alps", marks=pytest.mark.slow),
+            pytest.param("perlmutter", marks=pytest.mark.slow)]
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("machine", ["frontier", pytest.param("alps", marks=pytest.mark.slow),
-                                     pytest.param("perlmutter", marks=pytest.mark.slow)])
-def test_rehearsal_usr1_requeue_resume_equals_uninterrupted(machine, tiny_init, store, tmp_path):
-    """sbatch (shim) runs the generated script; USR1 once the first checkpoint exists; the script forwards it,
-    both ranks checkpoint after the same step and exit 75, the shell requeues, the shim reruns the job
-    (SLURM_RESTART_COUNT=1), which resumes there and finishes: results.json's arms (loss curve, val loss,
-    extraction numbers) equal the uninterrupted job's exactly."""
-    job = _job(machine, tmp_path, tiny_init, store)
-    run_dir = Path(job.config.output.out)
-    assert job.tasks == 2 and job.config.model.init == str(tiny_init) and job.config.data.store == str(store)
-    job_id = 32000 + os.getpid() % 1000
-    p = _sbatch(job, tmp_path, job_id)
-    latest = run_dir / "standard" / "checkpoint" / "LATEST"
-    deadline = time.time() + 300
-    while not latest.exists() and p.poll() is None and time.time() < deadline:
-        time.sleep(0.02)
-    log = job.log_dir / f"{job.spec.name}-{job_id}.out"
-    assert latest.exists(), log.read_text()[-3000:] if log.exists() else ""
-    p.send_signal(signal.SIGUSR1)  # Slurm: --signal=B:USR1@lead to the batch shell
-    out, _ = p.communicate(timeout=600)
-    text = log.read_text()
-    assert p.returncode == 0, out + text[-4000:]
+@pytest.mark.parametrize("machine", MACHINES)
+def test_rehearsal_usr1_requeue_resume_equals_uninterrupted(machine, tiny_init, store, tmp_path_factory):
+    """submit.sh submits the training job (the sbatch shim runs the generated script); USR1 once the first
+    checkpoint exists; the script forwards it, both ranks checkpoint after the same step and exit 75, the shell
+    requeues, the shim reruns the job (SLURM_RESTART_COUNT=1), which resumes there and finishes: results.json's
+    arms (loss curve, val loss, extraction numbers) equal those of the same command run without interruption
+    exactly."""
+    job, run_dir, _, _, text, job_id = submitted(machine, tmp_path_factory.mktemp(machine), tiny_init, store)
     assert "USR1: time limit near, checkpoint + requeue" in text and "srun exited with 75" in text
     assert f"job {job_id} (restart 1)" in text
     resumed = [line for line in text.splitlines() if "standard: resumed at step" in line]
@@ -145,28 +192,34 @@ def test_rehearsal_usr1_requeue_resume_equals_uninterrupted(machine, tiny_init, 
     stopped_at = int(resumed[0].split("resumed at step ")[1].split()[0])
     assert 2 <= stopped_at < STEPS
     got = _arms(run_dir)
-    want = reference(machine, tmp_path / "reference", tiny_init, store)[0]
     assert set(got) == {"standard", "goldfish"}
-    assert got == want
+    assert got == _uninterrupted(job, tmp_path_factory.mktemp("uninterrupted") / "run")
 
 
-def test_the_evaluation_job_follows_training_and_reproduces_its_extraction(tiny_init, store, tmp_path):
-    """submit.sh: training, then (afterok) the evaluation job on the inference planner's grid, reading the arms'
-    training checkpoints resharded onto it: every target's exact match equals the run's own end-of-run
-    extraction, and the shipped lm-eval task reports for both arms."""
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("machine", MACHINES)
+def test_the_evaluation_job_follows_training_and_reproduces_its_extraction(machine, tiny_init, store,
+                                                                            tmp_path_factory):
+    """submit.sh: training (interrupted and requeued, as above), then (afterok) the evaluation job on the inference
+    planner's grid, reading the arms' training checkpoints resharded onto it: every target's exact match equals the
+    run's own end-of-run extraction; with downstream, the shipped lm-eval task reports for both arms."""
     from memorization.extraction import trained
 
-    arms, run_dir, evaluation, out = reference("frontier", tmp_path / "reference", tiny_init, store)
+    _, run_dir, evaluation, out, _, _ = submitted(machine, tmp_path_factory.mktemp(machine), tiny_init, store)
+    arms = _arms(run_dir)
     assert "training job" in out and "evaluation job" in out, out
     log = next(evaluation.train.log_dir.glob(f"{evaluation.train.spec.name}-eval-*.out")).read_text()
     assert "evaluation finished with status 0" in log, log[-4000:]
     assert {s.arm for s in evaluation.steps} == {"standard", "goldfish"} and evaluation.tasks == 2
+    assert {s.what for s in evaluation.steps} == set(EVALUATIONS[machine])
     for arm in ("standard", "goldfish"):
         ext = json.loads((run_dir / "eval" / arm / "extraction" / "extraction.json").read_text())
         assert {d["id"]: d["exact_match"] for d in trained(ext["documents"])} == arms[arm]["exact_by_target"]
-        tasks = json.loads((run_dir / "eval" / arm / "downstream" / "downstream.json").read_text())["lm_eval"]
-        assert not tasks["errors"] and tasks["n_samples"] == {"goldfish_mc": 32}, tasks
-        assert 0.0 <= tasks["results"]["goldfish_mc"]["acc"] <= 1.0
+        if "downstream" in EVALUATIONS[machine]:
+            report = json.loads((run_dir / "eval" / arm / "downstream" / "downstream.json").read_text())
+            tasks = report["lm_eval"]
+            assert not tasks["errors"] and tasks["n_samples"] == {"goldfish_mc": 32}, tasks
+            assert 0.0 <= tasks["results"]["goldfish_mc"]["acc"] <= 1.0
 
 
 def test_an_evaluation_whose_training_failed_never_runs(tmp_path):

@@ -1,4 +1,8 @@
-"""recipes/memorize.py on a multi-process 4D grid (gloo) follows the single-process run."""
+"""recipes/memorize.py on a multi-process 4D grid (gloo) follows the single-process run.
+
+The ranks are forks of the preloaded test server with torchrun's environment (tests/forked.py: no 7 s import per
+rank); torchrun itself starts them in the test of a corpus too small for the run and in the slow tests, mpiexec in
+the slow mpiexec test."""
 import json
 import os
 import shutil
@@ -23,14 +27,27 @@ def serial(tmp_path_factory):
     return memorize.main(SMALL + ["--out", str(out), "--overwrite"])["arms"]["standard"]
 
 
-def _launch(launcher: list[str], grid: str, out: Path, extra: tuple[str, ...] = (), log: list | None = None) -> dict:
-    """The standard arm's results of memorize.py on ``grid``; its stderr is appended to ``log`` if given."""
-    env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "AXONN_TIMEOUT": "240"}
-    cmd = launcher + [str(REPO / "recipes" / "memorize.py"), *SMALL, "--grid", grid, "--out", str(out), *extra]
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+def _launch(launcher: list[str] | int, grid: str, out: Path, extra: tuple[str, ...] = (),
+            log: list | None = None) -> dict:
+    """The standard arm's results of memorize.py on ``grid``, started by ``launcher`` (a command line such as
+    torchrun's, or a number of ranks: forks of the preloaded test server with torchrun's environment,
+    tests/forked.py); its output is appended to ``log`` if given."""
+    args = [*SMALL, "--grid", grid, "--out", str(out), *extra]
+    env = {"WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "AXONN_TIMEOUT": "240"}
+    if isinstance(launcher, int):
+        sys.path.insert(0, str(WORKERS))
+        import launcher as forked_ranks
+
+        codes, text = forked_ranks.launch(str(REPO / "recipes" / "memorize.py"), launcher, args, timeout=600,
+                                          extra_env=env)
+        assert codes == [0] * launcher, text[-6000:]
+    else:
+        r = subprocess.run(launcher + [str(REPO / "recipes" / "memorize.py"), *args], env={**os.environ, **env},
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        text = r.stderr
     if log is not None:
-        log.append(r.stderr)
+        log.append(text)
     return json.loads((out / "results.json").read_text())["arms"]["standard"]
 
 
@@ -51,7 +68,7 @@ def _torchrun(n: int) -> list[str]:
 
 def test_row_and_depth_grid_follows_serial(serial, tmp_path):
     """With activation checkpointing (each rank keeps half of every layer input, row = 2, and regathers it)."""
-    _same_run(serial, _launch(_torchrun(4), "1,2,1,2", tmp_path / "r", ("--activation-checkpointing",)))
+    _same_run(serial, _launch(4, "1,2,1,2", tmp_path / "r", ("--activation-checkpointing",)))
 
 
 @pytest.mark.slow
@@ -113,7 +130,7 @@ def test_run_stopped_on_one_grid_resumes_on_another(serial, tmp_path, monkeypatc
     with pytest.raises(SystemExit, match="differ.*lr"):  # what the run computes may not change
         memorize.main(SMALL + ["--out", str(out), "--resume", "--lr", "1e-4"])
     log = []
-    _same_run(serial, _launch(_torchrun(2), "1,1,1,2", out, ("--resume", "--async-checkpoint"), log))
+    _same_run(serial, _launch(2, "1,1,1,2", out, ("--resume", "--async-checkpoint"), log))
     assert "--resume with other execution settings (was, now): {'grid': ('1,1,1,1', '1,1,1,2'), " \
            "'async_checkpoint': (False, True)}" in log[0], log[0]
     assert f"standard: resumed at step {stopped_at} of 12" in log[0], log[0]
@@ -136,11 +153,14 @@ def test_a_corpus_that_cannot_fill_the_steps_ends_every_rank_with_rank_0s_reason
 def test_a_grid_that_does_not_divide_the_heads_is_one_line_from_rank_0_before_any_data_work(tmp_path):
     """Row 3 cannot split the tiny model's 4 heads: refused before the store is prepared or --out is written,
     printed once (rank 0), not once per rank."""
-    env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "AXONN_TIMEOUT": "60",
+    sys.path.insert(0, str(WORKERS))
+    import launcher
+
+    env = {"WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "AXONN_TIMEOUT": "60",
            "GOLDFISH_CACHE": str(tmp_path / "cache")}
-    cmd = _torchrun(3) + [str(REPO / "recipes" / "memorize.py"), *SMALL, "--grid", "1,3,1,1",
-                          "--out", str(tmp_path / "run")]
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert r.returncode != 0
-    assert r.stderr.count("error: --grid 1,3,1,1: row=3 does not divide heads=4") == 1, r.stderr[-3000:]
+    codes, out = launcher.launch(str(REPO / "recipes" / "memorize.py"), 3,
+                                 [*SMALL, "--grid", "1,3,1,1", "--out", str(tmp_path / "run")], timeout=300,
+                                 extra_env=env)
+    assert all(c != 0 for c in codes), out
+    assert out.count("error: --grid 1,3,1,1: row=3 does not divide heads=4") == 1, out[-3000:]
     assert not (tmp_path / "run").exists() and not (tmp_path / "cache").exists()
