@@ -21,6 +21,11 @@ from ..communication import all_reduce
 from ..grid import Grid, get_grid
 
 
+def _upcast(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in float32, or as it is when wider (float64 logits keep their precision)."""
+    return x if x.dtype == torch.float64 else x.float()
+
+
 def _label_columns(labels: torch.Tensor, nv: int, valid: torch.Tensor | None, axes, grid: Grid):
     """``(idx, local)``: each label's column in this rank's ``nv``-wide vocabulary shard (0 where not owned) and
     whether this rank owns it (and it is ``valid``)."""
@@ -32,7 +37,7 @@ def _label_columns(labels: torch.Tensor, nv: int, valid: torch.Tensor | None, ax
 
 
 def _shifted_sums(logits: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor | None, axes, grid: Grid):
-    """Steps 1-3 of the module doc on float32 ``logits``: ``(shifted, e, s, t, idx, local)`` with ``shifted =
+    """Steps 1-3 of the module doc on float32 (or float64) ``logits``: ``(shifted, e, s, t, idx, local)`` with ``shifted =
     logits - m``, ``e = exp(shifted)``, ``s = Σ_v e`` and ``t = shifted[label]`` over the whole vocabulary (three
     all-reduces), ``idx``/``local`` the label's local column and whether this rank owns it (and it is ``valid``)."""
     m = logits.max(dim=-1).values
@@ -52,7 +57,7 @@ class _VocabParallelCE(torch.autograd.Function):
     def forward(ctx, logits, labels, ignore_index, axes, grid):
         ctx.in_dtype = logits.dtype
         valid = labels != ignore_index
-        _, e, s, t, idx, local = _shifted_sums(logits.float(), labels, valid, axes, grid)
+        _, e, s, t, idx, local = _shifted_sums(_upcast(logits), labels, valid, axes, grid)
         loss = (s.log() - t) * valid
         e.div_(s.unsqueeze(-1))
         ctx.save_for_backward(e, idx, local, valid)
@@ -103,7 +108,7 @@ def vocab_parallel_logprobs(logits_shard: torch.Tensor, targets: torch.Tensor, m
     without ``moments``.  Targets must lie in ``[0, V)``.
     """
     grid = grid or get_grid()
-    shifted, e, s, t, _, _ = _shifted_sums(logits_shard.float(), targets, None, axes, grid)
+    shifted, e, s, t, _, _ = _shifted_sums(_upcast(logits_shard), targets, None, axes, grid)
     del e
     log_s = s.log()
     logp = t - log_s
@@ -126,9 +131,9 @@ def vocab_parallel_is_max(logits_shard: torch.Tensor, targets: torch.Tensor, axe
     it; a tie counts), from vocab-sharded logits: the global max (all-reduce MAX) against the target's logit
     (all-reduce SUM of the one owner's value), never the full vocabulary.  Targets must lie in ``[0, V)``."""
     grid = grid or get_grid()
-    m = logits_shard.max(dim=-1).values.float()
+    m = _upcast(logits_shard.max(dim=-1).values)
     all_reduce(m, axes, op=dist.ReduceOp.MAX, grid=grid)
     idx, local = _label_columns(targets, logits_shard.shape[-1], None, axes, grid)
-    t = logits_shard.gather(-1, idx.unsqueeze(-1)).squeeze(-1).float() * local
+    t = _upcast(logits_shard.gather(-1, idx.unsqueeze(-1)).squeeze(-1)) * local
     all_reduce(t, axes, grid=grid)
     return t >= m
