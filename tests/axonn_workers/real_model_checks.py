@@ -43,13 +43,19 @@ SLACK, FLOOR = 4.0, 1e-6
 
 
 def fp64_gradients(model_dir: str, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The gradients of the batch's loss computed in fp64 (rank 0 only: the same on every rank)."""
+    """The gradients of the batch's loss computed in fp64 (rank 0 only: the same on every rank).  The loss is
+    taken from the fp64 logits here: HF's ``ForCausalLMLoss`` casts logits to float32 whatever their dtype, which
+    would put the float32 softmax's rounding (~4e-6 relative at this model's logits, ~35) into the reference,
+    the same rounding the serial fp32 model makes -- flattering it and blaming any other exact computation."""
+    import torch.nn.functional as F
     from transformers import AutoModelForCausalLM
 
     if dist.get_rank() != 0:
         return {}
     m = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float64, attn_implementation="sdpa")
-    m(input_ids=x, labels=y).loss.backward()
+    logits = m(input_ids=x).logits
+    shifted = F.pad(y, (0, 1), value=-100)[..., 1:]  # HF's shift: position t predicts label t + 1
+    F.cross_entropy(logits.reshape(-1, logits.shape[-1]), shifted.reshape(-1), ignore_index=-100).backward()
     return {n: p.grad for n, p in m.named_parameters()}
 
 
