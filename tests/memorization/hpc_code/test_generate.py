@@ -217,3 +217,31 @@ def test_the_stop_test_ends_a_row_at_the_token_the_full_scan_first_finds_the_fun
     assert c_body_closed(tok.decode(tok(tricky[0]).input_ids[:stops[-3]])) and "int g" not in tok.decode(
         tok(tricky[0]).input_ids[:stops[-3]])
     assert fast(tok("  x = 1;").input_ids + [eos]) == len(tok("  x = 1;").input_ids)
+
+
+@pytest.mark.slow
+def test_every_cpu_prompt_fits_smollm2_whole_in_its_chat_template_with_1024_new_tokens(smollm2):
+    """The real SmolLM2-135M-Instruct tokenizer: all 300 CPU prompts (5 execution models x 60) as chat inputs equal
+    transformers' ``continue_final_message`` rendering, hold each prompt's tokens whole, and with 1,024 new
+    tokens fit the model's 8,192 positions."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    from memorization.hpc_code.generate import chat_input, instruction
+
+    tok = AutoTokenizer.from_pretrained(smollm2)
+    context = json.loads((Path(smollm2) / "config.json").read_text())["max_position_embeddings"]
+    problems, _ = load_suite(None, None, ["serial", "openmp", "mpi", "mpi+omp", "kokkos"])
+    assert len(problems) == 300
+    lengths = []
+    for p in problems:
+        text = chat_input(tok, p.prompt, p.language)
+        want = tok.apply_chat_template([{"role": "user", "content": instruction(p.language)},
+                                        {"role": "assistant", "content": f"```{p.language}\n{p.prompt}"}],
+                                       continue_final_message=True, tokenize=False)
+        assert text == want and text.endswith(p.prompt)
+        ids = tok(text, add_special_tokens=False).input_ids
+        assert tok.decode(ids) == text
+        lengths.append(len(ids))
+    assert max(lengths) + 1024 <= context
