@@ -5,7 +5,11 @@ style).  An instruction-tuned model -- one whose tokenizer has a chat template -
 (:func:`chat_input`, as bigcode-evaluation-harness's instruct tasks): a user turn asking for the rest of the
 function, then the template's generation prompt and the reply begun as a code fence and the prompt itself, so
 the model's next tokens are the function's body as a base model's would be (and are cut and scored the same
-way).  Every input must fit the model's context with ``max_new_tokens`` to spare, or sampling is refused before
+way).  The model is given the prompt less its trailing whitespace and writes that whitespace itself: a
+tokenizer merges a newline with the next line's indentation (``"\n   "`` is one token), so a prompt ending in a
+lone newline token puts the model at column 0 of an unusual token boundary (SmolLM2-135M then writes
+``#define`` lines instead of the body); the completions returned are the text after the whole prompt
+(:func:`after_prompt`).  Every input must fit the model's context with ``max_new_tokens`` to spare, or sampling is refused before
 it starts (:class:`ContextError`): a model never sees a truncated prompt.
 
 Each (prompt, sample) pair is one row; rows are decoded in batches with a KV cache
@@ -93,6 +97,13 @@ def stop_test(tokenizer, is_done: Callable[[str], bool], eos: int | None) -> Cal
     return until
 
 
+def after_prompt(text: str, tail: str) -> str:
+    """The text after the whole prompt of a continuation ``text`` of the prompt less its trailing whitespace
+    ``tail``: ``text`` without ``tail`` where it begins with it (as the model nearly always writes it), else
+    ``text`` (the candidate is then the prompt, the whitespace and ``text``: C and the stop tests do not mind)."""
+    return text[len(tail):] if text.startswith(tail) else text
+
+
 class HFSampler:
     """Temperature / top-p sampling from a local checkpoint directory, in one process or on ``grid``
     (``"D,R,C,Z"``, under torchrun/mpiexec/srun: the model built sharded from an HF directory or a training
@@ -116,10 +127,12 @@ class HFSampler:
         self.chat = has_template if chat is None else chat
 
     def input_ids(self, prompts: list[str], languages: list[str]) -> list[list[int]]:
-        """The token ids the model is given for each prompt (``languages``: their fence tags): the chat input
-        (:func:`chat_input`, whose special tokens are in its text) if :attr:`chat`, else the prompt as raw text."""
+        """The token ids the model is given for each prompt less its trailing whitespace (module docstring;
+        ``languages``: their fence tags): the chat input (:func:`chat_input`, whose special tokens are in its text)
+        if :attr:`chat`, else the prompt as raw text."""
         if len(languages) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(languages)} languages")
+        prompts = [p.rstrip() for p in prompts]
         if not self.chat:
             return [self.tok(p).input_ids for p in prompts]
         return [self.tok(chat_input(self.tok, p, lang), add_special_tokens=False).input_ids
@@ -163,6 +176,7 @@ class HFSampler:
 
         n = n if temperature > 0 else 1  # greedy decoding: n copies would be n identical texts
         rows = [(i, j) for i in range(len(prompts)) for j in range(n)]
+        tails = [p[len(p.rstrip()):] for p in prompts]  # the model writes them (module docstring)
         ids = self.input_ids(prompts, languages or ["c"] * len(prompts))
         self.check_context(ids, max_new_tokens, names)
         keys = [zlib.crc32(p.encode()) for p in prompts]
@@ -175,5 +189,5 @@ class HFSampler:
                                      batch_size=batch_size, pad_id=pad, progress=progress)
         texts: list[list[str]] = [[] for _ in prompts]
         for (i, _), toks in zip(rows, out):
-            texts[i].append(self.tok.decode(toks, skip_special_tokens=True))
+            texts[i].append(after_prompt(self.tok.decode(toks, skip_special_tokens=True), tails[i]))
         return texts

@@ -119,10 +119,10 @@ def _cpu_problems(names: tuple[str, ...] = ("reduce_array_sum_*", "dense_la_gemv
 
 def test_an_instruct_model_is_given_its_chat_template_with_the_prompt_whole_at_the_end(tmp_path):
     """With a chat template (SmolLM2's ChatML) the ids the model is given equal ``apply_chat_template`` of the
-    user's instruction and the assistant reply prefilled with a code fence and the prompt (transformers'
-    ``continue_final_message``: an independent rendering), the template's special tokens are single ids (three
-    turns: system, user, assistant), and the text ends with the prompt verbatim; C, C++ (Kokkos) and Python
-    prompts each get their own fence."""
+    user's instruction and the assistant reply prefilled with a code fence and the prompt less its trailing
+    newline (transformers' ``continue_final_message``: an independent rendering), the template's special tokens
+    are single ids (three turns: system, user, assistant), and the text ends with the prompt verbatim up to that
+    newline; C, C++ (Kokkos) and Python prompts each get their own fence."""
     pytest.importorskip("tokenizers")
     from memorization.hpc_code.generate import HFSampler, instruction
 
@@ -136,17 +136,19 @@ def test_an_instruct_model_is_given_its_chat_template_with_the_prompt_whole_at_t
     langs = [p.language for p in problems] + ["python"]
     assert {"c", "cpp"} <= set(langs)
     for prompt, lang, ids in zip(prompts, langs, sampler.input_ids(prompts, langs)):
+        head = prompt.rstrip()  # the model writes the trailing newline itself
+        assert head != prompt
         messages = [{"role": "user", "content": instruction(lang)},
-                    {"role": "assistant", "content": f"```{lang}\n{prompt}"}]
+                    {"role": "assistant", "content": f"```{lang}\n{head}"}]
         text = tok.apply_chat_template(messages, continue_final_message=True, tokenize=False)
         assert ids == tok(text, add_special_tokens=False).input_ids
         assert ids.count(start) == 3
-        assert tok.decode(ids).endswith(f"<|im_start|>assistant\n```{lang}\n{prompt}")
+        assert tok.decode(ids).endswith(f"<|im_start|>assistant\n```{lang}\n{head}")
 
 
 def test_a_model_without_a_chat_template_completes_the_raw_prompt_and_chat_cannot_be_forced(tmp_path):
-    """No chat template: the ids are the prompt's own (as before chat prompting existed), ``chat=False`` on an
-    instruct model gives the same, and asking for chat without a template is refused with the reason."""
+    """No chat template: the ids are the prompt's own less its trailing newline, ``chat=False`` on an instruct model
+    gives the same, and asking for chat without a template is refused with the reason."""
     pytest.importorskip("tokenizers")
     from memorization.hpc_code.generate import HFSampler
 
@@ -155,7 +157,7 @@ def test_a_model_without_a_chat_template_completes_the_raw_prompt_and_chat_canno
     prompts = [p.prompt for p in _cpu_problems(("reduce_array_sum_*",))]
     base = HFSampler(tmp_path / "base")
     assert not base.chat
-    want = [base.tok(p).input_ids for p in prompts]
+    want = [base.tok(p.rstrip()).input_ids for p in prompts]
     assert base.input_ids(prompts, ["c"] * len(prompts)) == want
     assert HFSampler(tmp_path / "chat", chat=False).input_ids(prompts, ["c"] * len(prompts)) == want
     with pytest.raises(ValueError, match="has no chat template"):
@@ -243,5 +245,23 @@ def test_every_cpu_prompt_fits_smollm2_whole_in_its_chat_template_with_1024_new_
         assert text == want and text.endswith(p.prompt)
         ids = tok(text, add_special_tokens=False).input_ids
         assert tok.decode(ids) == text
+        head = tok(chat_input(tok, p.prompt.rstrip(), p.language), add_special_tokens=False).input_ids
+        assert tok.decode(head[-1:]).strip()  # what the sampler gives ends on code, not a lone newline token
         lengths.append(len(ids))
     assert max(lengths) + 1024 <= context
+
+
+def test_a_completion_is_the_text_after_the_whole_prompt_whose_trailing_whitespace_the_model_wrote():
+    """The model continues the prompt less its trailing whitespace (a lone newline token is a boundary a tokenizer
+    that merges newline and indentation never shows it: SmolLM2-135M then writes ``#define`` lines, see
+    docs/hpc_code.md); the completion returned starts after the whole prompt, so prompt + completion is the
+    model's text; a continuation that does not begin with that whitespace is kept whole."""
+    from memorization.hpc_code.generate import after_prompt
+
+    prompt = "double f(const double *x, size_t n) {\n"
+    tail = prompt[len(prompt.rstrip()):]
+    model_text = "\n    return x[0];\n}\n"
+    got = after_prompt(model_text, tail)
+    assert prompt + got == prompt.rstrip() + model_text and got == "    return x[0];\n}\n"
+    assert after_prompt(" return x[0]; }", tail) == " return x[0]; }"
+    assert after_prompt("\n}", "") == "\n}"
