@@ -94,6 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "srun): the model sharded as in training (an HF directory or a training checkpoint), the "
                           "samples split over data x depth; rank 0 then scores them (the same samples as one "
                           "process)")
+    gen.add_argument("--chat-template", default="auto", choices=["auto", "on", "off"],
+                     help="prompt an instruction-tuned model in its tokenizer's chat template: a user turn asking for "
+                          "the rest of the function (the prompt in a code fence), the reply begun with the prompt so "
+                          "the model writes the body; off: the prompt as raw text (base models); auto: on when the "
+                          "tokenizer has a chat template (default: auto)")
     gen.add_argument("--save-completions", type=Path, metavar="FILE",
                      help="write the raw completions and extracted bodies as JSON lines")
 
@@ -187,7 +192,7 @@ def config_of(args: argparse.Namespace) -> HpcCodeConfig:
         execution_models=tuple(args.execution_models) if args.execution_models else None, tasks=args.tasks,
         humaneval_limit=args.humaneval_limit, samples=args.samples, temperature=args.temperature, top_p=args.top_p,
         max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, device=args.device, dtype=args.dtype,
-        seed=args.seed, grid=args.grid, save_completions=args.save_completions, workers=tuple(args.workers),
+        seed=args.seed, grid=args.grid, chat_template=args.chat_template, save_completions=args.save_completions, workers=tuple(args.workers),
         threads_per_rank=args.threads_per_rank, k=tuple(args.k), quick=args.quick, repeats=args.repeats,
         jobs=args.jobs, timeout=args.timeout, build_timeout=args.build_timeout,
         preprocess_timeout=args.preprocess_timeout, memory_mb=args.memory_mb,

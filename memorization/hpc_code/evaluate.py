@@ -62,6 +62,7 @@ class HpcCodeConfig:
     dtype: str = "float32"
     seed: int = 0
     grid: str | None = None
+    chat_template: str = "auto"  # auto (when the tokenizer has one), on, off
     save_completions: Path | None = None
     # execution
     workers: tuple[int, ...] = (1, 2)
@@ -123,6 +124,8 @@ def _checked(cfg: HpcCodeConfig, given: dict | None, note: Callable[[str], None]
         raise HpcCodeError(f"unknown benchmark(s) {sorted(unknown)}; choose from hpc, humaneval")
     if min(cfg.k) < 1:
         raise HpcCodeError(f"--k values must be >= 1, got {list(cfg.k)}")
+    if cfg.chat_template not in ("auto", "on", "off"):
+        raise HpcCodeError(f"--chat-template {cfg.chat_template}: choose auto, on or off")
     if cfg.grid and not cfg.model:
         raise HpcCodeError("--grid runs generation on a grid: it needs --model (references and --completions are "
                            "scored in one process)")
@@ -295,10 +298,11 @@ def evaluate_hpc_code(cfg: HpcCodeConfig, note: Callable[[str], None] = _stderr)
     sampler = None
     if cfg.model:
         from memorization.hpc_code.extract import c_body_closed
-        from memorization.hpc_code.generate import HFSampler, python_done
+        from memorization.hpc_code.generate import ContextError, HFSampler, python_done
 
         try:
-            sampler = HFSampler(cfg.model, cfg.device, cfg.dtype, cfg.seed, grid=cfg.grid)
+            sampler = HFSampler(cfg.model, cfg.device, cfg.dtype, cfg.seed, grid=cfg.grid,
+                                chat={"auto": None, "on": True, "off": False}[cfg.chat_template])
         except (FileNotFoundError, ValueError) as exc:
             raise HpcCodeError(str(exc)) from None
 
@@ -320,7 +324,8 @@ def evaluate_hpc_code(cfg: HpcCodeConfig, note: Callable[[str], None] = _stderr)
     }
     if sampler is not None:
         report["generation"] = {"temperature": cfg.temperature, "top_p": cfg.top_p,
-                                "max_new_tokens": cfg.max_new_tokens, "seed": cfg.seed, "grid": cfg.grid}
+                                "max_new_tokens": cfg.max_new_tokens, "seed": cfg.seed, "grid": cfg.grid,
+                                "chat_template": sampler.chat}
     raws, seconds = {}, {}
     for bench, (problems, _, _) in suites.items():
         t0 = time.time()
@@ -329,10 +334,14 @@ def evaluate_hpc_code(cfg: HpcCodeConfig, note: Callable[[str], None] = _stderr)
         elif sampler is None:
             raws[bench] = [[p.reference] for p in problems]
         else:
-            raws[bench] = sampler.sample(
-                [p.prompt for p in problems], samples, temperature=cfg.temperature, top_p=cfg.top_p,
-                max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size,
-                is_done=c_body_closed if bench == "hpc" else python_done, progress=cfg.progress)
+            try:
+                raws[bench] = sampler.sample(
+                    [p.prompt for p in problems], samples, temperature=cfg.temperature, top_p=cfg.top_p,
+                    max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size,
+                    is_done=c_body_closed if bench == "hpc" else python_done, progress=cfg.progress,
+                    languages=[p.language for p in problems], names=[p.name for p in problems])
+            except ContextError as exc:
+                raise HpcCodeError(str(exc)) from None
         seconds[bench] = time.time() - t0
     if sampler is not None and sampler.grid is not None:
         from axonn.cli import launched_rank

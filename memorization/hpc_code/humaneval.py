@@ -58,6 +58,7 @@ class PyProblem:
 
     model: str = "python"
     type: str = "humaneval"
+    language: str = "python"  # markdown fence tag (the chat input of an instruction-tuned model)
 
 
 def humaneval_available() -> bool:

@@ -78,6 +78,11 @@ class Problem:
         return self.model in CXX_MODELS
 
     @property
+    def language(self) -> str:
+        """The candidate's language as a markdown fence tag: ``c``, ``cpp`` (Kokkos) or ``cuda`` (CUDA and HIP)."""
+        return "cuda" if self.on_gpu else "cpp" if self.cxx else "c"
+
+    @property
     def function(self) -> str:
         """Name of the function the prompt asks for (the signature that ends the prompt)."""
         m = re.search(r"(\w+)\s*\([^()]*\)\s*\{\s*$", self.prompt)

@@ -205,33 +205,35 @@ class LM:
         """Up to ``max_new_tokens`` tokens after each prefix, batched with a KV cache
         (:func:`memorization.lm.decoding.decode`): greedy, or with ``sampling`` seeded per prefix by ``seeds``
         (:func:`memorization.lm.decoding.row_seed`).  ``until`` is asked about each row's tokens before every
-        further step and after the last, until it returns how many of them the row keeps; a batch stops when every
-        row is done (on a grid, when every row of every replica's batch is), and a row never done keeps all its
-        tokens."""
+        further step and after the last, until it returns how many of them the row keeps; in one process a row done
+        leaves its batch (the others decode on without it) and equal prefixes of a batch share one prefill; on a
+        grid a batch stops when every row of every replica's batch is.  A row never done keeps all its tokens."""
         if sampling is not None and (seeds is None or len(seeds) != len(prefixes)):
             raise ValueError("sampling needs one seed per prefix")
         grid = self.grid
+        alone = grid is None or grid.world_size == 1  # else every replica runs the same forwards, whole batches
 
         def generate(share: list[tuple[int, Sequence[int]]]) -> list[list[int]]:
             ends: dict[int, int] = {}  # row of the share -> tokens it keeps
 
-            def stop(generated: torch.Tensor, rows: list[int]) -> bool:
+            def stop(generated: torch.Tensor, rows: list[int]) -> bool | list[bool]:
                 for r, k in enumerate(rows):
                     if k not in ends:
                         keep = until(generated[r].tolist())
                         if keep is not None:
                             ends[k] = keep
+                if alone:  # the rows done leave the batch
+                    return [k in ends for k in rows]
                 going = torch.tensor([float(any(k not in ends for k in rows))])
-                if grid is not None and grid.world_size > 1:  # every replica runs the same forwards
-                    import torch.distributed as dist
+                import torch.distributed as dist
 
-                    dist.all_reduce(going, op=dist.ReduceOp.MAX)
+                dist.all_reduce(going, op=dist.ReduceOp.MAX)
                 return not bool(going.item())
 
             pick = None if sampling is None else sampler(sampling, [seeds[i] for i, _ in share])
             out = decode(self.model, [p for _, p in share], max_new_tokens, batch_size, pad_id,
                          progress=progress and self.rank == 0, on_cache=on_cache, pick=pick,
-                         stop=None if until is None else stop, desc=desc)
+                         stop=None if until is None else stop, desc=desc, share_prefixes=alone)
             if until is not None:  # the last token is asked about after the loop
                 for k, toks in enumerate(out):
                     if k not in ends:

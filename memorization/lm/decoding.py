@@ -120,20 +120,37 @@ def sampler(sampling: Sampling, seeds: Sequence[int]) -> Pick:
     return draw
 
 
+def select_rows(cache: Any, index: torch.Tensor) -> Any:
+    """The KV cache of the batch rows ``index`` (in that order; a row may repeat): a transformers ``Cache`` is
+    changed in place (``reorder_cache``), a legacy tuple of ``(key, value)`` pairs is rebuilt."""
+    if hasattr(cache, "reorder_cache"):
+        cache.reorder_cache(index)
+        return cache
+    return tuple(tuple(t.index_select(0, index.to(t.device)) for t in layer) for layer in cache)
+
+
+#: ``stop(generated (rows, t), rows) ->`` True (the batch is done), False (go on) or one flag per row (drop the rows
+#: flagged: they are done)
+Stop = Callable[[torch.Tensor, list[int]], "bool | Sequence[bool]"]
+
+
 @torch.no_grad()
 def decode(model: torch.nn.Module, prefixes: Sequence[Sequence[int]], n_new: int, batch_size: int = 32,
            pad_id: int = 0, progress: bool = False, on_cache: Callable[[Any], None] | None = None,
-           pick: Pick | None = None, stop: Callable[[torch.Tensor, list[int]], bool] | None = None,
-           desc: str = "generate") -> list[list[int]]:
+           pick: Pick | None = None, stop: Stop | None = None, desc: str = "generate",
+           share_prefixes: bool = False) -> list[list[int]]:
     """Continuations of ``n_new`` tokens of every prefix, batched with a KV cache (module docstring).
 
     The prefill forward keeps only the last position's logits: all of them would be
     batch x prefix x vocab (32 x 2,048 x 128,256 in bf16 = 16.8 GB).  ``on_cache`` is called with each batch's
     KV cache after its last decoding step, when it holds the longest prefix and ``n_new - 1`` generated
     positions per sequence (:func:`cache_nbytes` measures it).  ``pick(logits, rows)`` chooses the next tokens
-    (default :func:`argmax_pick`).  ``stop(generated, rows)``, called with the ``(batch, t)`` tokens generated so
-    far before each further step, ends the batch early when it returns True (its continuations are then ``t``
-    tokens long)."""
+    (default :func:`argmax_pick`).  ``stop(generated, rows)`` (:data:`Stop`), called with the ``(rows, t)`` tokens
+    the batch's rows still decoding have generated before each further step, ends the batch early when it returns
+    True (its continuations are then ``t`` tokens long) or, returning one flag per row, drops the rows flagged
+    (their continuations end there; the others go on in a smaller batch, their cache rows selected).
+    ``share_prefixes``: equal prefixes of a batch (samples of one prompt) are run through the prefill once and
+    their cache rows copied (a cache with ``reorder_cache`` or a legacy tuple)."""
     device = next(model.parameters()).device
     keep_last, cache = logits_to_keep(model, 1), cache_keyword(model)
     choose = pick or argmax_pick
@@ -148,23 +165,47 @@ def decode(model: torch.nn.Module, prefixes: Sequence[Sequence[int]], n_new: int
     model.eval()
     for idx in batches:
         ids, mask, pos = left_pad([prefixes[i] for i in idx], pad_id, device)
-        res = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **keep_last)
-        past, gen = getattr(res, cache), []
-        gen.append(choose(res.logits[:, -1], idx))
+        first: dict[tuple[int, ...], int] = {}  # prefix -> its row in the prefill
+        inverse = [first.setdefault(tuple(prefixes[i]), len(first)) if share_prefixes else r
+                   for r, i in enumerate(idx)]
+        if len(first) and len(first) < len(idx):
+            uniq = torch.tensor([inverse.index(u) for u in range(len(first))], device=device)
+            res = model(input_ids=ids[uniq], attention_mask=mask[uniq], position_ids=pos[uniq], use_cache=True,
+                        **keep_last)
+            expand = torch.tensor(inverse, device=device)
+            past, logits = select_rows(getattr(res, cache), expand), res.logits[:, -1].index_select(0, expand)
+        else:
+            res = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **keep_last)
+            past, logits = getattr(res, cache), res.logits[:, -1]
+        live = list(range(len(idx)))  # the batch's rows still decoding
+        gen: list[list[int]] = [[] for _ in idx]
+        nxt = choose(logits, idx)
         last = pos[:, -1:]
-        for _ in range(n_new - 1):  # one decoding step per new token, whole batch at once
-            if stop is not None and stop(torch.cat(gen, dim=1), idx):
+        for _ in range(n_new):
+            for r, t in zip(live, nxt[:, 0].tolist()):
+                gen[r].append(t)
+            if len(gen[live[0]]) == n_new:
                 break
-            nxt = gen[-1]
+            if stop is not None:  # one decoding step per new token, the live rows at once
+                verdict = stop(torch.tensor([gen[r] for r in live]), [idx[r] for r in live])
+                if isinstance(verdict, bool):
+                    if verdict:
+                        break
+                elif any(verdict):
+                    keep = [k for k, done in enumerate(verdict) if not done]
+                    if not keep:
+                        break
+                    sel = torch.tensor(keep, device=device)
+                    past, mask, last, nxt = select_rows(past, sel), mask[sel], last[sel], nxt[sel]
+                    live = [live[k] for k in keep]
             mask = torch.cat([mask, torch.ones_like(nxt)], dim=1)
             last = last + 1
             res = model(input_ids=nxt, attention_mask=mask, position_ids=last, use_cache=True, **{cache: past})
             past = getattr(res, cache)
-            gen.append(choose(res.logits[:, -1], idx))
+            nxt = choose(res.logits[:, -1], [idx[r] for r in live])
         if on_cache is not None:
             on_cache(past)
-        g = torch.cat(gen, dim=1).cpu().tolist()
         for r, i in enumerate(idx):
-            out[i] = g[r]
+            out[i] = gen[r]
     model.train(was_training)
     return out

@@ -135,6 +135,40 @@ def test_sampling_draws_depend_on_the_row_seed_alone_and_a_one_token_nucleus_is_
         lm.generate_until(prefixes, 6, sampling=hot)
 
 
+def test_shared_prefills_and_rows_leaving_their_batch_change_no_sample_and_shrink_the_forwards(model):
+    """Three prompts x three samples each (equal prefixes, own seeds) in one batch, each row done at its own step
+    (after 2 + its row number mod 4 tokens): every sample equals the one decoded alone (batch 1: nothing shared,
+    nothing dropped); the prefill runs the 3 distinct prefixes once, and each step's forward holds only the rows
+    still going."""
+    lm = LM(model)
+    prompts = _seqs(3, (4, 12), seed=9)
+    prefixes = [p for p in prompts for _ in range(3)]
+    seeds = list(range(100, 109))
+    hot = Sampling(temperature=3.0, top_p=0.9)
+
+    def until(tokens: list[int]) -> int | None:  # row r (known by its first token draw) keeps 2 + r % 4 tokens
+        return len(tokens) if len(tokens) >= want[tuple(tokens[:1])] else None
+
+    alone = [lm.generate_until([p], 8, sampling=hot, seeds=[s])[0] for p, s in zip(prefixes, seeds)]
+    assert len({tuple(a[:1]) for a in alone}) >= 3
+    want = {}
+    for r, a in enumerate(alone):  # a row is known by its first token; rows sharing one keep the shortest length
+        want[tuple(a[:1])] = min(want.get(tuple(a[:1]), 99), 2 + r % 4)
+    expected = [a[:want[tuple(a[:1])]] for a in alone]
+    batch_sizes = []
+    hook = model.register_forward_pre_hook(lambda m, args, kw: batch_sizes.append(kw["input_ids"].shape),
+                                           with_kwargs=True)
+    try:
+        got = lm.generate_until(prefixes, 8, until=until, sampling=hot, seeds=seeds, batch_size=9)
+    finally:
+        hook.remove()
+    assert got == expected
+    assert batch_sizes[0][0] == 3 and batch_sizes[1][0] == 9
+    rows = [b for b, _ in batch_sizes[1:]]
+    assert rows == sorted(rows, reverse=True) and rows[-1] < 9
+    assert len(batch_sizes) - 1 == max(len(e) for e in expected) - 1
+
+
 def test_load_gives_the_saved_model_in_one_process_as_rank_0_of_1(model, tmp_path):
     """``LM.load`` of a saved HF directory holds the same weights (same log-probs), on rank 0 of a world of 1;
     without tokenizer files it refuses unless a tokenizer is optional."""
