@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up (first time only) and run the default test suite (~11 minutes on 2 cores).
+# Set up (first time only) and run the default test suite (~9 minutes on 2 cores).
 #   bash scripts/test.sh                           default suite
 #   bash scripts/test.sh --slow                    only the slow tests (minutes each)
 #   bash scripts/test.sh tests/axonn/test_grid.py  one file, directory or FILE::TEST
