@@ -1,7 +1,8 @@
 """lm-eval on four grids of the launcher's 4 ranks, in one job: the requests of :func:`requests_for` (log-likelihood,
 rolling log-likelihood, greedy generation) through :class:`memorization.lm_eval_grid.GridLM` on the HF checkpoint
 $MODEL_DIR, and the shipped goldfish_mc task through run_downstream on :data:`TASK_GRIDS`; rank 0 writes each
-grid's results to $OUT_DIR/<grid>.json and downstream.json under $OUT_DIR/<grid>/."""
+grid's results to $OUT_DIR/<grid>.json and downstream.json under $OUT_DIR/<grid>/.  $GRIDS (space-separated)
+replaces both lists: every request type and the task on each of those grids."""
 from __future__ import annotations
 
 import json
@@ -51,13 +52,14 @@ if __name__ == "__main__":
 
     texts = json.loads(os.environ["TEXTS"])
     out = os.environ["OUT_DIR"]
-    for g in ("1,2,2,1", "1,1,2,2", "2,2,1,1", "1,2,1,2"):
+    grids = os.environ.get("GRIDS", "").split() or ["1,2,2,1", "1,1,2,2", "2,2,1,1", "1,2,1,2"]
+    for g in grids:
         rt = grid_runtime(g)
         got = answers(GridLM(LM.load(os.environ["MODEL_DIR"], grid=rt), batch_size=3, max_length=MAX_LENGTH),
                       requests_for(texts))
         if rt.is_main:
             with open(os.path.join(out, f"{g}.json"), "w") as f:
                 json.dump(got, f)
-        if g in TASK_GRIDS:
+        if g in (grids if "GRIDS" in os.environ else TASK_GRIDS):
             run_downstream(os.environ["MODEL_DIR"], tasks=["goldfish_mc"], include_defaults=False, limit=12,
                            batch_size=4, out_dir=os.path.join(out, g), grid=g)
