@@ -44,6 +44,18 @@ def answers(lm, reqs: dict[str, list]) -> dict[str, list]:
             "own_greedy": [list(r) for r in lm.loglikelihood(own, disable_tqdm=True)]}
 
 
+def assert_same_answers(got: dict, want: dict, what: str, rel: float = 1e-5, abs_: float = 1e-5) -> None:
+    """``got`` (a grid's :func:`answers`, read back from JSON) equals ``want`` (one process's): log-likelihoods to
+    ``rel``/``abs_`` with the same greedy flags, rolling log-likelihoods to ``rel``, the same generations."""
+    import pytest
+
+    for kind in ("loglikelihood", "own_greedy"):
+        for (lp, greedy), (lp0, greedy0) in zip(got[kind], want[kind], strict=True):
+            assert lp == pytest.approx(lp0, rel=rel, abs=abs_) and greedy == greedy0, (what, kind)
+    assert got["loglikelihood_rolling"] == pytest.approx(want["loglikelihood_rolling"], rel=rel), what
+    assert got["generate_until"] == want["generate_until"], what
+
+
 if __name__ == "__main__":
     from memorization.downstream import run_downstream
     from memorization.eval_model import grid_runtime

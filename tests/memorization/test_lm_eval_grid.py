@@ -36,7 +36,7 @@ def test_every_request_type_on_four_grids_equals_hflm_in_one_process(grid_checkp
     """Log-likelihoods (with truncation to the context and an empty context), rolling log-likelihoods (several
     windows per text) and greedy generations cut at stop sequences: to 1e-5, the same greedy flags and texts."""
     from lm_eval.models.huggingface import HFLM
-    from lm_eval_grids import MAX_LENGTH, answers, requests_for
+    from lm_eval_grids import MAX_LENGTH, answers, assert_same_answers, requests_for
 
     from memorization.eval_model import load_checkpoint
 
@@ -50,12 +50,7 @@ def test_every_request_type_on_four_grids_equals_hflm_in_one_process(grid_checkp
     assert len(set(want["generate_until"])) > 1
     assert sum(g for _, g in want["own_greedy"]) >= len(want["own_greedy"]) // 2 > 0  # greedy flags of both kinds
     for grid in GRIDS:
-        got = json.loads((out / f"{grid}.json").read_text())
-        for kind in ("loglikelihood", "own_greedy"):
-            for (lp, greedy), (lp0, greedy0) in zip(got[kind], want[kind], strict=True):
-                assert lp == pytest.approx(lp0, rel=1e-5, abs=1e-5) and greedy == greedy0, (grid, kind)
-        assert got["loglikelihood_rolling"] == pytest.approx(want["loglikelihood_rolling"], rel=1e-5), grid
-        assert got["generate_until"] == want["generate_until"], grid
+        assert_same_answers(json.loads((out / f"{grid}.json").read_text()), want, grid)
 
 
 @pytest.mark.slow  # (shares the four grids' setup above)
