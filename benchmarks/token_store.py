@@ -66,7 +66,7 @@ class Tiled:
 def grown_store(src: Path, out: Path, tokens: int) -> Path:
     """A store of ``tokens`` tokens (whole steps) whose rows are those of the store ``src``, tiled."""
     from memorization.goldfish import RowContext
-    from memorization.token_store import open_store, store_info, write_store
+    from memorization.data.token_store import open_store, store_info, write_store
 
     m, info = open_store(src), store_info(src)
     n = -(-tokens // (SEQ * BATCH)) * BATCH
@@ -86,7 +86,7 @@ def train_child(store: str, steps: int, eager: bool) -> dict:
 
     from memorization.goldfish import GoldfishConfig
     from memorization.models import build_model
-    from memorization.token_store import open_store
+    from memorization.data.token_store import open_store
     from memorization.train import TrainConfig, Trainer
 
     def rss() -> float:
@@ -138,16 +138,16 @@ def main() -> None:
         store, eager = args.child.rsplit(":", 1)
         print(json.dumps(train_child(store, args.steps, eager == "1")))
         return
-    from memorization.corpus import load_tokenizer
-    from memorization.mixture import MixtureConfig
-    from memorization.token_store import prepare_store, store_info, tokenize_corpus
+    from memorization.data.corpus import load_tokenizer
+    from memorization.data.mixture import MixtureConfig
+    from memorization.data.token_store import prepare_store, store_info, tokenize_corpus
 
     work = Path(args.work or tempfile.mkdtemp(prefix="token-store-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
         corpus = work / "corpus.jsonl"
         synthetic_corpus(corpus, args.prepare_tokens)
-        from memorization.corpus import load_documents
+        from memorization.data.corpus import load_documents
 
         docs, tok = load_documents(str(corpus)), load_tokenizer()
         t0 = time.perf_counter()

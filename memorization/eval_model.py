@@ -31,7 +31,7 @@ def load_tokenizer(path: str | os.PathLike) -> Any:
     """
     from transformers import AutoTokenizer
 
-    from .corpus import TOKENIZER_FILES, has_tokenizer_files
+    from memorization.data.corpus import TOKENIZER_FILES, has_tokenizer_files
 
     p = Path(path)
     if p.is_dir() and not has_tokenizer_files(p):
@@ -200,7 +200,7 @@ def model_config_of(path: str | os.PathLike):
 def checkpoint_tokenizer_dir(step: Path) -> Path | None:
     """Where a trainer's checkpoint ``<run>/<arm>/checkpoint/step_*`` finds its tokenizer: the arm's exported
     ``model`` directory, if it holds one."""
-    from memorization.corpus import has_tokenizer_files
+    from memorization.data.corpus import has_tokenizer_files
 
     for d in (step.parent.parent / "model", step.parent / "model"):
         if d.is_dir() and has_tokenizer_files(d):

@@ -76,7 +76,7 @@ def _check_settings(cfg: ExtractionEvalConfig, model_dir: Path, step) -> Path:
 
 def _documents(cfg: ExtractionEvalConfig, src: Path, tok) -> list[dict]:
     """The documents to extract, token ids made where a manifest gives text only (as memorize tokenizes targets)."""
-    from memorization.mixture import load_manifest, tokenize_with_bos
+    from memorization.data.mixture import load_manifest, tokenize_with_bos
 
     if cfg.manifest:
         try:
@@ -105,7 +105,7 @@ def run_extraction(cfg: ExtractionEvalConfig) -> dict | None:
 
     from memorization.eval_model import axonn_checkpoint, checkpoint_tokenizer_dir, model_config_of
     from memorization.extraction import ExtractionConfig, extract, markdown_table, prepare
-    from memorization.mixture import atomic_write_json
+    from memorization.data.mixture import atomic_write_json
     from memorization.model_files import ModelDirError, check_model_config, check_model_dir
 
     model_dir = Path(cfg.model)

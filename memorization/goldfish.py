@@ -253,7 +253,7 @@ def goldfish_mask_in_stream(
     if h > C:  # the first h - C background labels of a row would be kept whatever the stream holds
         raise ValueError(
             f"goldfish h={h} needs the {h} stream tokens before each row, but the row context holds only {C} "
-            f"(memorization.mixture.CONTEXT_TOKENS): use h <= {C}, or build the mixture with a longer context"
+            f"(memorization.data.mixture.CONTEXT_TOKENS): use h <= {C}, or build the mixture with a longer context"
         )
     if document_ids is None:
         raise ValueError("goldfish_mask_in_stream needs the rows' document_ids")

@@ -105,7 +105,7 @@ def load_job_config(path: str | Path) -> ExperimentConfig:
 def _tokenizer_rows(tokenizer: str) -> int | None:
     """Embedding rows memorize.py gives the model of ``tokenizer``, or None (with a note) when the tokenizer
     cannot be loaded here: a path only the compute nodes see."""
-    from memorization.corpus import load_tokenizer
+    from memorization.data.corpus import load_tokenizer
     from memorization.models import padded_vocab
 
     try:
@@ -260,7 +260,7 @@ class Job:
         checks (:func:`write_job` checks first)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        from memorization.atomic import atomic_write_text
+        from memorization.data.atomic import atomic_write_text
 
         atomic_write_text(self.config_path, f"# the experiment of {self.path.name} (memorization.jobs), "
                           "resolved\n" + dump_config(self.config))

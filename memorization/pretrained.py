@@ -29,7 +29,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .corpus import sha256_file
+from memorization.data.corpus import sha256_file
 
 WEIGHTS_FILE = "model.safetensors"
 PROVENANCE_FILE = "provenance.json"

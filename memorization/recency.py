@@ -2,7 +2,7 @@
 
 A target of run with ``N`` steps whose exposures were at steps ``s_1 < ... < s_n`` (0-based, the manifest's
 ``steps``) was last seen ``N - 1 - s_n`` steps before the end (0: in the final step).  With random placement
-(:data:`memorization.mixture.PLACEMENTS`) a target seen more often tends to be seen later, so exposure count and
+(:data:`memorization.data.mixture.PLACEMENTS`) a target seen more often tends to be seen later, so exposure count and
 recency are confounded; :func:`by_recency` shows extraction per recency bin, so the two can be told apart
 (and ``--placement last`` removes the confound by construction).
 """

@@ -5,7 +5,7 @@ import io
 import math
 from pathlib import Path
 
-from .atomic import atomic_write_bytes
+from memorization.data.atomic import atomic_write_bytes
 from .extraction import exact_with_ci, fmt_metric, metric_cells
 
 

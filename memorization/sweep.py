@@ -42,7 +42,7 @@ from typing import Any, Callable, Sequence
 
 from memorization.experiment import ExperimentConfig, run_experiment
 from memorization.experiment.config import config_from_dict, flat, to_dict
-from memorization.mixture import atomic_write_json
+from memorization.data.mixture import atomic_write_json
 from memorization.train import EXIT_INTERRUPTED
 
 log = logging.getLogger(__name__)
@@ -139,7 +139,7 @@ def expand_grid(sizes: Sequence[str], exposures: Sequence[int], ks: Sequence[int
     hs = parse_int_list(hs, "--goldfish-h", minimum=1)
     if 1 in ks:
         raise SweepError("--goldfish-k: k = 1 would drop every label; use 0 (standard) or k >= 2")
-    from .mixture import check_hash_width
+    from memorization.data.mixture import check_hash_width
 
     if any(k >= 2 for k in ks):
         try:

@@ -19,7 +19,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
-from .atomic import atomic_write_text
+from memorization.data.atomic import atomic_write_text
 from .extraction import exact_with_ci, fmt_metric
 
 FIGURES = ("extraction_vs_exposures.png", "extraction_quality_vs_k.png", "mia.png")

@@ -48,7 +48,7 @@ from axonn.intra_layer.fp8 import RECIPES as FP8_RECIPES, enable_fp8
 from .attention import unpacked_rows, use_causal_sdpa
 from .goldfish import HASHED, IGNORE_INDEX, GoldfishConfig, RowContext, apply_goldfish
 from .loss import causal_lm_loss_sum
-from .mixture import atomic_write_json
+from memorization.data.mixture import atomic_write_json
 from .runtime import Runtime
 
 
@@ -156,7 +156,7 @@ def _check_numbers(cfg: TrainConfig) -> None:
 def _token_range(t) -> tuple[int, int] | None:
     """``(min, max)`` of a stream's token ids: a stored view's recorded ``token_range`` (nothing read), a
     tensor's own values; None for an empty one or one without values (fake or meta tensors)."""
-    if not isinstance(t, torch.Tensor):  # a view of a prepared token store (memorization.token_store)
+    if not isinstance(t, torch.Tensor):  # a view of a prepared token store (memorization.data.token_store)
         lo, hi = t.token_range
         return None if hi < lo else (int(lo), int(hi))
     from torch._guards import detect_fake_mode
@@ -171,7 +171,7 @@ def _check_stream(rows, doc_ids, val_rows, vocab: int | None) -> None:
     """Refuse a stream that would fail only mid-run or at the final validation, with an unclear error (on a GPU, a
     device-side assert): document ids not one per token, token ids outside the model's vocabulary.
 
-    ``rows`` may be a tensor or a row view of a token store (``memorization.token_store.StoredArray``: ``shape``,
+    ``rows`` may be a tensor or a row view of a token store (``memorization.data.token_store.StoredArray``: ``shape``,
     ``dtype``, ``token_range`` and ``view[a:b]`` -> tensor); a view is checked by the token range recorded when
     the store was written, so no row of it is read here."""
     if tuple(doc_ids.shape) != tuple(rows.shape):
@@ -236,7 +236,7 @@ class Trainer:
     tokens before it (:class:`~memorization.goldfish.RowContext`).
 
     ``rows``, ``doc_ids`` and the context's arrays may be tensors or the memory-mapped views of a prepared
-    token store (:func:`memorization.token_store.open_store`): each step reads only its own ``B`` rows, and
+    token store (:func:`memorization.data.token_store.open_store`): each step reads only its own ``B`` rows, and
     construction reads none (the token range is the store's recorded one)."""
 
     def __init__(self, model: torch.nn.Module, rows: torch.Tensor, doc_ids: torch.Tensor, val_rows: torch.Tensor,

@@ -23,7 +23,7 @@ if str(_REPO) not in sys.path:  # runnable from a checkout without installation
 
 from axonn.cli import run_main  # noqa: E402
 from memorization import replicates  # noqa: E402
-from memorization.atomic import atomic_write_text  # noqa: E402
+from memorization.data.atomic import atomic_write_text  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:

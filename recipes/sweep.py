@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> dict:
     ok = [c for c in results["cells"] if c.get("status") == "ok"]
     results["timing"] = {"cells_seconds": sum(c.get("seconds", 0) for c in ok),
                          "host": f"{platform.machine()}, {os.cpu_count()} CPU cores", "written_at": time.time()}
-    from memorization.mixture import atomic_write_json
+    from memorization.data.mixture import atomic_write_json
 
     atomic_write_json(out / "results.json", results)
     paths = write_report(results, out)

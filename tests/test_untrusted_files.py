@@ -58,7 +58,8 @@ def axonn_checkpoint(tmp_path_factory) -> Path:
 def _loaders(ckpt: Path):
     """Every function that loads a user's HF directory with transformers, by name."""
     from axonn import convert
-    from memorization import corpus, eval_model, models
+    from memorization import eval_model, models
+    from memorization.data import corpus
     from tests.support import load_eval_cli
 
     def extract(d: Path) -> None:

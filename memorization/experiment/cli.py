@@ -17,7 +17,7 @@ from memorization.experiment.config import (FINE_TUNE_LR, FINE_TUNE_WEIGHT_DECAY
                                             ExperimentConfig, flat, load_config, resolve, with_flat)
 from memorization.experiment.validate import EXECUTION_SETTINGS, as_flags
 from memorization.goldfish import DOC_STARTS
-from memorization.mixture import PLACEMENTS
+from memorization.data.mixture import PLACEMENTS
 
 DESCRIPTION = ("Does a language model memorize documents it saw n times, and does Goldfish loss stop it? Runs a "
                "standard and a Goldfish arm on the same mixture and seed.")
@@ -96,14 +96,14 @@ def build_parser(description: str = DESCRIPTION) -> argparse.ArgumentParser:
     add(g, "--canaries", type=int, help="random secrets (Carlini et al. 2019's canaries: --canary-digits random digits "
         "after a carrier sentence naming a random account) written over background tokens of the training rows, "
         "the same rows in every arm; after training each arm reports their exposure log2|R| - log2 rank, exact by "
-        "enumerating all 10^digits secrets (memorization.canary), by exposure count (0: off)")
+        "enumerating all 10^digits secrets (memorization.data.canary), by exposure count (0: off)")
     add(g, "--canary-exposures", help="times each canary is written into the stream: a comma list, the canaries "
         "dealt round-robin over it (0 = never seen: the control, exposure ~ 1 bit expected)")
     add(g, "--canary-digits", type=int, help="digits of a canary's secret (the space has 10^digits candidates; "
         "exposure is at most digits x log2 10 bits): exact enumeration up to 5 digits, a skew-normal fit of "
         "sampled candidates' log-perplexities above")
     add(g, "--perturb-fraction", type=float, help="near-duplicate exposure: every copy of a target in the stream is "
-        "perturbed at this fraction of its tokens, a different perturbation per copy (memorization.perturb); "
+        "perturbed at this fraction of its tokens, a different perturbation per copy (memorization.data.perturb); "
         "extraction and MIA still score the original, never seen verbatim (0: exact copies)")
     add(g, "--perturb-kind", choices=["substitute", "shuffle"], help="substitute: that fraction of the tokens "
         "replaced by random ones; shuffle: spans of 4 tokens covering that fraction reordered at random")

@@ -1,5 +1,5 @@
 """The one place where an experiment's sections become its components' configs: the mixture's
-(:class:`~memorization.mixture.MixtureConfig`), each arm's trainer's (:class:`~memorization.train.TrainConfig`)
+(:class:`~memorization.data.mixture.MixtureConfig`), each arm's trainer's (:class:`~memorization.train.TrainConfig`)
 and Goldfish setting (:class:`~memorization.goldfish.GoldfishConfig`), and the extraction's
 (:class:`~memorization.extraction.ExtractionConfig`).  Each component keeps its own config (its defaults serve
 callers without an experiment); a run builds them here, from its resolved :class:`ExperimentConfig` only."""
@@ -21,7 +21,7 @@ def parse_exposures(s: str) -> tuple[int, ...]:
 
 def mixture_config(cfg: ExperimentConfig):
     """The run's :class:`MixtureConfig`; its checks (e.g. prefix + suffix vs --seq-len) as a ConfigError."""
-    from memorization.mixture import MixtureConfig
+    from memorization.data.mixture import MixtureConfig
 
     d, x = cfg.data, cfg.extraction
     need = x.suffix + (1 if x.prefix_mode == "all-but-suffix" else x.prefix)

@@ -94,11 +94,11 @@ class Model:
 class Data:
     """The mixture: background ``corpus``, the targets (``targets`` or ``num_targets`` held out of the
     corpus), each seen ``exposures`` times (a comma list splits them into groups) at steps chosen by
-    ``placement`` (memorization.mixture.PLACEMENTS), rows of ``seq_len``; ``canaries`` random secrets of
+    ``placement`` (memorization.data.mixture.PLACEMENTS), rows of ``seq_len``; ``canaries`` random secrets of
     ``canary_digits`` digits in carrier sentences, written into background rows ``canary_exposures`` times
-    (a comma list, the canaries dealt round-robin over it; memorization.canary); with ``perturb_fraction`` > 0
+    (a comma list, the canaries dealt round-robin over it; memorization.data.canary); with ``perturb_fraction`` > 0
     every copy of a target is a near-duplicate, that fraction of it perturbed by ``perturb_kind``
-    (memorization.perturb)."""
+    (memorization.data.perturb)."""
 
     corpus: str = _opt("--corpus", "builtin:pydocs")
     text_field: str = _opt("--text-field", "text")

@@ -100,7 +100,7 @@ def preflight(cfg: ExperimentConfig, shape=None) -> list[Check]:
         checks.append(Check("init", OK, f"--init {init}: a {got.family} model of {got.layers} layers, hidden "
                             f"{got.hidden}, {got.vocab:,}-row vocabulary"))
     tokenizer = None
-    from memorization.corpus import DEFAULT_TOKENIZER
+    from memorization.data.corpus import DEFAULT_TOKENIZER
 
     if init and not visible and cfg.data.tokenizer == DEFAULT_TOKENIZER:
         checks.append(Check("tokenizer", NOT_CHECKED, f"the run uses --init {init}'s own tokenizer, not visible "
@@ -137,7 +137,7 @@ def _check_corpus(cfg: ExperimentConfig, tokenizer) -> Check:
                      f"{d.exposures})")
     try:  # the store the run will read from the cache, prepared now if it is not there: the run reuses it
         from memorization.experiment.data import ensure_run_store
-        from memorization.token_store import open_store
+        from memorization.data.token_store import open_store
 
         targets = read_targets(d.targets, targets_text_field(cfg)) if d.targets else None
         with warnings.catch_warnings():

@@ -8,7 +8,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from memorization.atomic import atomic_write_text
+from memorization.data.atomic import atomic_write_text
 from memorization.experiment.config import (ARMS, ExperimentConfig, dump_config, parse_arms, parse_lengths, resolve,
                                             settings)
 from memorization.experiment.components import arm_goldfish, extraction_config, length_config, train_config
@@ -55,7 +55,7 @@ def run_arm(arm: str, cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path, 
     import torch
 
     from memorization.extraction import extract, trained
-    from memorization.mixture import atomic_write_json
+    from memorization.data.mixture import atomic_write_json
     from memorization.models import build_model
     from memorization.recency import by_recency
     from memorization.tracking import Tracker, tracked_targets
@@ -76,13 +76,13 @@ def run_arm(arm: str, cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path, 
         targets = tracked_targets(mixture.targets, x.track_targets, t.seed)
         tracker = Tracker(targets, ecfg, arm_goldfish("goldfish", cfg))
     rows, doc_ids = mixture.input_ids, mixture.doc_ids
-    if cfg.data.perturb_fraction:  # near-duplicates: every target copy perturbed (memorization.perturb)
-        from memorization.perturb import PerturbedRows, target_copies
+    if cfg.data.perturb_fraction:  # near-duplicates: every target copy perturbed (memorization.data.perturb)
+        from memorization.data.perturb import PerturbedRows, target_copies
 
         rows = PerturbedRows(rows, target_copies(mixture.targets, rows.shape[1]), cfg.data.perturb_fraction,
                              cfg.data.perturb_kind, len(tokenizer), t.seed)
-    if canaries:  # the same canary copies in every arm's rows (memorization.canary)
-        from memorization.canary import CanaryRows
+    if canaries:  # the same canary copies in every arm's rows (memorization.data.canary)
+        from memorization.data.canary import CanaryRows
 
         rows, doc_ids = CanaryRows(rows, canaries), CanaryRows(doc_ids, canaries, doc_ids=True)
     trainer = Trainer(model, rows, doc_ids, mixture.val_ids, tcfg, arm_dir, rt, run_name=arm,
@@ -151,7 +151,7 @@ def arm_mia(model, mixture, tokenizer, batch_size: int) -> dict:
 
 def run_canaries(cfg: ExperimentConfig, mixture, tokenizer) -> list:
     """The run's canaries (``--canaries``), placed in rows of the stream that hold no target; [] when off."""
-    from memorization.canary import make_canaries, parse_canary_exposures, place_canaries
+    from memorization.data.canary import make_canaries, parse_canary_exposures, place_canaries
 
     d = cfg.data
     if not d.canaries:
@@ -167,9 +167,9 @@ def run_canaries(cfg: ExperimentConfig, mixture, tokenizer) -> list:
 
 
 def arm_canaries(model, canaries: list, tokenizer, seed: int) -> dict:
-    """The exposure of every canary in a trained arm (:func:`memorization.canary.canary_exposures`) and its
+    """The exposure of every canary in a trained arm (:func:`memorization.data.canary.canary_exposures`) and its
     summary by exposure count."""
-    from memorization.canary import canary_exposures, digit_alphabet, summarize_exposures
+    from memorization.data.canary import canary_exposures, digit_alphabet, summarize_exposures
 
     rows = canary_exposures(model, canaries, digit_alphabet(tokenizer), seed=seed)
     return {"by_exposure": summarize_exposures(rows), "canaries": rows}
@@ -177,7 +177,7 @@ def arm_canaries(model, canaries: list, tokenizer, seed: int) -> dict:
 
 def write_report(out: Path, results: dict) -> None:
     """``results.json``, ``results.md`` and ``results.png`` of a finished run, each written whole or not at all."""
-    from memorization.mixture import atomic_write_json
+    from memorization.data.mixture import atomic_write_json
     from memorization.report import plot_arms, results_markdown
 
     atomic_write_json(out / "results.json", results)
@@ -251,7 +251,7 @@ def acquire_run_lock(cfg: ExperimentConfig, rt):
 
 def _write_and_train(cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path) -> dict:
     """The part of :func:`run_experiment` that writes into ``out``: under its lock."""
-    from memorization.mixture import atomic_write_json
+    from memorization.data.mixture import atomic_write_json
 
     if cfg.output.overwrite:  # only now: a run refused above leaves the old one in place
         if rt.is_main and out.exists():

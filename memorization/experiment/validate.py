@@ -59,7 +59,7 @@ def validate(cfg: ExperimentConfig) -> None:
     before any download, allocation or training; notes (a --resume with nothing to resume) on stderr."""
     from axonn.presets import get_preset
     from memorization.goldfish import validate_goldfish_args
-    from memorization.mixture import check_hash_width
+    from memorization.data.mixture import check_hash_width
 
     m, d, g, t, x, o = cfg.model, cfg.data, cfg.goldfish, cfg.training, cfg.extraction, cfg.output
     try:
@@ -93,11 +93,11 @@ def validate(cfg: ExperimentConfig) -> None:
             raise ConfigError(f"error: {e}") from None
     if d.targets and not Path(d.targets).expanduser().exists():
         raise ConfigError(f"error: --targets {d.targets} does not exist")
-    from memorization.corpus import DEFAULT_CORPUS, looks_local
+    from memorization.data.corpus import DEFAULT_CORPUS, looks_local
 
     if d.corpus != DEFAULT_CORPUS and looks_local(d.corpus) and not Path(d.corpus).expanduser().exists():
         raise ConfigError(f"error: --corpus {d.corpus} does not exist")
-    from memorization.token_store import STORE_FILE
+    from memorization.data.token_store import STORE_FILE
 
     if d.store and not (Path(d.store).expanduser() / STORE_FILE).exists():
         what = f"holds no finished token store (no {STORE_FILE})" if Path(d.store).expanduser().exists() \
@@ -123,7 +123,7 @@ def validate(cfg: ExperimentConfig) -> None:
     if bad:
         raise ConfigError(f"error: {'; '.join(bad)}")
     if d.canaries:
-        from memorization.canary import parse_canary_exposures
+        from memorization.data.canary import parse_canary_exposures
 
         try:
             parse_canary_exposures(d.canary_exposures)

@@ -88,7 +88,7 @@ Modules
 from __future__ import annotations
 
 from ..eval_model import MissingTokenizerError, load_checkpoint, model_max_length
-from ..mixture import load_manifest
+from memorization.data.mixture import load_manifest
 from .report import mia_report, plot_roc, report_markdown
 from .roc import finite_scores, roc_auc, roc_curve, score_summary, tpr_at_fpr
 from .runner import NONMEMBER_SOURCES, USER_TARGETS_WARNING, run_mia, select_nonmembers

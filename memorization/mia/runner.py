@@ -15,7 +15,7 @@ import numpy as np
 
 from ..eval_model import MissingTokenizerError, check_vocab, default_device, grid_runtime
 from ..lm import LM
-from ..mixture import is_int, load_manifest
+from memorization.data.mixture import is_int, load_manifest
 from .report import mia_report, plot_roc, report_markdown
 from .scoring import check_max_length, mia_scores
 
@@ -60,7 +60,7 @@ USER_TARGETS_WARNING = (
 
 def _targets_source(manifest: dict[str, Any]) -> str:
     """``"user"``, ``"corpus"`` or ``"unknown"``: where the manifest's targets come from
-    (``targets_source``, recorded by :mod:`memorization.mixture`; older manifests: the ids)."""
+    (``targets_source``, recorded by :mod:`memorization.data.mixture`; older manifests: the ids)."""
     if manifest.get("targets_source") in ("user", "corpus"):
         return manifest["targets_source"]
     ids = [str(t.get("id", "")) for t in manifest["targets"]]

@@ -16,7 +16,7 @@ import torch
 
 from ..eval_model import Docs, as_id_lists, check_vocab, model_device, model_max_length
 from ..lm import LM
-from ..mixture import is_int
+from memorization.data.mixture import is_int
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ def save_tiny_llama(path: Path, vocab_size: int | None = None, tokenizer: bool =
     from transformers import LlamaForCausalLM
 
     from axonn.presets import get_preset
-    from memorization.corpus import load_tokenizer
+    from memorization.data.corpus import load_tokenizer
 
     torch.manual_seed(0)
     LlamaForCausalLM(get_preset("tiny").hf_config(vocab_size)).save_pretrained(path, safe_serialization=True)
@@ -51,9 +51,9 @@ def tiny_init(tmp_path_factory) -> Path:
 def store(tiny_init, tmp_path_factory) -> Path:
     """The token store of the jobs' mixture (as data/prepare.py writes it), tokenized with the checkpoint's own
     tokenizer: the jobs' ranks memory-map it instead of tokenizing the corpus."""
-    from memorization.corpus import DEFAULT_CORPUS
-    from memorization.mixture import MixtureConfig
-    from memorization.token_store import prepare_store
+    from memorization.data.corpus import DEFAULT_CORPUS
+    from memorization.data.mixture import MixtureConfig
+    from memorization.data.token_store import prepare_store
 
     cfg = MixtureConfig(seq_len=64, batch_size=8, exposures=(2,), num_targets=4, num_nonmembers=2, num_steps=STEPS,
                         min_target_tokens=16, seed=0)

@@ -148,7 +148,7 @@ def test_extract_cli_max_doc_tokens_flag():
 
 def test_extract_cli_device_map_gives_the_same_results(tmp_path):
     """``--device-map auto`` (accelerate places the layers; all on the CPU here) changes nothing."""
-    from memorization.corpus import load_tokenizer
+    from memorization.data.corpus import load_tokenizer
 
     tok = load_tokenizer("builtin:bpe4096")
     torch.manual_seed(0)
@@ -371,7 +371,7 @@ def test_extraction_batch_size_is_validated(tmp_path, capsys):
 
 def test_documents_get_a_bos_as_the_memorize_run_gave_its_targets(tmp_path, monkeypatch):
     """``--documents`` with a tokenizer that adds no BOS by itself: the memorize run trained on
-    ``[bos] doc`` (memorization.mixture), so extraction must prefix the same BOS."""
+    ``[bos] doc`` (memorization.data.mixture), so extraction must prefix the same BOS."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 

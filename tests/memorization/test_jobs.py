@@ -209,7 +209,7 @@ def test_a_job_plans_the_model_it_trains(tmp_path):
     4,096 rows, or a --tokenizer in the extra arguments): the job is planned for that model; with --init, for the
     preset (Llama 3.1's 128,256). The planner's grid, step time and checkpoint write size follow."""
     from axonn.planner import load_profile, plan, resolve_shape
-    from memorization.corpus import load_tokenizer
+    from memorization.data.corpus import load_tokenizer
     from transformers import PreTrainedTokenizerFast
 
     base = dict(machine="alps", size="405b", gpus=256, out_dir=str(tmp_path), run_root=str(tmp_path))

@@ -67,7 +67,7 @@ def save_family_checkpoint(model_type: str, path: Path, tied: bool = False) -> P
     family's class: Qwen's adds ``<|endoftext|>``), padded to a multiple of 64, so no run pads it further."""
     from transformers import AutoModelForCausalLM
 
-    from memorization.corpus import load_tokenizer
+    from memorization.data.corpus import load_tokenizer
     from memorization.eval_model import load_tokenizer as tokenizer_of_dir
     from memorization.models import padded_vocab
 
@@ -343,7 +343,7 @@ def test_held_out_perplexity_on_four_grids_is_one_processs(family: str, tmp_path
     sys.path.insert(0, str(WORKERS))
     import launcher
 
-    from memorization.corpus import DEFAULT_CORPUS, load_documents, load_tokenizer
+    from memorization.data.corpus import DEFAULT_CORPUS, load_documents, load_tokenizer
     from memorization.downstream import run_downstream
 
     model = save_family_checkpoint(family, tmp_path / "model")

@@ -15,7 +15,7 @@ from tests.support import REPO
 def model(tmp_path_factory):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from memorization.corpus import load_tokenizer
+    from memorization.data.corpus import load_tokenizer
 
     d = tmp_path_factory.mktemp("m") / "model"
     tok = load_tokenizer()

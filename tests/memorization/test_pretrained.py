@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from memorization import pretrained
-from memorization.corpus import sha256_file
+from memorization.data.corpus import sha256_file
 from tests.forked import run_python
 from tests.support import REPO
 

@@ -45,7 +45,7 @@ def test_extraction_and_perplexity_of_the_real_model_on_grids_are_one_processs(s
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from memorization.corpus import DEFAULT_CORPUS, load_documents
+    from memorization.data.corpus import DEFAULT_CORPUS, load_documents
     from memorization.downstream import run_downstream
     from memorization.extraction import ExtractionConfig, extract
 
@@ -97,7 +97,7 @@ def test_mia_and_lm_eval_of_the_real_model_on_grids_are_one_processs(smollm2, tm
     from lm_eval_grids import MAX_LENGTH, answers, assert_same_answers, requests_for
     from transformers import AutoTokenizer
 
-    from memorization.corpus import DEFAULT_CORPUS, load_documents
+    from memorization.data.corpus import DEFAULT_CORPUS, load_documents
     from memorization.downstream import run_downstream
     from memorization.eval_model import load_checkpoint
     from memorization.mia import run_mia

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from memorization.goldfish import IGNORE_INDEX, GoldfishConfig, apply_goldfish
-from memorization.mixture import MixtureConfig, build_mixture
+from memorization.data.mixture import MixtureConfig, build_mixture
 from memorization.models import build_model
 from memorization.tracking import goldfish_label_masks, target_losses, tracked_targets
 

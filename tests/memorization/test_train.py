@@ -634,7 +634,7 @@ def test_results_files_are_valid_json_even_with_non_finite_numbers(tmp_path):
     """atomic_write_json writes NaN and infinities as null: the file parses as strict JSON."""
     import json
 
-    from memorization.atomic import atomic_write_json
+    from memorization.data.atomic import atomic_write_json
 
     atomic_write_json(tmp_path / "r.json", {"loss": math.nan, "h": [{"x": math.inf}, -math.inf, 1.5], "s": "nan"})
 

@@ -115,7 +115,7 @@ def place_canaries(canaries: list[Canary], n_rows: int, seq_len: int, busy_rows:
 
 class CanaryRows:
     """A stream's rows (or document ids) with the canaries written in: ``view[a:b]`` and ``view[index]`` return
-    the base's rows (a tensor or :class:`memorization.token_store.StoredArray`) with every canary copy in them
+    the base's rows (a tensor or :class:`memorization.data.token_store.StoredArray`) with every canary copy in them
     overwritten -- its tokens, or (``doc_ids=True``) the document id of the token before it.  ``shape``,
     ``dtype``, ``len()`` and ``token_range`` are the base's (the range widened by the canaries' tokens)."""
 
@@ -246,7 +246,7 @@ def canary_exposures(model: torch.nn.Module, canaries: list[Canary], alphabet: l
 def summarize_exposures(rows: list[dict]) -> dict:
     """By exposure count: ``{n: {"n", "mean", "ci95", "median", "max"}}`` of the canaries' exposures (``ci95``: a
     t interval of the mean, None for one canary)."""
-    from .stats import mean_ci
+    from memorization.stats import mean_ci
 
     groups: dict[int, list[float]] = {}
     for r in rows:

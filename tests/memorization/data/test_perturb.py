@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from memorization.goldfish import goldfish_mask, minhash_context
-from memorization.perturb import SPAN, PerturbedRows, perturb, target_copies
+from memorization.data.perturb import SPAN, PerturbedRows, perturb, target_copies
 
 
 def test_substitution_changes_exactly_that_fraction_never_the_first_token():

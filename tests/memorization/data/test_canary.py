@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from memorization.canary import (Canary, CanaryRows, enumerate_log_perplexities, estimated_exposure,
+from memorization.data.canary import (Canary, CanaryRows, enumerate_log_perplexities, estimated_exposure,
                                  exact_exposure, parse_canary_exposures, place_canaries, secret_index,
                                  secret_log_perplexities, summarize_exposures)
 from memorization.stats import mean_ci

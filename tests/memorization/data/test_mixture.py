@@ -4,7 +4,7 @@ import json
 import pytest
 import torch
 
-from memorization.mixture import MixtureConfig, _place_exposures, build_mixture, load_manifest
+from memorization.data.mixture import MixtureConfig, _place_exposures, build_mixture, load_manifest
 
 
 def _contains_row_start(rows: torch.Tensor, tok: list[int]) -> torch.Tensor:
@@ -163,7 +163,7 @@ def test_goldfish_decides_background_labels_as_in_the_stream(tokenizer, corpus, 
 
 
 def _shares_span(a: list[int], b: list[int], n: int = 32) -> bool:
-    from memorization.mixture import _overlapping
+    from memorization.data.mixture import _overlapping
 
     return bool(_overlapping([a], [b], n))
 
@@ -300,7 +300,7 @@ def test_spaced_placement_spreads_each_target_evenly_over_the_run():
     """A target seen n times in N steps has its exposures about N/n apart (here never a gap over 2N/n)."""
     import numpy as np
 
-    from memorization.mixture import exposure_steps
+    from memorization.data.mixture import exposure_steps
 
     N = 400
     exposures = [1, 2, 4, 8, 16] * 6
@@ -316,7 +316,7 @@ def test_last_placement_makes_recency_independent_of_the_exposure_count():
     spread evenly over the run."""
     import numpy as np
 
-    from memorization.mixture import exposure_steps
+    from memorization.data.mixture import exposure_steps
 
     N, batch, exposures = 200, 4, [1, 4, 16] * 10
     since = {}
@@ -334,7 +334,7 @@ def test_last_placement_makes_recency_independent_of_the_exposure_count():
 def test_placement_is_recorded_and_a_store_of_another_placement_is_refused(tokenizer, corpus, tmp_path):
     """The manifest's config records the placement; a token store prepared with another one is refused, naming
     --placement; the default placement keeps the stores' cache key of before it existed."""
-    from memorization.token_store import StoreMismatch, check_store, config_dict
+    from memorization.data.token_store import StoreMismatch, check_store, config_dict
 
     cfg = MixtureConfig(seq_len=128, batch_size=8, exposures=(2,), num_targets=4, num_nonmembers=2, seed=1,
                         placement="last")

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from .atomic import atomic_write_json
-from .goldfish import NO_DOC, RowContext
+from memorization.goldfish import NO_DOC, RowContext
 
 MANIFEST_VERSION = 1
 #: Where a target's exposures fall (:func:`exposure_steps`): ``random`` steps; ``spaced`` evenly over the run;
@@ -51,7 +51,7 @@ def check_hash_width(h: int) -> None:
     """Refuse a Goldfish hash width the rows' context cannot serve (``ValueError``, naming the flag)."""
     if h > CONTEXT_TOKENS:
         raise ValueError(f"--goldfish-h {h}: a row carries the {CONTEXT_TOKENS} stream tokens before it "
-                         "(memorization.mixture.CONTEXT_TOKENS), so a wider hash could not decide the first labels "
+                         "(memorization.data.mixture.CONTEXT_TOKENS), so a wider hash could not decide the first labels "
                          f"of every row; h must be <= {CONTEXT_TOKENS}: use --goldfish-h <= {CONTEXT_TOKENS}")
 
 
@@ -400,7 +400,7 @@ def build_mixture(
 
     ``token_ids``, if given, are the documents already tokenized (``token_ids[i]`` is
     :func:`tokenize_with_bos` of ``docs[i]``, e.g. by ``datasets.map`` in
-    :func:`memorization.token_store.prepare_store`): the mixture is then the one built from the text.
+    :func:`memorization.data.token_store.prepare_store`): the mixture is then the one built from the text.
     """
     rng = random.Random(cfg.seed)
     eos = tokenizer.eos_token_id

@@ -21,7 +21,7 @@ from .atomic import atomic_write_bytes, atomic_write_text
 
 DEFAULT_CORPUS = "builtin:pydocs"
 DEFAULT_TOKENIZER = "builtin:bpe4096"
-_REPO_ROOT = Path(__file__).resolve().parents[1]
+_REPO_ROOT = Path(__file__).resolve().parents[2]
 SHIPPED_CORPUS = _REPO_ROOT / "data" / "pydocs" / "pydocs.jsonl.xz"
 SHIPPED_TOKENIZER = _REPO_ROOT / "data" / "pydocs" / "tokenizer-bpe4096"
 #: sha256 of the default corpus's JSON lines (``pydocs.jsonl.xz`` unpacked) and of its tokenizer's ``tokenizer.json``

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from memorization.corpus import DEFAULT_CORPUS, DEFAULT_TOKENIZER, corpus_fingerprint, data_checksums
+from memorization.data.corpus import DEFAULT_CORPUS, DEFAULT_TOKENIZER, corpus_fingerprint, data_checksums
 from memorization.goldfish import GoldfishConfig
-from memorization.mixture import MixtureConfig, build_mixture
+from memorization.data.mixture import MixtureConfig, build_mixture
 from memorization.models import build_model
-from memorization.token_store import (STORE_FILE, StoreError, StoreMismatch, open_store, prepare_store,
+from memorization.data.token_store import (STORE_FILE, StoreError, StoreMismatch, open_store, prepare_store,
                                       store_info)
 from memorization.train import TrainConfig, Trainer
 from tests.support import REPO
@@ -143,7 +143,7 @@ def test_resident_memory_does_not_grow_with_the_store(stores, tmp_path):
 def test_a_store_of_other_data_or_settings_is_refused_naming_the_difference(stores, tokenizer, tmp_path):
     from dataclasses import replace
 
-    from memorization.corpus import load_tokenizer, train_bpe_tokenizer
+    from memorization.data.corpus import load_tokenizer, train_bpe_tokenizer
 
     path = stores[1]
     other_tok = load_tokenizer(str(train_bpe_tokenizer(["some other text " * 20, "more words here"], 300,
@@ -175,7 +175,7 @@ def test_a_changed_local_corpus_is_refused(tmp_path):
     cfg = MixtureConfig(seq_len=64, batch_size=2, exposures=(2,), num_targets=2, num_nonmembers=2, val_docs=2,
                         min_target_tokens=20)
     path = prepare_store(str(corpus), DEFAULT_TOKENIZER, cfg, tmp_path / "store")
-    from memorization.corpus import load_tokenizer
+    from memorization.data.corpus import load_tokenizer
 
     tok = load_tokenizer()
     assert open_store(path, corpus=str(corpus), tokenizer=tok, config=cfg).num_steps > 0
@@ -256,7 +256,7 @@ def test_the_cache_prepares_a_store_once_per_data_and_settings(tmp_path, monkeyp
     """A second run of the same data tokenizes nothing (the cached store is opened, not rewritten); another
     mixture setting, other targets or an edited local corpus each name another store; a cache directory left
     without its store.json is prepared again."""
-    from memorization.token_store import cached_store_path, ensure_cached_store
+    from memorization.data.token_store import cached_store_path, ensure_cached_store
 
     monkeypatch.setenv("GOLDFISH_CACHE", str(tmp_path / "cache"))
     corpus = tmp_path / "corpus.jsonl"
@@ -317,7 +317,7 @@ def test_a_store_whose_bytes_changed_is_refused_naming_the_file_and_the_rebuild(
     """Tokens changed in place (sizes the same, so the size check passes): every token XOR-ed with 0xA5 (all still
     inside the vocabulary: it would train on other tokens), or one set to 65535 (an IndexError mid-run). Opening
     with verify refuses it, naming input_ids.bin and the prepare command with this --out and --overwrite."""
-    from memorization.token_store import verify_store
+    from memorization.data.token_store import verify_store
 
     assert verify_store(store_copy) is True
     f = store_copy / "input_ids.bin"
@@ -374,7 +374,7 @@ def test_work_directories_of_a_killed_preparation_are_removed_by_the_next(tmp_pa
     import socket
     import subprocess
 
-    from memorization.token_store import remove_stale_work_dirs
+    from memorization.data.token_store import remove_stale_work_dirs
 
     dead = subprocess.Popen(["true"])
     dead.wait()

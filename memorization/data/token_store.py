@@ -1,7 +1,7 @@
 """A prepared token store: a run's mixture tokenized once, written as raw arrays, memory-mapped by every rank.
 
 :func:`prepare_store` loads a corpus, tokenizes it once in parallel (``datasets.map(num_proc=...)`` into a
-memory-mapped Arrow file), builds the mixture with :func:`memorization.mixture.build_mixture` (the same
+memory-mapped Arrow file), builds the mixture with :func:`memorization.data.mixture.build_mixture` (the same
 selection and placement code, so the stream is the one built from the text) and writes a directory::
 
     <out>/input_ids.bin        (N, L)  uint16 (vocabulary <= 65,536) or uint32   training rows, in step order
@@ -19,7 +19,7 @@ selection and placement code, so the stream is the one built from the text) and 
 All arrays are C-ordered raw little-endian files (``ndarray.tofile``).  The directory is written under a
 temporary name beside ``out`` and renamed into place, so a reader sees a whole store or none.
 
-:func:`open_store` returns a :class:`~memorization.mixture.Mixture` whose ``input_ids``, ``doc_ids`` and
+:func:`open_store` returns a :class:`~memorization.data.mixture.Mixture` whose ``input_ids``, ``doc_ids`` and
 ``row_context`` are :class:`StoredArray` views: ``view[a:b]`` (or ``view[index_tensor]``) copies those rows
 out of the mapping as the dtype the trainer expects (int64 tokens, int32 document ids) and drops the mapped
 pages again, so a rank's resident memory holds only the rows of the step it trains, whatever the store's
@@ -54,7 +54,7 @@ from axonn.checkpoint import CHECKSUM_BLOCK, CrcWriter
 from axonn.checkpoint.checksums import crcs_of_file
 
 from .atomic import atomic_write_json
-from .goldfish import RowContext
+from memorization.goldfish import RowContext
 from .mixture import Mixture, MixtureConfig, build_mixture, tokenize_with_bos
 
 STORE_VERSION = 1
@@ -110,7 +110,7 @@ def _value_range(t: Any) -> tuple[int, int]:
 
 # ---- identity: what a store was prepared from --------------------------------------------------------------
 def texts_fingerprint(texts: Sequence[str] | None) -> str | None:
-    """The fingerprint of a list of documents (:func:`memorization.corpus.corpus_fingerprint`); None for None."""
+    """The fingerprint of a list of documents (:func:`memorization.data.corpus.corpus_fingerprint`); None for None."""
     from .corpus import corpus_fingerprint
 
     return None if texts is None else corpus_fingerprint(list(texts))
@@ -162,7 +162,7 @@ def prepare_command(out: str | Path, corpus: str, tokenizer: str, cfg: MixtureCo
 # ---- writing -----------------------------------------------------------------------------------------------
 def tokenize_corpus(docs: Sequence[str], tokenizer, num_proc: int = 1, work_dir: str | Path | None = None,
                     batch_size: int = 256) -> Sequence[list[int]]:
-    """Each document's token ids with a leading BOS (:func:`memorization.mixture.tokenize_with_bos`),
+    """Each document's token ids with a leading BOS (:func:`memorization.data.mixture.tokenize_with_bos`),
     tokenized by ``datasets.map(batched=True, num_proc=num_proc)`` into a memory-mapped Arrow file in
     ``work_dir`` (a temporary directory if None; the file is kept while the returned column lives).
     The result does not depend on ``num_proc``."""
@@ -282,8 +282,8 @@ def prepare_store(corpus: str, tokenizer: str, cfg: MixtureConfig, out: str | Pa
                   num_proc: int | None = 1, overwrite: bool = False, tokenizer_obj=None) -> Path:
     """Tokenize ``corpus`` once with ``tokenizer`` and write the token store of the mixture ``cfg`` to ``out``.
 
-    ``corpus`` is a :func:`memorization.corpus.load_documents` spec (hub name, local jsonl/parquet/txt/arrow
-    directory, ``builtin:pydocs``); ``tokenizer`` a :func:`memorization.corpus.load_tokenizer` spec (with a
+    ``corpus`` is a :func:`memorization.data.corpus.load_documents` spec (hub name, local jsonl/parquet/txt/arrow
+    directory, ``builtin:pydocs``); ``tokenizer`` a :func:`memorization.data.corpus.load_tokenizer` spec (with a
     checkpoint, its directory: the run's ``--init``); ``targets`` the target documents' texts (None: targets
     drawn from the corpus), ``targets_path`` where they were read from (recorded, and used in messages).
     ``tokenizer_obj`` (already loaded from ``tokenizer``) skips loading it again; ``num_proc`` None picks
@@ -314,7 +314,7 @@ def prepare_store(corpus: str, tokenizer: str, cfg: MixtureConfig, out: str | Pa
 
 
 # ---- the cache: a store prepared on first use -------------------------------------------------------------
-CACHE_SUBDIR = "stores"  # under memorization.corpus.cache_dir()
+CACHE_SUBDIR = "stores"  # under memorization.data.corpus.cache_dir()
 
 
 def _corpus_state(spec: str) -> Any:
@@ -336,7 +336,7 @@ def cached_store_path(corpus: str, tokenizer, cfg: MixtureConfig, target_texts: 
                       text_field: str = "text") -> Path:
     """Where the cache keeps the store of these inputs: ``<cache_dir>/stores/<key>``, the key a sha256 of the
     store format, the corpus (:func:`corpus_key` and its bytes' state), the text field, the tokenizer's
-    :func:`~memorization.corpus.tokenizer_sha256`, the targets' fingerprint and the mixture config.  Any
+    :func:`~memorization.data.corpus.tokenizer_sha256`, the targets' fingerprint and the mixture config.  Any
     change to one of them names another store; nothing is ever reused for other inputs."""
     import hashlib
 
@@ -572,7 +572,7 @@ def open_store(path: str | Path, corpus: str | None = None, tokenizer=None, conf
                target_texts: Sequence[str] | None = None, text_field: str | None = None,
                tokenizer_spec: str | None = None, targets_path: str | None = None,
                check_corpus_bytes: bool = True, verify: bool = False) -> Mixture:
-    """The :class:`~memorization.mixture.Mixture` of the token store in ``path``, its training rows, document
+    """The :class:`~memorization.data.mixture.Mixture` of the token store in ``path``, its training rows, document
     ids and row context memory-mapped (:class:`StoredArray`; validation rows, targets and non-members loaded).
 
     It is a drop-in for ``build_mixture(docs, tokenizer, config, target_texts, meta)``'s: the same rows,

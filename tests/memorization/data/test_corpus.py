@@ -1,9 +1,9 @@
-"""memorization.corpus: local corpora are read offline; a missing local file is a clear error."""
+"""memorization.data.corpus: local corpora are read offline; a missing local file is a clear error."""
 import json
 
 import pytest
 
-from memorization.corpus import load_documents
+from memorization.data.corpus import load_documents
 from tests.support import REPO
 
 
@@ -113,7 +113,7 @@ def test_a_dataset_repository_snapshot_is_a_corpus(tmp_path):
 def test_a_directory_without_tokenizer_files_is_a_clear_error(tmp_path):
     """A model directory saved without its tokenizer: the error says so (transformers 4.x would raise an
     AttributeError from deep inside its slow-tokenizer conversion)."""
-    from memorization.corpus import load_tokenizer
+    from memorization.data.corpus import load_tokenizer
 
     (tmp_path / "config.json").write_text('{"model_type": "llama"}')
     with pytest.raises(FileNotFoundError, match=r"holds no tokenizer \(none of tokenizer.json"):
@@ -126,7 +126,7 @@ def test_the_built_in_tokenizer_is_saved_in_a_form_every_supported_transformers_
     as the same tokenizer."""
     from transformers import AutoTokenizer
 
-    from memorization.corpus import load_documents, train_bpe_tokenizer
+    from memorization.data.corpus import load_documents, train_bpe_tokenizer
 
     out = train_bpe_tokenizer(load_documents("builtin:pydocs")[:300], 512, tmp_path / "tok")
     assert json.loads((out / "tokenizer_config.json").read_text())["tokenizer_class"] == "PreTrainedTokenizerFast"
@@ -140,7 +140,7 @@ def _shipped(tmp_path, monkeypatch, data: bytes):
     """Point the default corpus at a shipped file holding ``data`` (xz) and the cache at ``tmp_path/cache``."""
     import lzma
 
-    import memorization.corpus as corpus
+    import memorization.data.corpus as corpus
 
     shipped = tmp_path / "pydocs.jsonl.xz"
     shipped.write_bytes(lzma.compress(data))
@@ -155,7 +155,7 @@ def test_the_default_corpus_is_the_shipped_bytes_and_a_cache_with_other_bytes_is
     Python's docs, a damaged copy) is replaced by the shipped one, not used."""
     import lzma
 
-    from memorization.corpus import PYDOCS_SHA256, SHIPPED_CORPUS, sha256_file
+    from memorization.data.corpus import PYDOCS_SHA256, SHIPPED_CORPUS, sha256_file
 
     corpus = _shipped(tmp_path, monkeypatch, lzma.decompress(SHIPPED_CORPUS.read_bytes()))
     stale = tmp_path / "cache" / "pydocs.jsonl"
@@ -177,7 +177,7 @@ def test_a_shipped_corpus_with_other_bytes_is_refused_naming_the_file_and_the_fi
 def test_a_shipped_tokenizer_with_other_bytes_is_refused(tmp_path, monkeypatch):
     import shutil
 
-    import memorization.corpus as corpus
+    import memorization.data.corpus as corpus
 
     copy = tmp_path / "tok"
     shutil.copytree(corpus.SHIPPED_TOKENIZER, copy)
@@ -201,7 +201,7 @@ def test_the_shipped_tokenizer_is_what_its_recipe_trains_on_the_shipped_corpus(t
     which is why the tokenizer ships instead of being trained on each machine)."""
     import tokenizers
 
-    from memorization.corpus import TOKENIZER_SHA256, sha256_file, train_bpe_tokenizer
+    from memorization.data.corpus import TOKENIZER_SHA256, sha256_file, train_bpe_tokenizer
 
     if tokenizers.__version__ != _pinned("tokenizers"):
         pytest.skip(f"tokenizers {tokenizers.__version__} is not the pinned {_pinned('tokenizers')}")
@@ -214,7 +214,7 @@ def test_data_checksums_name_the_bytes_a_run_was_built_from(tmp_path):
     own bytes' sha256, a directory by none (its documents' fingerprint covers it)."""
     import hashlib
 
-    from memorization.corpus import PYDOCS_SHA256, TOKENIZER_SHA256, data_checksums, load_tokenizer
+    from memorization.data.corpus import PYDOCS_SHA256, TOKENIZER_SHA256, data_checksums, load_tokenizer
 
     tok = load_tokenizer()
     assert data_checksums("builtin:pydocs", tok) == {"corpus_sha256": PYDOCS_SHA256,
@@ -231,7 +231,7 @@ def test_data_checksums_name_the_bytes_a_run_was_built_from(tmp_path):
                                           ("empty.csv", b""), ("empty.parquet", b""), ("empty.txt", b"\n"),
                                           ("list.json", b"[]"), ("records.jsonl", b"{}\n{}\n")])
 def test_an_empty_corpus_file_is_refused_in_plain_words(tmp_path, name, content) -> None:
-    from memorization.corpus import load_documents
+    from memorization.data.corpus import load_documents
 
     (tmp_path / name).write_bytes(content)
     with pytest.raises(ValueError, match=r"is empty \(no records\)|holds no (documents|records)"):
@@ -239,7 +239,7 @@ def test_an_empty_corpus_file_is_refused_in_plain_words(tmp_path, name, content)
 
 
 def test_an_empty_file_among_good_ones_is_named(tmp_path) -> None:
-    from memorization.corpus import load_documents
+    from memorization.data.corpus import load_documents
 
     (tmp_path / "a.jsonl").write_text("\n\n")
     (tmp_path / "b.jsonl").write_text(json.dumps({"text": "a document"}) + "\n")
@@ -250,7 +250,7 @@ def test_an_empty_file_among_good_ones_is_named(tmp_path) -> None:
 def test_files_of_a_directory_with_other_fields_are_refused_with_the_fix(tmp_path) -> None:
     """datasets reads a directory's files with the first file's columns: a second file with an extra field
     fails a cast whose message says what, not how to fix it."""
-    from memorization.corpus import load_documents
+    from memorization.data.corpus import load_documents
 
     (tmp_path / "a.jsonl").write_text(json.dumps({"text": "first doc"}) + "\n")
     (tmp_path / "b.jsonl").write_text(json.dumps({"text": "second doc", "id": 7}) + "\n")
@@ -260,7 +260,7 @@ def test_files_of_a_directory_with_other_fields_are_refused_with_the_fix(tmp_pat
 
 def test_a_corpus_without_a_single_document_says_what_its_records_hold(tmp_path) -> None:
     """``{"text": [...]}`` (a dict of lists) is one record whose text is a list: no document at all."""
-    from memorization.corpus import load_documents
+    from memorization.data.corpus import load_documents
 
     (tmp_path / "docs.json").write_text(json.dumps({"text": ["first doc", "second doc"]}))
     with pytest.raises(ValueError, match=r"holds no documents.*field 'text'.*a list"):
@@ -271,7 +271,7 @@ def test_a_corpus_without_a_single_document_says_what_its_records_hold(tmp_path)
 
 
 def test_a_corpus_that_is_not_utf8_names_the_file_and_the_fix(tmp_path) -> None:
-    from memorization.corpus import load_documents
+    from memorization.data.corpus import load_documents
 
     latin = tmp_path / "latin.jsonl"
     latin.write_bytes(json.dumps({"text": "café au lait"}, ensure_ascii=False).encode("latin-1") + b"\n")

@@ -1,4 +1,4 @@
-"""Indexing shared by the row overlays (:mod:`memorization.canary`, :mod:`memorization.perturb`): views of a
+"""Indexing shared by the row overlays (:mod:`memorization.data.canary`, :mod:`memorization.data.perturb`): views of a
 ``(rows, seq)`` token array that rewrite some rows' tokens when they are read."""
 from __future__ import annotations
 
