@@ -12,7 +12,7 @@ know the layout reads it from here:
   plan chose, and names stay Hugging Face's), but HF export (``axonn.checkpoint.export_hf``, ``to_hf``)
   checks every full tensor against the shapes the plan and the config give (:func:`state_shapes`) before
   it writes, and refuses a model without a plan;
-* the experiment layer (``memorization.models``) builds, initialises and loads any family with a plan,
+* the experiment layer (``memorization.training.models``) builds, initialises and loads any family with a plan,
   and ``axonn.presets.ModelShape.hf_config`` gives a shape's config in its family.
 
 Kinds of a block module (``Gr`` = row, ``Gc`` = column axis)::

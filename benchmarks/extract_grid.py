@@ -38,8 +38,8 @@ def worker(a: argparse.Namespace) -> None:
     import torch
 
     from memorization.extraction import ExtractionConfig, extract_on_grid
-    from memorization.models import build_model
-    from memorization.runtime import Runtime
+    from memorization.training.models import build_model
+    from memorization.training.runtime import Runtime
 
     rt = Runtime.create(GridShape.parse(a.grid))
     torch.set_num_threads(1)  # one core per rank: the grids differ in ranks only

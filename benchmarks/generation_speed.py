@@ -116,7 +116,7 @@ def run(a: argparse.Namespace) -> dict:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--model", default=None,
-                   help="HF model directory (default: SmolLM2-135M-Instruct from memorization.pretrained)")
+                   help="HF model directory (default: SmolLM2-135M-Instruct from memorization.training.pretrained)")
     p.add_argument("--problems", nargs="+", default=None, metavar="GLOB", help="HPC-code problems (default: all CPU)")
     p.add_argument("--prompts", type=int, default=4, help="prompts, spread over the selected problems (default: 4)")
     p.add_argument("--samples", type=int, default=2, help="samples per prompt (default: 2)")
@@ -132,7 +132,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> dict:
     a = parser().parse_args(argv)
     if a.model is None:
-        from memorization.pretrained import get_model
+        from memorization.training.pretrained import get_model
 
         a.model = str(get_model("smollm2-135m"))
     return run(a)

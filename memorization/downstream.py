@@ -21,7 +21,7 @@ from memorization.eval_model import (MissingTokenizerError, axonn_checkpoint, de
                                      model_max_length)
 from memorization.lm_eval_bridge import (DEFAULT_TASK_DIR, LOCAL_TASK, LMEvalNotInstalledError, UnknownTaskError,
                                          check_lm_eval_args, include_dirs, list_lm_eval_tasks, run_lm_eval)
-from memorization.models import model_context
+from memorization.training.models import model_context
 from memorization.lm import LM, window_spans
 from memorization.perplexity import check_context, evaluate_perplexity, existing_source, load_perplexity_docs, perplexity
 

@@ -117,8 +117,8 @@ def model_device(model: torch.nn.Module) -> torch.device:
 
 def model_max_length(model: torch.nn.Module, cap: int | None = DEFAULT_MAX_LENGTH_CAP) -> int:
     """The default scoring window: the model's context (its trained length for a model trained from
-    scratch, :func:`memorization.models.model_context`; 2048 if unknown), at most ``cap``."""
-    from memorization.models import model_context
+    scratch, :func:`memorization.training.models.model_context`; 2048 if unknown), at most ``cap``."""
+    from memorization.training.models import model_context
 
     n = model_context(model) or 2048
     return min(n, cap) if cap else n
@@ -157,10 +157,10 @@ def vocab_size(model_or_config) -> int | None:
 
 
 def grid_runtime(grid: str):
-    """The :class:`memorization.runtime.Runtime` of ``grid`` (``"D,R,C,Z"``: the launcher's processes as a data,
+    """The :class:`memorization.training.runtime.Runtime` of ``grid`` (``"D,R,C,Z"``: the launcher's processes as a data,
     row, column, depth grid); ``ValueError`` naming ``--grid`` for a bad one."""
     from axonn.grid_shape import GridShape
-    from memorization.runtime import Runtime
+    from memorization.training.runtime import Runtime
 
     try:
         return Runtime.create(*GridShape.parse(grid))
@@ -212,12 +212,12 @@ def load_on_grid(path: str | os.PathLike, rt, tokenizer_path: str | os.PathLike 
                  flag: str = "--model", require_tokenizer: bool = False) -> tuple[torch.nn.Module, Any]:
     """``(model, tokenizer)`` of ``path`` parallelized on ``rt``'s grid as in training, in eval mode: a HF
     directory (each rank reading only its own shards of the safetensors files,
-    :func:`memorization.models.build_model`) or an axonn training checkpoint saved on any grid (resharded onto
+    :func:`memorization.training.models.build_model`) or an axonn training checkpoint saved on any grid (resharded onto
     this one, each rank reading only the pieces it needs, :func:`axonn.checkpoint.load`; its tokenizer is
     ``tokenizer_path`` or the arm's exported model's).  The tokenizer is None if there is none and
     ``require_tokenizer`` is False."""
     from memorization.model_files import check_model_dir
-    from memorization.models import build_model
+    from memorization.training.models import build_model
 
     step = axonn_checkpoint(path)
     if step is not None:
@@ -291,7 +291,7 @@ def print_inference_plan(script: str, argv: Sequence[str], model: str | os.PathL
 
     from axonn.planner import PlanError, format_inference_plan, load_machine, plan_inference
     from axonn.presets import ModelShape
-    from memorization.models import model_context
+    from memorization.training.models import model_context
 
     def fail(message: str, status: int = 2) -> int:
         print(f"error: {message}", file=sys.stderr)

@@ -4,7 +4,7 @@ For each document with token ids ``x``: prefix ``p = x[:P]`` (or, the Goldfish p
 ``x[:L - S]`` with ``L = min(|x|, max_tokens)``: the document cut to its first ``max_tokens``
 = 2,048 tokens, minus its last ``S``), true suffix ``s = x[|p| : |p| + S]``, and the model's
 greedy continuation ``g`` of ``S`` tokens.  Prefix + suffix must fit the model's context
-(:func:`memorization.models.model_context`).  Metrics (Carlini et al. 2023; Hans et al. 2024):
+(:func:`memorization.training.models.model_context`).  Metrics (Carlini et al. 2023; Hans et al. 2024):
 
 * exact match  ``1[g == s]``  (all ``S`` tokens),
 * token match  ``mean_i 1[g_i == s_i]``,
@@ -125,7 +125,7 @@ def prepare(model_or_config, docs: list[dict], cfg: ExtractionConfig):
     config, so a CLI can call it before it loads the weights (a 70B takes minutes to load)."""
     if not docs:
         raise ValueError("no documents to extract from")
-    from memorization.models import model_context
+    from memorization.training.models import model_context
 
     ctx = model_context(model_or_config)
     if ctx:
@@ -188,7 +188,7 @@ def extract(model: torch.nn.Module | LM, docs: list[dict], cfg: ExtractionConfig
     ``overall`` summarizes the trained documents only (:func:`trained`): exposure-0 controls are
     never counted as members; they appear in ``by_exposure["0"]``.
     Documents shorter than prefix + suffix raise ``ValueError`` unless ``cfg.skip_short``.
-    Prefix + suffix must fit the model's context (:func:`memorization.models.model_context`:
+    Prefix + suffix must fit the model's context (:func:`memorization.training.models.model_context`:
     ``max_position_embeddings``, or the trained length of a model trained from scratch):
     a fixed P + S beyond it raises ``ValueError``; in all-but-suffix mode ``cfg.max_tokens`` is
     lowered to it (with a warning).  The result's ``config`` is the configuration used.  ``model`` may be an

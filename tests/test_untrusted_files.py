@@ -45,8 +45,8 @@ def axonn_checkpoint(tmp_path_factory) -> Path:
     import torch
 
     import axonn
-    from memorization.models import build_model
-    from memorization.runtime import Runtime
+    from memorization.training.models import build_model
+    from memorization.training.runtime import Runtime
 
     rt = Runtime(axonn.init())
     model = build_model("tiny", 64, seed=0, runtime=rt)
@@ -58,7 +58,8 @@ def axonn_checkpoint(tmp_path_factory) -> Path:
 def _loaders(ckpt: Path):
     """Every function that loads a user's HF directory with transformers, by name."""
     from axonn import convert
-    from memorization import eval_model, models
+    from memorization import eval_model
+    from memorization.training import models
     from memorization.data import corpus
     from tests.support import load_eval_cli
 

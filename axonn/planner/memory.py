@@ -1,7 +1,7 @@
 r"""Memory per GPU of a Llama-family model trained by this project's trainer on a 4D AxoNN grid.
 
-The formulas describe what :class:`memorization.train.Trainer` allocates, term by term, and
-were fitted to and are checked against ``memorization.memory_trace`` (the real training step
+The formulas describe what :class:`memorization.training.train.Trainer` allocates, term by term, and
+were fitted to and are checked against ``memorization.training.memory_trace`` (the real training step
 traced op by op under fake tensors: ``benchmarks/memory_validation.py``, tests in
 ``tests/axonn/planner/test_memory.py``).  Notation as in :mod:`axonn.planner.model`: grid ``(D, R, C, Z)``,
 per-GPU micro-batch ``b``, sequence ``s``, local tokens ``m = b·s``, hidden ``h``, FFN ``f``, KV
@@ -55,7 +55,7 @@ its all-gathered ``4·m·h`` input and the depth buffers in axonn's), and the gr
 
 Logits (one chunk of ``c`` tokens at a time, ``V/R`` columns): in axonn's layout the fp32 logits, log-softmax
 and its gradient, ``12·c·V/R`` in the loss's backward (``8·c·V/R`` in its forward).  In HF's layout the loss is
-fused (:mod:`memorization.loss`): its forward holds a chunk's bf16 logits and their fp32 copy, the chunk's bf16
+fused (:mod:`memorization.training.loss`): its forward holds a chunk's bf16 logits and their fp32 copy, the chunk's bf16
 input and the fp32 ``dW``, ``6·c·V + 4·V·h + 2·c·h``; its backward the stored ``dW`` and ``dh`` and their scaled
 copies, ``8·V·h + 4·m·h`` beyond ``dh``.  Without checkpointing the loss's forward and backward are both moments.
 
@@ -172,7 +172,7 @@ def memory_per_gpu(shape: ModelShape, grid: GridShape, seq: int, micro_batch: in
     m = micro_batch * seq
     a_layer = activation_bytes_per_layer(shape, grid, seq, micro_batch, cfg)
     c = min(m, cfg.chunk_tokens)
-    if hf:  # the fused head + cross-entropy (memorization.loss): gradients made in the forward
+    if hf:  # the fused head + cross-entropy (memorization.training.loss): gradients made in the forward
         logits_fwd = 6 * c * V + 4 * V * h + 2 * c * h  # a chunk's bf16 and fp32 logits, the fp32 dW, its bf16 input
         logits_bwd = 8 * V * h + 4 * m * h  # the stored dW and dh scaled (dh itself is in around_loss)
     else:  # checkpointed chunks: fp32 logits + log-softmax (+ its gradient, the logits recomputed)

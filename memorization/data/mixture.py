@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from .atomic import atomic_write_json
-from memorization.goldfish import NO_DOC, RowContext
+from memorization.training.goldfish import NO_DOC, RowContext
 
 MANIFEST_VERSION = 1
 #: Where a target's exposures fall (:func:`exposure_steps`): ``random`` steps; ``spaced`` evenly over the run;
@@ -116,7 +116,7 @@ class Mixture:
     config: MixtureConfig
     meta: dict = field(default_factory=dict)
     # per row: the CONTEXT_TOKENS stream tokens before its background part (Goldfish hashes a row's
-    # first labels from them; memorization.goldfish.RowContext)
+    # first labels from them; memorization.training.goldfish.RowContext)
     row_context: RowContext | None = None
 
     @property

@@ -54,7 +54,7 @@ from axonn.checkpoint import CHECKSUM_BLOCK, CrcWriter
 from axonn.checkpoint.checksums import crcs_of_file
 
 from .atomic import atomic_write_json
-from memorization.goldfish import RowContext
+from memorization.training.goldfish import RowContext
 from .mixture import Mixture, MixtureConfig, build_mixture, tokenize_with_bos
 
 STORE_VERSION = 1

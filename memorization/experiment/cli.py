@@ -16,7 +16,7 @@ from memorization.experiment.config import (FINE_TUNE_LR, FINE_TUNE_WEIGHT_DECAY
                                             SCRATCH_LR, SCRATCH_WARMUP_STEPS, SCRATCH_WEIGHT_DECAY,
                                             ExperimentConfig, flat, load_config, resolve, with_flat)
 from memorization.experiment.validate import EXECUTION_SETTINGS, as_flags
-from memorization.goldfish import DOC_STARTS
+from memorization.training.goldfish import DOC_STARTS
 from memorization.data.mixture import PLACEMENTS
 
 DESCRIPTION = ("Does a language model memorize documents it saw n times, and does Goldfish loss stop it? Runs a "

@@ -1,6 +1,6 @@
 """The one place where an experiment's sections become its components' configs: the mixture's
-(:class:`~memorization.data.mixture.MixtureConfig`), each arm's trainer's (:class:`~memorization.train.TrainConfig`)
-and Goldfish setting (:class:`~memorization.goldfish.GoldfishConfig`), and the extraction's
+(:class:`~memorization.data.mixture.MixtureConfig`), each arm's trainer's (:class:`~memorization.training.train.TrainConfig`)
+and Goldfish setting (:class:`~memorization.training.goldfish.GoldfishConfig`), and the extraction's
 (:class:`~memorization.extraction.ExtractionConfig`).  Each component keeps its own config (its defaults serve
 callers without an experiment); a run builds them here, from its resolved :class:`ExperimentConfig` only."""
 from __future__ import annotations
@@ -44,9 +44,9 @@ def warmup_steps(cfg: ExperimentConfig, num_steps: int) -> int:
 
 
 def arm_goldfish(arm: str, cfg: ExperimentConfig):
-    """The :class:`~memorization.goldfish.GoldfishConfig` an arm trains with: none for the standard arm, the
+    """The :class:`~memorization.training.goldfish.GoldfishConfig` an arm trains with: none for the standard arm, the
     run's for the Goldfish arm, and the run's, randomized, for the equal-supervised-tokens control."""
-    from memorization.goldfish import GoldfishConfig
+    from memorization.training.goldfish import GoldfishConfig
 
     g = cfg.goldfish
     if arm == "standard":
@@ -56,10 +56,10 @@ def arm_goldfish(arm: str, cfg: ExperimentConfig):
 
 
 def train_config(arm: str, cfg: ExperimentConfig, num_steps: int):
-    """The :class:`~memorization.train.TrainConfig` of ``arm``: the run's training section, its overlap and
+    """The :class:`~memorization.training.train.TrainConfig` of ``arm``: the run's training section, its overlap and
     gradient dtype, its tracking interval and progress setting, the arm's Goldfish setting
     (:func:`arm_goldfish`) and its warmup for the ``num_steps`` the corpus filled (:func:`warmup_steps`)."""
-    from memorization.train import TrainConfig
+    from memorization.training.train import TrainConfig
 
     t = cfg.training
     return TrainConfig(batch_size=t.batch_size, micro_batch=t.micro_batch, steps=t.steps or None, lr=t.lr,

@@ -48,7 +48,7 @@ MAX_FINE_TUNE_LR = 1e-3
 
 #: the arms a run can train, in the order it trains them: the standard loss, the Goldfish loss, and the
 #: equal-supervised-tokens control (the standard loss on as many labels per row as Goldfish keeps, the dropped
-#: ones drawn afresh in every row: :func:`memorization.goldfish.matched_random_mask`)
+#: ones drawn afresh in every row: :func:`memorization.training.goldfish.matched_random_mask`)
 ARMS: tuple[str, ...] = ("standard", "goldfish", "equal-tokens")
 #: ``--arms`` shorthands
 ARM_SETS: dict[str, tuple[str, ...]] = {"both": ("standard", "goldfish"), "all": ARMS}
@@ -124,7 +124,7 @@ class Data:
 class Goldfish:
     """The Goldfish arm's loss: drop 1/``k`` of the labels, decided by a hash of the ``h`` tokens before each
     (``strategy`` hash) or every k-th position (static); a document's first ``h`` labels as ``doc_start`` says
-    (memorization.goldfish.DOC_STARTS); ``k`` 0 trains the standard arm only.  ``arms``: which of :data:`ARMS`
+    (memorization.training.goldfish.DOC_STARTS); ``k`` 0 trains the standard arm only.  ``arms``: which of :data:`ARMS`
     (:func:`parse_arms`)."""
 
     k: int = _opt("--goldfish-k", 4)
@@ -176,7 +176,7 @@ class Extraction:
     reproduce the next ``suffix`` greedily; ``batch`` documents are decoded together.  Besides: ``samples``
     sampled continuations per target (``temperature``, ``top_k``); more prefix:suffix pairs (``lengths``,
     :func:`parse_lengths`); and every ``track_every`` training steps extraction and loss of ``track_targets``
-    targets (memorization.tracking; 0: all).  Adaptive attacks: a ``beam`` search of that width and ``hints``
+    targets (memorization.training.tracking; 0: all).  Adaptive attacks: a ``beam`` search of that width and ``hints``
     counting (memorization.adaptive); ``mia``: membership inference scores of the targets (memorization.mia)."""
 
     prefix: int = _opt("--prefix", 50)

@@ -144,7 +144,7 @@ def load_run_tokenizer(cfg: ExperimentConfig):
     """The run's tokenizer (:func:`tokenizer_spec`), checked against the ``--init`` checkpoint's vocabulary;
     every failure a SystemExit saying what to do."""
     from memorization.data.corpus import load_tokenizer
-    from memorization.models import check_same_vocab, check_tokenizer_fits
+    from memorization.training.models import check_same_vocab, check_tokenizer_fits
 
     init = cfg.model.init
     spec = tokenizer_spec(cfg)

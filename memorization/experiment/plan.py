@@ -19,7 +19,7 @@ def run_shape(cfg: ExperimentConfig, tokenizer=None):
 
     from axonn.presets import ModelShape, get_preset
     from memorization.experiment.data import load_run_tokenizer
-    from memorization.models import model_config, padded_vocab
+    from memorization.training.models import model_config, padded_vocab
 
     if cfg.model.init:
         return ModelShape.from_hf_config(model_config(None, 0, init=cfg.model.init), name=Path(cfg.model.init).name)

@@ -94,7 +94,7 @@ def preflight(cfg: ExperimentConfig, shape=None) -> list[Check]:
                             "are checked when the job starts (check on a node that mounts it)"))
     elif init:
         from axonn.presets import ModelShape
-        from memorization.models import model_config
+        from memorization.training.models import model_config
 
         got = ModelShape.from_hf_config(model_config(None, 0, init=init))
         checks.append(Check("init", OK, f"--init {init}: a {got.family} model of {got.layers} layers, hidden "

@@ -41,7 +41,7 @@ def remove_run(out: Path) -> None:
 
 
 def make_runtime(cfg: ExperimentConfig):
-    from memorization.runtime import Runtime
+    from memorization.training.runtime import Runtime
 
     try:
         return Runtime.create(config_grid(cfg))
@@ -56,10 +56,10 @@ def run_arm(arm: str, cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path, 
 
     from memorization.extraction import extract, trained
     from memorization.data.mixture import atomic_write_json
-    from memorization.models import build_model
+    from memorization.training.models import build_model
     from memorization.recency import by_recency
-    from memorization.tracking import Tracker, tracked_targets
-    from memorization.train import Trainer
+    from memorization.training.tracking import Tracker, tracked_targets
+    from memorization.training.train import Trainer
 
     arm_dir = out / arm
     done = arm_dir / "arm_result.json"
@@ -72,7 +72,7 @@ def run_arm(arm: str, cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path, 
     gf = tcfg.goldfish
     ecfg = extraction_config(cfg)
     tracker = None
-    if x.track_every:  # the labels are split by the run's Goldfish mask in every arm (memorization.tracking)
+    if x.track_every:  # the labels are split by the run's Goldfish mask in every arm (memorization.training.tracking)
         targets = tracked_targets(mixture.targets, x.track_targets, t.seed)
         tracker = Tracker(targets, ecfg, arm_goldfish("goldfish", cfg))
     rows, doc_ids = mixture.input_ids, mixture.doc_ids
@@ -203,7 +203,7 @@ def run_experiment(cfg: ExperimentConfig) -> dict | None:
     if cfg.execution.plan:
         print_plan(cfg)
         return None
-    from memorization.models import check_size_runs_here
+    from memorization.training.models import check_size_runs_here
 
     t = cfg.training
     tokenizer = load_run_tokenizer(cfg)
@@ -229,9 +229,9 @@ def run_experiment(cfg: ExperimentConfig) -> dict | None:
 
 
 def acquire_run_lock(cfg: ExperimentConfig, rt):
-    """Rank 0 takes ``--out``'s lock (:class:`memorization.run_lock.RunLock`; a stale one is taken over, saying
+    """Rank 0 takes ``--out``'s lock (:class:`memorization.training.run_lock.RunLock`; a stale one is taken over, saying
     so); a refusal reaches every rank.  Returns the lock on rank 0, None elsewhere."""
-    from memorization.run_lock import RunLock, RunLocked
+    from memorization.training.run_lock import RunLock, RunLocked
 
     lock = error = None
     if rt.is_main:
@@ -269,7 +269,7 @@ def _write_and_train(cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path) -
                "num_targets": len(mixture.targets), "skipped_targets": mixture.meta["skipped_short_targets"],
                "skipped_overlapping_targets": mixture.meta["skipped_overlapping_targets"],
                "arms": {}}
-    from memorization.train import EXIT_INTERRUPTED, NonFiniteTraining, TrainingInterrupted
+    from memorization.training.train import EXIT_INTERRUPTED, NonFiniteTraining, TrainingInterrupted
 
     canaries = run_canaries(cfg, mixture, tokenizer)
     if canaries and rt.is_main:

@@ -58,7 +58,7 @@ def validate(cfg: ExperimentConfig) -> None:
     """Refuse ``cfg`` (resolved: :func:`~memorization.experiment.config.resolve`) if anything in it is bad,
     before any download, allocation or training; notes (a --resume with nothing to resume) on stderr."""
     from axonn.presets import get_preset
-    from memorization.goldfish import validate_goldfish_args
+    from memorization.training.goldfish import validate_goldfish_args
     from memorization.data.mixture import check_hash_width
 
     m, d, g, t, x, o = cfg.model, cfg.data, cfg.goldfish, cfg.training, cfg.extraction, cfg.output
@@ -84,7 +84,7 @@ def validate(cfg: ExperimentConfig) -> None:
     config_grid(cfg)
     if m.init:
         from axonn.checkpoint import SafetensorsCheckpoint
-        from memorization.models import model_config
+        from memorization.training.models import model_config
 
         try:
             model_config(None, 0, init=m.init, family=m.family)  # a config.json of a family with a plan is there
@@ -160,7 +160,7 @@ def _check_training_numbers(cfg: ExperimentConfig) -> None:
                           "if you mean it")
     if cfg.execution.plan:  # the planner picks the micro-batch and grid itself
         return
-    from memorization.runtime import rows_per_rank
+    from memorization.training.runtime import rows_per_rank
 
     mixture_config(cfg)
     grid = config_grid(cfg)
@@ -187,7 +187,7 @@ def check_writable_dir(path: Path, flag: str) -> None:
 def _check_out(cfg: ExperimentConfig) -> None:
     """An existing run in --out: refused without --resume/--overwrite; with --resume, its settings must match
     (except how it executes)."""
-    from memorization.run_lock import LOCK_FILE, RunLock
+    from memorization.training.run_lock import LOCK_FILE, RunLock
 
     o = cfg.output
     out = Path(o.out)

@@ -153,7 +153,7 @@ def run_mia(
     if max_length is not None and (Path(model_path) / "config.json").is_file():
         from transformers import AutoConfig
 
-        from memorization.models import model_context
+        from memorization.training.models import model_context
 
         check_max_length(max_length, model_context(AutoConfig.from_pretrained(str(model_path), trust_remote_code=False)))
     device = device or default_device()
@@ -166,7 +166,7 @@ def run_mia(
         log.warning("%s", w)
     rt = grid_runtime(grid) if grid else None
     if rt is not None:
-        from ..runtime import check_replicas
+        from memorization.training.runtime import check_replicas
 
         check_replicas(len(members) + len(nonmembers), rt.grid, "documents")  # before any weight loads
     lm = LM.load(model_path, grid=rt, device=device, dtype=dtype, tokenizer_path=tokenizer_path,

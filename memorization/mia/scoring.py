@@ -180,7 +180,7 @@ def mia_scores(
         raise ValueError(f"k must be in (0, 1], got {k}")
     if not is_int(batch_size) or batch_size < 1:
         raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-    from memorization.models import model_context
+    from memorization.training.models import model_context
 
     check_max_length(max_length, model_context(model))
     dev = torch.device(device) if device is not None else model_device(model)

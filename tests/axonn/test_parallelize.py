@@ -129,7 +129,7 @@ def test_weight_decay_reaches_the_sharded_matrices() -> None:
     from common import tiny_llama
 
     import axonn
-    from memorization.train import param_groups
+    from memorization.training.train import param_groups
 
     serial = tiny_llama(0)
     want = {n for n, p in serial.named_parameters() if p.ndim >= 2}

@@ -7,8 +7,8 @@ import json
 import os
 
 from memorization.extraction import ExtractionConfig, extract_on_grid
-from memorization.models import build_model
-from memorization.runtime import Runtime
+from memorization.training.models import build_model
+from memorization.training.runtime import Runtime
 
 GRIDS = ((1, 2, 2, 1), (1, 1, 2, 2), (2, 2, 1, 1), (1, 2, 1, 2))  # data, row, column, depth ($GRIDS: "D,R,C,Z ...")
 if os.environ.get("GRIDS"):

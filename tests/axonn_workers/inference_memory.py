@@ -12,7 +12,7 @@ import torch
 
 from memorization.eval_model import load_on_grid
 from memorization.lm import LM, cache_nbytes
-from memorization.runtime import Runtime
+from memorization.training.runtime import Runtime
 
 BATCH, PREFIX, NEW = 3, 10, 6
 models = dict(item.split("=", 1) for item in os.environ["MODELS"].split(","))

@@ -144,7 +144,7 @@ def test_sigusr1_exits_75_after_a_checkpoint_and_resume_finishes(tmp_path, monke
     import os
     import signal
 
-    from memorization.train import EXIT_INTERRUPTED, Trainer
+    from memorization.training.train import EXIT_INTERRUPTED, Trainer
 
     step = Trainer.train_step
 
@@ -330,7 +330,7 @@ def test_init_fine_tunes_the_checkpoint_with_its_own_tokenizer(tmp_path):
 def test_init_problems_refused_before_any_work(tmp_path):
     from transformers import AutoTokenizer
 
-    from memorization.models import check_same_vocab, check_tokenizer_fits
+    from memorization.training.models import check_same_vocab, check_tokenizer_fits
 
     corpus = _small_corpus(tmp_path)
     big = _tiny_llama(tmp_path / "big", corpus, 400, model_vocab=256)  # a tokenizer the checkpoint never saw

@@ -276,7 +276,7 @@ def test_downstream_and_hpc_code_pipeline(tmp_path):
 
 def test_stop_signal_stops_the_sweep_and_leaves_the_cell_to_resume(tmp_path):
     """memorize exiting 75 (SIGUSR1: checkpointed) ends the sweep there; a validation SystemExit is a failed cell."""
-    from memorization.train import EXIT_INTERRUPTED
+    from memorization.training.train import EXIT_INTERRUPTED
 
     cells = sw.expand_grid("tiny", "2,4", "4")
     seen = []

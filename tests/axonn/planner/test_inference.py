@@ -79,7 +79,7 @@ TRACE = """
 import json
 from axonn.planner import GridShape, inference_memory_per_gpu
 from axonn.presets import get_preset
-from memorization.memory_trace import trace_inference
+from memorization.training.memory_trace import trace_inference
 rows = []
 for size, grid, b, s, gen in (("tiny", (1, 1, 1, 1), 4, 256, True), ("tiny", (1, 2, 2, 1), 4, 256, True),
                               ("small", (1, 2, 1, 2), 2, 512, True), ("small", (1, 1, 2, 1), 2, 512, False),
@@ -208,7 +208,7 @@ def _no_loading(monkeypatch):
     import transformers
 
     import memorization.eval_model as em
-    import memorization.models as models
+    import memorization.training.models as models
 
     def refuse(*a, **k):
         raise AssertionError("--plan loaded weights")

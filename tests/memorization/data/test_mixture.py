@@ -143,7 +143,7 @@ def test_goldfish_decides_background_labels_as_in_the_stream(tokenizer, corpus, 
     """The mixture's row context makes each background label's Goldfish decision the one it has
     in the background stream itself, including the first h labels of a row and of the filler after
     a target, so the drop rate is 1/k (at L = 128 and h = 13 it was ~21% for k = 4 without)."""
-    from memorization.goldfish import GoldfishConfig, apply_goldfish, goldfish_mask
+    from memorization.training.goldfish import GoldfishConfig, apply_goldfish, goldfish_mask
 
     cfg = MixtureConfig(seq_len=128, batch_size=8, exposures=(2,), num_targets=6, num_nonmembers=2, seed=2)
     mix = build_mixture(corpus[:600], tokenizer, cfg)

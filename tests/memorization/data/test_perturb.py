@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from memorization.goldfish import goldfish_mask, minhash_context
+from memorization.training.goldfish import goldfish_mask, minhash_context
 from memorization.data.perturb import SPAN, PerturbedRows, perturb, target_copies
 
 
@@ -45,7 +45,7 @@ def test_perturbed_rows_change_target_copies_only_and_differ_per_copy():
 
 
 def _mix32(x: int) -> int:
-    """The 32-bit finaliser of memorization.goldfish, on Python ints: two rounds of xor-shift 16 and multiply
+    """The 32-bit finaliser of memorization.training.goldfish, on Python ints: two rounds of xor-shift 16 and multiply
     by 0x45D9F3B mod 2^32, then a last xor-shift."""
     for _ in range(2):
         x = ((x >> 16) ^ x) * 0x45D9F3B & 0xFFFFFFFF

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from memorization.data.corpus import DEFAULT_CORPUS, DEFAULT_TOKENIZER, corpus_fingerprint, data_checksums
-from memorization.goldfish import GoldfishConfig
+from memorization.training.goldfish import GoldfishConfig
 from memorization.data.mixture import MixtureConfig, build_mixture
-from memorization.models import build_model
+from memorization.training.models import build_model
 from memorization.data.token_store import (STORE_FILE, StoreError, StoreMismatch, open_store, prepare_store,
                                       store_info)
-from memorization.train import TrainConfig, Trainer
+from memorization.training.train import TrainConfig, Trainer
 from tests.support import REPO
 
 CFG = MixtureConfig(seq_len=128, batch_size=4, exposures=(8,), num_targets=8, num_nonmembers=8, num_steps=200,

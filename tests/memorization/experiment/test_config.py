@@ -109,7 +109,7 @@ def no_work(monkeypatch):
     import memorization.experiment.run as run
 
     for target in ("memorization.data.corpus.load_documents", "memorization.data.corpus.load_tokenizer",
-                   "memorization.models.build_model", "memorization.data.mixture.build_mixture"):
+                   "memorization.training.models.build_model", "memorization.data.mixture.build_mixture"):
         monkeypatch.setattr(target, work)
     monkeypatch.setattr(run, "load_run_tokenizer", work)
     monkeypatch.setattr(run, "make_runtime", work)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from memorization.run_lock import LOCK_FILE, Holder, RunLock, RunLocked
+from memorization.training.run_lock import LOCK_FILE, Holder, RunLock, RunLocked
 from tests.forked import run_python
 from tests.support import REPO
 
@@ -28,7 +28,7 @@ def _plant(out: Path, **fields) -> Path:
 def test_a_live_holder_on_this_host_is_refused_and_named(tmp_path):
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        from memorization.run_lock import process_start
+        from memorization.training.run_lock import process_start
 
         _plant(tmp_path, pid=sleeper.pid, pid_start=process_start(sleeper.pid), command="memorize.py --out x")
         with pytest.raises(RunLocked, match=rf"is being written by another run: PID {sleeper.pid} on host .*"

@@ -26,7 +26,7 @@ What.  Two registered functions under one name:
   attention sinks -- goes to HF's ``sdpa_attention_forward`` unchanged.
 
 The contract.  Under ``torch.compile`` or inside :func:`unpacked_rows` the rows must not be packed with position
-ids that restart inside a row.  :class:`memorization.train.Trainer` never passes position ids (HF's default is
+ids that restart inside a row.  :class:`memorization.training.train.Trainer` never passes position ids (HF's default is
 ``0..T-1`` per row), which is why it switches its model to this implementation and runs its steps inside
 :func:`unpacked_rows`; a caller that packs with restarting position ids must keep ``"sdpa"``.
 

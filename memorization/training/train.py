@@ -233,7 +233,7 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 class Trainer:
     """Trains ``model`` on ``rows`` (N, L) with per-token document ids ``doc_ids`` (N, L) (for Goldfish);
     ``row_context`` (the mixture's) lets Goldfish hash each row's first labels from the stream
-    tokens before it (:class:`~memorization.goldfish.RowContext`).
+    tokens before it (:class:`~memorization.training.goldfish.RowContext`).
 
     ``rows``, ``doc_ids`` and the context's arrays may be tensors or the memory-mapped views of a prepared
     token store (:func:`memorization.data.token_store.open_store`): each step reads only its own ``B`` rows, and
@@ -285,7 +285,7 @@ class Trainer:
             raise ValueError(f"validation needs at least one held-out row; it has {held_out} (eval_rows="
                              f"{cfg.eval_rows}, {len(val_rows)} held-out rows): raise eval_rows or hold out more rows")
         self.device = self.rt.device
-        use_causal_sdpa(model)  # flash attention also under torch.compile (memorization/attention.py)
+        use_causal_sdpa(model)  # flash attention also under torch.compile (memorization/training/attention.py)
         if getattr(model, "_axonn_grid", None) is None:  # a full model: shard it here
             model = self.rt.parallelize(model.to(self.device))
         elif model._axonn_grid is not self.rt.grid:

@@ -7,11 +7,11 @@ import sys
 import pytest
 import torch
 
-from memorization.attention import CAUSAL_SDPA, use_causal_sdpa
-from memorization.goldfish import GoldfishConfig
-from memorization.loss import causal_lm_loss_sum
-from memorization.models import build_model
-from memorization.train import TrainConfig, Trainer
+from memorization.training.attention import CAUSAL_SDPA, use_causal_sdpa
+from memorization.training.goldfish import GoldfishConfig
+from memorization.training.loss import causal_lm_loss_sum
+from memorization.training.models import build_model
+from memorization.training.train import TrainConfig, Trainer
 from tests.support import WORKERS
 
 sys.path.insert(0, str(WORKERS))
@@ -96,7 +96,7 @@ def test_mask_function_takes_both_calling_conventions(monkeypatch):
     ``sdpa_mask`` with the arguments it was given (the 4.x convention's passed through unchanged)."""
     from transformers import masking_utils as mu
 
-    from memorization.attention import _causal_sdpa_mask
+    from memorization.training.attention import _causal_sdpa_mask
 
     assert _causal_sdpa_mask(batch_size=2, q_length=8, kv_length=8) is None
     assert _causal_sdpa_mask(batch_size=2, cache_position=torch.arange(8), kv_length=8) is None  # 4.53-4.57
@@ -112,9 +112,9 @@ def test_mask_function_takes_both_calling_conventions(monkeypatch):
 
 def _compiled_step_calls(tmp_path, attn: str | None = None):
     """One training step of the Trainer with its forward compiled by the recording backend; the SDPA calls."""
-    from memorization.attention import sdpa_recording_backend
+    from memorization.training.attention import sdpa_recording_backend
 
-    from memorization.models import model_config
+    from memorization.training.models import model_config
 
     config = model_config("tiny", V)
     config.num_hidden_layers = 1  # the check is per layer; one keeps the trace short
@@ -160,7 +160,7 @@ def test_unpacked_rows_decides_without_a_trace():
     goes to HF's mask builder, and padding or a window always does."""
     from transformers import masking_utils as mu
 
-    from memorization.attention import _causal_sdpa_mask, unpacked_rows
+    from memorization.training.attention import _causal_sdpa_mask, unpacked_rows
 
     one_sequence = torch.zeros(2, 8, dtype=torch.long)
     packed = mu.and_masks(mu.causal_mask_function, mu.packed_sequence_mask_function(one_sequence))
@@ -181,7 +181,7 @@ def test_attention_function_equals_hf_sdpa_and_defers_to_it(monkeypatch):
     narrower than the keys or a non-causal module it is HF's function that runs."""
     import transformers.integrations.sdpa_attention as hf
 
-    from memorization.attention import causal_sdpa_attention
+    from memorization.training.attention import causal_sdpa_attention
 
     module = torch.nn.Module()
     module.num_key_value_groups, module.is_causal = 2, True

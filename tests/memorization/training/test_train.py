@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from memorization.goldfish import IGNORE_INDEX, GoldfishConfig, RowContext, apply_goldfish
-from memorization.models import build_model
-from memorization.train import TrainConfig, Trainer, lr_at, read_record
+from memorization.training.goldfish import IGNORE_INDEX, GoldfishConfig, RowContext, apply_goldfish
+from memorization.training.models import build_model
+from memorization.training.train import TrainConfig, Trainer, lr_at, read_record
 
 
 class Interrupt(Exception):
@@ -256,7 +256,7 @@ def test_stop_signal_checkpoints_then_stops_and_resume_continues_the_curve(tmp_p
     import os
     import signal
 
-    from memorization.train import TrainingInterrupted
+    from memorization.training.train import TrainingInterrupted
 
     ref = [h["loss"] for h in plain_run["history"]]
     sig = getattr(signal, signame)
@@ -312,7 +312,7 @@ def test_fused_adamw_takes_the_clip_as_its_grad_scale(max_norm):
     gradients inside the optimizer's kernel: the same parameters and norms as clipping first, step by step, with
     gradients whose norm changes 100x between steps (Adam is invariant to one constant scale, not to these)."""
     import axonn
-    from memorization.runtime import Runtime
+    from memorization.training.runtime import Runtime
 
     rt = Runtime(axonn.init())
     torch.manual_seed(0)
@@ -336,7 +336,7 @@ def test_fused_adamw_takes_the_clip_as_its_grad_scale(max_norm):
 def test_a_fused_optimizer_trains_the_same_curve(tmp_path):
     """The trainer with a fused AdamW (its CUDA optimizer, clipped through grad_scale) follows the foreach AdamW's
     loss curve, with the clip active at every step."""
-    from memorization.train import param_groups
+    from memorization.training.train import param_groups
 
     curves = []
     for fused in (False, True):
@@ -439,7 +439,7 @@ def test_the_stream_check_reads_no_values_of_fake_tensors():
     there, and still refuse what the shapes and dtypes alone show."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from memorization.train import _check_stream
+    from memorization.training.train import _check_stream
 
     with FakeTensorMode(allow_non_fake_inputs=True):
         rows = torch.randint(3, V, (8, 16))
@@ -480,7 +480,7 @@ def test_validation_measures_the_same_rows_on_any_grid(tmp_path, n_val):
     would be 18 on 2 replicas and 16 on 4), so 2 replicas give the serial val_loss over all n_val rows, each
     scoring only its real rows."""
     rows = _rows()
-    from memorization.runtime import Runtime
+    from memorization.training.runtime import Runtime
 
     serial = _small_trainer(tmp_path / "s", val=rows[:n_val], eval_rows=n_val)
     ref = serial.validate()
@@ -505,9 +505,9 @@ def test_a_resumed_training_reports_the_time_of_the_whole_run(tmp_path):
 
     import torch
 
-    from memorization.goldfish import GoldfishConfig
-    from memorization.models import build_model
-    from memorization.train import TrainConfig, Trainer
+    from memorization.training.goldfish import GoldfishConfig
+    from memorization.training.models import build_model
+    from memorization.training.train import TrainConfig, Trainer
 
     g = torch.Generator().manual_seed(0)
     rows = torch.randint(3, 4096, (8, 32), generator=g).repeat(3, 1)
@@ -595,7 +595,7 @@ def test_a_non_finite_loss_stops_at_its_step_and_keeps_the_last_good_checkpoint(
     """The loss of step 5 made NaN (checkpoints every 2 steps): fit raises NonFiniteTraining naming step 5 (the
     loss is read one step late; the run stops there all the same), LATEST stays at step 4, whose weights are
     finite, and no train_result.json is written."""
-    from memorization.train import NonFiniteTraining
+    from memorization.training.train import NonFiniteTraining
 
     tr = _trainer(tmp_path, checkpoint_every=2)
     forward = tr.forward
@@ -619,7 +619,7 @@ def test_a_non_finite_loss_stops_at_its_step_and_keeps_the_last_good_checkpoint(
 def test_a_checkpoint_of_non_finite_weights_is_refused(tmp_path):
     """A NaN weight (a step whose loss was still finite, but whose update was not) is never checkpointed: the save
     raises NonFiniteTraining and writes nothing."""
-    from memorization.train import NonFiniteTraining
+    from memorization.training.train import NonFiniteTraining
 
     tr = _trainer(tmp_path)
     with torch.no_grad():

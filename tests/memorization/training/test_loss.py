@@ -1,11 +1,11 @@
-"""The chunked causal-LM loss (memorization/loss.py): the fused head + cross-entropy equals the plain one."""
+"""The chunked causal-LM loss (memorization/training/loss.py): the fused head + cross-entropy equals the plain one."""
 import pytest
 import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-import memorization.loss as loss_mod
-from memorization.goldfish import IGNORE_INDEX
+import memorization.training.loss as loss_mod
+from memorization.training.goldfish import IGNORE_INDEX
 
 B, T, H, V = 3, 41, 48, 503
 

@@ -1,9 +1,9 @@
-"""memorization/memory_trace.py: the peak of live tensor storages, each counted once however many views share it."""
+"""memorization/training/memory_trace.py: the peak of live tensor storages, each counted once however many views share it."""
 from __future__ import annotations
 
 import torch
 
-from memorization.memory_trace import PeakMemory
+from memorization.training.memory_trace import PeakMemory
 
 
 def test_peak_memory_counts_live_storages_once():

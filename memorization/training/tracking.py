@@ -9,7 +9,7 @@ settings: :func:`memorization.extraction.extract`) and scores the target's token
 
 token-weighted over the tracked targets.  The mask is the run's Goldfish configuration applied to the target as
 it is trained: a target starts its training row, so each of its labels is decided by its own tokens only
-(:func:`memorization.goldfish.goldfish_mask` on the target alone gives the decisions of every exposure).  For the
+(:func:`memorization.training.goldfish.goldfish_mask` on the target alone gives the decisions of every exposure).  For the
 standard arm (and the equal-supervised-tokens control) these are the labels Goldfish *would* drop, so the arms can
 be compared on the same tokens: under Goldfish the dropped labels' loss stays high while the kept ones' falls.
 """
@@ -21,10 +21,10 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from .extraction import ExtractionConfig, extract, trained
+from memorization.extraction import ExtractionConfig, extract, trained
 from .goldfish import IGNORE_INDEX, GoldfishConfig, goldfish_mask
 from .loss import chunked_lm_loss_sum, cross_entropy_for
-from .lm import pad_batch
+from memorization.lm import pad_batch
 
 #: a tracking record's metrics besides its ``step``
 TRACK_KEYS = ("exact_match", "token_match", "prefix_match", "target_loss", "kept_loss", "dropped_loss")

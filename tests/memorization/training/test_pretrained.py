@@ -1,4 +1,4 @@
-"""memorization.pretrained: a registry model is fetched at its pinned version, checked by sha256 before and after
+"""memorization.training.pretrained: a registry model is fetched at its pinned version, checked by sha256 before and after
 conversion, and converted into a HF directory whose logits are the GGUF model's; a damaged directory is refused."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from memorization import pretrained
+from memorization.training import pretrained
 from memorization.data.corpus import sha256_file
 from tests.forked import run_python
 from tests.support import REPO

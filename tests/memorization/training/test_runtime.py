@@ -1,11 +1,11 @@
-"""memorization/runtime.py: splitting evaluation work over a grid's replicas."""
+"""memorization/training/runtime.py: splitting evaluation work over a grid's replicas."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from axonn.grid import Grid
-from memorization.runtime import check_replicas
+from memorization.training.runtime import check_replicas
 
 
 @pytest.mark.parametrize("dims, n, ok", [((4, 1, 1, 1), 3, False), ((4, 1, 1, 1), 4, True), ((2, 2, 1, 1), 1, False),

@@ -1,4 +1,4 @@
-"""memorization/models.py: building a model, serial or without any process holding all of it (meta parameters,
+"""memorization/training/models.py: building a model, serial or without any process holding all of it (meta parameters,
 per-shard init and loading), from a preset or a Hugging Face checkpoint; exporting and checkpointing it.
 
 The 4-rank checks (tests/axonn_workers/build_checks.py) show that the sharded build equals the
@@ -39,7 +39,7 @@ def test_sharded_build_equals_serial_on_4_ranks() -> None:
 
 
 def test_random_init_is_hf_llama_init_and_independent_of_chunking(monkeypatch) -> None:
-    import memorization.models as mm
+    import memorization.training.models as mm
 
     model = mm.build_model("tiny", 4096, seed=1)
     sd = model.state_dict()
@@ -58,7 +58,7 @@ def test_random_init_is_hf_llama_init_and_independent_of_chunking(monkeypatch) -
 def test_init_checkpoint_errors_say_what_is_wrong(tmp_path) -> None:
     from transformers import LlamaConfig
 
-    from memorization.models import build_model
+    from memorization.training.models import build_model
 
     with pytest.raises(FileNotFoundError, match="no Hugging Face checkpoint"):
         build_model(None, 100, init=str(tmp_path / "nowhere"))
@@ -79,8 +79,8 @@ def test_a_llama3_style_checkpoint_gives_the_logits_of_from_pretrained(tmp_path)
     from transformers import LlamaConfig, LlamaForCausalLM
 
     import axonn
-    from memorization.models import build_model
-    from memorization.runtime import Runtime
+    from memorization.training.models import build_model
+    from memorization.training.runtime import Runtime
 
     cfg = LlamaConfig(**TINY, head_dim=32, attention_bias=True, mlp_bias=True, tie_word_embeddings=True,
                       rope_theta=500000.0, rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
@@ -153,8 +153,8 @@ def test_export_in_bf16_and_in_several_files_loads_in_from_pretrained(tmp_path) 
     import axonn.checkpoint as ckpt
     from transformers import AutoModelForCausalLM
 
-    from memorization.models import build_model
-    from memorization.runtime import Runtime
+    from memorization.training.models import build_model
+    from memorization.training.runtime import Runtime
 
     rt = Runtime(axonn.init())
     model = build_model("tiny", 4096, seed=0, runtime=rt)
@@ -179,8 +179,8 @@ def test_a_model_trained_from_scratch_is_evaluated_within_its_trained_length(tmp
     from transformers import AutoModelForCausalLM, LlamaConfig
 
     from memorization.mia import model_max_length
-    from memorization.models import TRAINED_CONTEXT, build_model, model_config, model_context
-    from memorization.runtime import Runtime
+    from memorization.training.models import TRAINED_CONTEXT, build_model, model_config, model_context
+    from memorization.training.runtime import Runtime
 
     model = build_model("tiny", 4096, seed=0, max_seq=128, runtime=Runtime(axonn.init()))
     ckpt.export_hf(model, tmp_path / "m")
@@ -204,7 +204,7 @@ def test_checkpoint_layout_at_scale_splits_writes_and_opens_few_files() -> None:
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     from axonn.checkpoint import build_index
-    from memorization.models import model_config
+    from memorization.training.models import model_config
 
     config = model_config("tiny", 1024)
     from axonn.grid_shape import GridShape

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from memorization.goldfish import (IGNORE_INDEX as IGNORE, NO_DOC, GoldfishConfig, RowContext, apply_goldfish,
+from memorization.training.goldfish import (IGNORE_INDEX as IGNORE, NO_DOC, GoldfishConfig, RowContext, apply_goldfish,
                                    goldfish_mask, goldfish_mask_in_stream, hash_context)
 
 
@@ -128,7 +128,7 @@ def _rows_of_stream(stream, seg, L, C, target_lens, seed=0):
     and, for every row position, its index in the stream (-1 for target tokens)."""
     import numpy as np
 
-    from memorization.goldfish import NO_DOC, RowContext
+    from memorization.training.goldfish import NO_DOC, RowContext
 
     rng = np.random.default_rng(seed)
     rows, docs, cids, cdocs, starts, where = [], [], [], [], [], []
@@ -163,7 +163,7 @@ def test_background_labels_get_their_stream_decision_wherever_rows_are_cut(h):
     target documents keep their own in-row decisions; the drop rate is 1/k, not less."""
     import numpy as np
 
-    from memorization.goldfish import apply_goldfish, goldfish_mask, goldfish_mask_in_stream
+    from memorization.training.goldfish import apply_goldfish, goldfish_mask, goldfish_mask_in_stream
 
     rng = np.random.default_rng(1)
     doc_lens = rng.integers(5, 90, 400)
@@ -235,7 +235,7 @@ def test_in_stream_mask_is_the_stream_mask_or_refuses_a_too_wide_h(h):
 def test_stream_mask_without_document_ids_is_a_clear_error():
     """apply_goldfish with a row context needs the rows' document ids: without them it says so, not an
     AttributeError on None deep inside the rotation."""
-    from memorization.goldfish import GoldfishConfig, apply_goldfish
+    from memorization.training.goldfish import GoldfishConfig, apply_goldfish
 
     rows = torch.randint(3, 100, (2, 32))
     ctx = RowContext(torch.zeros(2, 16, dtype=torch.long), torch.full((2, 16), NO_DOC, dtype=torch.int32),
@@ -264,7 +264,7 @@ def test_doc_start_decides_only_the_labels_without_h_tokens_of_their_document(do
     """Labels with h tokens of their own document before them are decided by the hash in every mode; the others
     are kept (keep), hashed across the document boundary (stream: the row's hash without document ids), or
     dropped at every k-th position of their document (static)."""
-    from memorization.goldfish import position_in_document
+    from memorization.training.goldfish import position_in_document
 
     k, h = 4, 13
     ids, docs = _packed()
@@ -297,7 +297,7 @@ def test_stream_doc_start_hashes_across_documents_but_not_before_a_target_or_the
     """In packed rows with their stream context, stream mode gives every background label the decision the stream
     has when hashed as one text (document boundaries ignored), except the stream's first h positions, which
     nothing precedes; a target's first h labels are kept, as nothing of the stream precedes a target."""
-    from memorization.goldfish import position_in_document
+    from memorization.training.goldfish import position_in_document
 
     rng = np.random.default_rng(3)
     doc_lens = rng.integers(3, 40, 600)
@@ -317,7 +317,7 @@ def test_equal_tokens_control_drops_as_many_labels_per_row_at_positions_that_cha
     """The randomized mask drops exactly the Goldfish count of each row's labels (so both arms train on the same
     number of labels every step), never an ignored label or label 0, the same for the same row of the stream;
     the same text in two rows gets two different masks (Goldfish: the same mask)."""
-    from memorization.goldfish import matched_random_mask
+    from memorization.training.goldfish import matched_random_mask
 
     k, h = 4, 13
     ids, docs = _packed(seed=4, B=8, T=96)

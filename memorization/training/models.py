@@ -328,7 +328,7 @@ def build_model(
     No process ever holds more of the model than it keeps: the model is built with its parameters
     on the ``meta`` device, then
 
-    * with a ``runtime`` (:class:`memorization.runtime.Runtime`), parallelized on its grid, each
+    * with a ``runtime`` (:class:`memorization.training.runtime.Runtime`), parallelized on its grid, each
       rank allocating only its own shards on the runtime's device, and returned that way;
     * without one, given full CPU storage (a plain HF model, e.g. for evaluation);
 

@@ -69,7 +69,7 @@ def save_family_checkpoint(model_type: str, path: Path, tied: bool = False) -> P
 
     from memorization.data.corpus import load_tokenizer
     from memorization.eval_model import load_tokenizer as tokenizer_of_dir
-    from memorization.models import padded_vocab
+    from memorization.training.models import padded_vocab
 
     family_config(model_type, 64).save_pretrained(path)  # the tokenizer class AutoTokenizer picks follows it
     load_tokenizer().save_pretrained(path)
@@ -96,7 +96,7 @@ def _logits(model, vocab: int) -> torch.Tensor:
 @pytest.mark.parametrize("size", ["tiny", "mistral-7b", "qwen2-7b", "qwen3-8b", "olmo2-13b", "pythia-6.9b"])
 def test_every_familys_preset_is_its_config_and_model(size: str) -> None:
     """``hf_config`` builds the family's config class, whose model (on meta) has the shape's parameter count;
-    ``from_hf_config`` gives the shape back (tests/memorization/test_models.py checks the other Llama presets)."""
+    ``from_hf_config`` gives the shape back (tests/memorization/training/test_models.py checks the other Llama presets)."""
     import accelerate
     from transformers import AutoModelForCausalLM
 
@@ -129,7 +129,7 @@ def test_a_preset_as_another_family(family: str) -> None:
     its KV heads are its heads), the family's own blocks, no padding row; an unknown family is refused."""
     import accelerate
 
-    from memorization.models import causal_lm_class
+    from memorization.training.models import causal_lm_class
 
     tiny, shape = get_preset("tiny"), get_preset("tiny", family)
     assert (shape.family, shape.name, shape.layers, shape.hidden, shape.heads, shape.ffn, shape.vocab) == \
@@ -153,7 +153,7 @@ def test_random_init_draws_what_hf_init_draws(family: str) -> None:
     constant zeros, or N(0, initializer_range²) (mean and std within 3e-3 over the tensor)."""
     from transformers import AutoModelForCausalLM
 
-    from memorization.models import build_model
+    from memorization.training.models import build_model
 
     ours = build_model("nano", 4096, seed=0, family=family)
     torch.manual_seed(0)
@@ -184,7 +184,7 @@ def test_init_checkpoint_of_each_family_is_from_pretrained(family: str, tmp_path
     from safetensors.torch import load_file, save_file
     from transformers import AutoModelForCausalLM
 
-    from memorization.models import build_model
+    from memorization.training.models import build_model
 
     path = save_family_checkpoint(family, tmp_path / family, tied=family == "qwen2")
     ref = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
@@ -212,7 +212,7 @@ def test_init_checkpoint_of_each_family_is_from_pretrained(family: str, tmp_path
 def test_init_of_a_model_without_a_plan_or_of_another_family_is_refused_before_its_weights(tmp_path) -> None:
     from transformers import GPT2Config
 
-    from memorization.models import build_model, model_config
+    from memorization.training.models import build_model, model_config
 
     GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=64).save_pretrained(tmp_path / "gpt2")
     with pytest.raises(ValueError, match=r"'gpt2' model, which has no parallel plan: supported are llama "
@@ -231,7 +231,7 @@ def test_init_of_a_model_without_a_plan_or_of_another_family_is_refused_before_i
 def test_every_familys_state_dict_is_its_plans(family: str) -> None:
     """``axonn.plans.state_problems``: a model of the family has none; a tensor of another shape, one missing and
     one the plan does not know are each named."""
-    from memorization.models import build_model
+    from memorization.training.models import build_model
 
     model = build_model("nano", 4096, family=family)
     shapes = {n: tuple(t.shape) for n, t in model.state_dict().items()}
@@ -250,7 +250,7 @@ def test_export_refuses_a_model_without_a_plan_or_not_its_plans_shape(tmp_path) 
     from transformers import GPT2Config, GPT2LMHeadModel
 
     import axonn.checkpoint as ckpt
-    from memorization.models import build_model
+    from memorization.training.models import build_model
 
     with pytest.raises(ValueError, match="HF export writes the models of the families with a parallel plan: no "
                                          "parallel plan for model_type 'gpt2'"):
@@ -291,7 +291,7 @@ def _export_is_the_trained_model(run: Path, family: str) -> None:
 
     import axonn
     from memorization.eval_model import load_on_grid
-    from memorization.runtime import Runtime
+    from memorization.training.runtime import Runtime
 
     hf = AutoModelForCausalLM.from_pretrained(run / "standard" / "model", dtype=torch.float32)
     assert type(hf).__name__ == get_plan(family).hf_class

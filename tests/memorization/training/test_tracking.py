@@ -4,10 +4,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from memorization.goldfish import IGNORE_INDEX, GoldfishConfig, apply_goldfish
+from memorization.training.goldfish import IGNORE_INDEX, GoldfishConfig, apply_goldfish
 from memorization.data.mixture import MixtureConfig, build_mixture
-from memorization.models import build_model
-from memorization.tracking import goldfish_label_masks, target_losses, tracked_targets
+from memorization.training.models import build_model
+from memorization.training.tracking import goldfish_label_masks, target_losses, tracked_targets
 
 
 @pytest.mark.parametrize("gf", [GoldfishConfig(k=3, h=4), GoldfishConfig(k=3, h=4, doc_start="static"),

@@ -1,6 +1,6 @@
 """What one rank of a training step really allocates, measured on a CPU without allocating it.
 
-:func:`trace_train_step` runs the real trainer (:class:`memorization.train.Trainer`, the one
+:func:`trace_train_step` runs the real trainer (:class:`memorization.training.train.Trainer`, the one
 ``recipes/memorize.py`` runs) for global rank 0 of a ``(D, R, C, Z)`` grid under
 ``FakeTensorMode`` and a fake process group (``torch.testing._internal.distributed.fake_pg``):
 every tensor op produces its true shape and dtype, nothing is computed, no memory is taken,
@@ -269,7 +269,7 @@ def trace_inference(shape, grid: GridShape = GridShape(1, 1, 1, 1), batch: int =
     import axonn
     from axonn.presets import get_preset
 
-    from .lm import cache_keyword, token_stats
+    from memorization.lm import cache_keyword, token_stats
     from .models import causal_lm_class
 
     if dist.is_initialized():
