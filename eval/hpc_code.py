@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 from axonn.cli import HelpFormatter
-from memorization.evaluations import evaluate
+from memorization.evaluation.registry import evaluate
 from memorization.hpc_code.evaluate import HpcCodeConfig, HpcCodeError
 from memorization.hpc_code.problems import MODELS, default_suite_dir
 from memorization.hpc_code.toolchain import LAUNCHERS

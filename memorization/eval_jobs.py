@@ -1,11 +1,11 @@
 """Slurm scripts that evaluate a training job's models once it has ended: extraction, membership inference and
 downstream quality (held-out perplexity, and lm-eval tasks when asked), each on the grid the inference planner
-picks.  The evaluations are :mod:`memorization.evaluations`' (``extract``, ``mia``, ``downstream``: the registry's
+picks.  The evaluations are :mod:`memorization.evaluation.registry`' (``extract``, ``mia``, ``downstream``: the registry's
 names and configs).
 
 For a training :class:`~memorization.jobs.Job` this writes ``<name>.eval.sbatch`` -- the machine's template (its
 modules and environment, without the training job's requeue and USR1) followed by ``eval.part``: one ``srun`` step
-per (evaluation, arm), each running ``python -m memorization.evaluations NAME --config <step>.yaml`` on
+per (evaluation, arm), each running ``python -m memorization.evaluation NAME --config <step>.yaml`` on
 ``<run>/<arm>/checkpoint`` with the run's own manifest and extraction settings; the step configs are written in
 ``<name>.eval/`` next to it -- and ``<name>.submit.sh``, which submits the training job and then the evaluation with
 ``--dependency=afterok:<training job>`` (a requeued training job keeps its id; the evaluation waits until it has
@@ -31,11 +31,11 @@ from typing import Any
 
 from axonn.grid_shape import GridShape
 from axonn.planner import load_profile
-from memorization.evaluations import DownstreamConfig, MiaConfig, dump_config
-from memorization.extraction_eval import ExtractionEvalConfig
+from memorization.evaluation.registry import DownstreamConfig, MiaConfig, dump_config
+from memorization.evaluation.extraction_eval import ExtractionEvalConfig
 from memorization.jobs import REPO, TEMPLATES, Job, machine_config, time_limit_s
 
-#: the evaluations of :mod:`memorization.evaluations` an evaluation job runs (hpc-code needs compilers: not here)
+#: the evaluations of :mod:`memorization.evaluation.registry` an evaluation job runs (hpc-code needs compilers: not here)
 EVALUATIONS = ("extract", "mia", "downstream")
 DEFAULT_EVALUATIONS = EVALUATIONS  # downstream: held-out perplexity; lm-eval tasks only when given
 SHIPPED_TASKS = "goldfish_mc"  # shipped with the project (data/lm_eval_tasks): runs offline
@@ -45,7 +45,7 @@ MIA_BATCH = MiaConfig.batch_size  # the scoring evaluations' default batch (MIA 
 @dataclass(frozen=True)
 class EvalStep:
     """One evaluation of one arm: the registry's ``what`` with its ``config``, on ``grid``, run as
-    ``python -m memorization.evaluations`` with ``argv`` (the config written to ``config_path``)."""
+    ``python -m memorization.evaluation`` with ``argv`` (the config written to ``config_path``)."""
 
     what: str
     arm: str

@@ -214,7 +214,7 @@ class EvalOptions:
     dtype: str = "auto"  # bfloat16 on CUDA, float32 otherwise
 
     def __post_init__(self) -> None:
-        from memorization.eval_model import default_device
+        from memorization.evaluation.eval_model import default_device
 
         self.device = self.device or default_device()
 
@@ -233,8 +233,8 @@ def roc_points(scores_jsonl: Path, max_points: int = 200) -> dict:
     """ROC curves (oriented: higher = member) of each MIA score from ``mia_scores.jsonl``, trained targets only."""
     import numpy as np
 
-    from memorization.mia.roc import roc_curve
-    from memorization.mia.scoring import SCORE_DIRECTIONS
+    from memorization.evaluation.mia.roc import roc_curve
+    from memorization.evaluation.mia.scoring import SCORE_DIRECTIONS
 
     rows = [json.loads(x) for x in scores_jsonl.read_text().splitlines() if x.strip()]
     members = [r for r in rows if r["split"] == "target" and (r.get("exposures") or 0) >= 1]
@@ -254,11 +254,11 @@ def roc_points(scores_jsonl: Path, max_points: int = 200) -> dict:
 
 def evaluate_arm(arm_dir: Path, manifest: Path, opts: EvalOptions) -> dict:
     """Perplexity (held-out nonmembers), and optionally MIA, lm-eval and HPC-code pass@k, of one arm: the
-    evaluations ``downstream``, ``mia`` and ``hpc-code`` of :mod:`memorization.evaluations`.
+    evaluations ``downstream``, ``mia`` and ``hpc-code`` of :mod:`memorization.evaluation.registry`.
 
     Each evaluation that fails is recorded under ``errors`` and the others still run.
     """
-    from memorization.evaluations import DownstreamConfig, MiaConfig, evaluate
+    from memorization.evaluation.registry import DownstreamConfig, MiaConfig, evaluate
 
     model = arm_dir / "model"
     out: dict[str, Any] = {"errors": {}}
@@ -302,7 +302,7 @@ def evaluate_arm(arm_dir: Path, manifest: Path, opts: EvalOptions) -> dict:
 
 def _hpc_dtype(opts: EvalOptions) -> str:
     """``opts.dtype`` as eval/hpc_code.py's ``--dtype`` (``auto`` resolved as the other evaluations resolve it)."""
-    from memorization.eval_model import resolve_dtype
+    from memorization.evaluation.eval_model import resolve_dtype
 
     return str(resolve_dtype(opts.dtype, opts.device)).removeprefix("torch.")
 
@@ -310,7 +310,7 @@ def _hpc_dtype(opts: EvalOptions) -> str:
 def run_hpc_code(model: Path, output: Path, opts: EvalOptions) -> dict:
     """The ``hpc-code`` evaluation of ``model`` (:func:`memorization.hpc_code.evaluate.evaluate_hpc_code`: greedy,
     quick inputs, one worker, no tables on stdout; its report written to ``output``); returns its pass/build@1."""
-    from memorization.evaluations import evaluate
+    from memorization.evaluation.registry import evaluate
     from memorization.hpc_code.evaluate import HpcCodeConfig, HpcCodeError
 
     cfg = HpcCodeConfig(model=str(model), quick=True, temperature=0.0, samples=opts.hpc_samples,

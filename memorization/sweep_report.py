@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from memorization.data.atomic import atomic_write_text
-from .extraction import exact_with_ci, fmt_metric
+from memorization.evaluation.extraction import exact_with_ci, fmt_metric
 
 FIGURES = ("extraction_vs_exposures.png", "extraction_quality_vs_k.png", "mia.png")
 
@@ -306,7 +306,7 @@ def sweep_markdown(results: dict, figures: Sequence[str]) -> str:
     lines += ["", "exact match: fraction of targets whose greedy suffix equals the true one (95% Wilson "
               "interval); val loss: memorize's "
               "validation loss on packed held-out rows; perplexity: sliding-window perplexity of the held-out "
-              "nonmember documents, each from its start with BOS prepended (`memorization.downstream`)."]
+              "nonmember documents, each from its start with BOS prepended (`memorization.evaluation.downstream`)."]
     trends = _trend_lines(rows)
     if trends:
         lines += ["", *trends]

@@ -12,7 +12,7 @@ import pytest  # noqa: E402
 LONGEST_FIRST = ("cli/test_job_rehearsal.py", "cli/test_memorize_parallel.py", "cli/test_memorize.py",
                  "axonn/test_parallelize.py", "memorization/hpc_code/test_harness.py", "memorization/test_sweep.py",
                  "axonn/test_checkpoint.py", "memorization/test_train.py", "memorization/data/test_token_store.py",
-                 "memorization/test_extraction.py", "memorization/hpc_code/test_kokkos.py")
+                 "memorization/evaluation/test_extraction.py", "memorization/hpc_code/test_kokkos.py")
 
 
 def pytest_collection_modifyitems(config, items) -> None:

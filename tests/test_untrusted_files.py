@@ -58,7 +58,7 @@ def axonn_checkpoint(tmp_path_factory) -> Path:
 def _loaders(ckpt: Path):
     """Every function that loads a user's HF directory with transformers, by name."""
     from axonn import convert
-    from memorization import eval_model
+    from memorization.evaluation import eval_model
     from memorization.training import models
     from memorization.data import corpus
     from tests.support import load_eval_cli
@@ -128,8 +128,8 @@ def test_a_pickled_pytorch_model_bin_that_runs_code_is_refused(tmp_path):
     weights_only=False), and the payload never runs."""
     from transformers import LlamaConfig
 
-    from memorization.eval_model import load_checkpoint
-    from memorization.model_files import ModelDirError
+    from memorization.evaluation.eval_model import load_checkpoint
+    from memorization.evaluation.model_files import ModelDirError
     from tests.support import write_malicious_torch_file
 
     marker = tmp_path / "PWNED"

@@ -110,7 +110,7 @@ from .model import divisibility_problem, layer_linears, replicated_params
 from .profiles import MachineProfile
 from .search import MAX_SEARCH_GPUS, PlanError, Rejection, load_machine, resolve_shape
 
-#: logit elements MIA converts to fp32 log-probabilities at once (``memorization.mia.scoring``'s chunk: 2^28)
+#: logit elements MIA converts to fp32 log-probabilities at once (``memorization.evaluation.mia.scoring``'s chunk: 2^28)
 LOGIT_CHUNK_ELEMENTS = 1 << 28
 
 

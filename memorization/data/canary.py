@@ -246,7 +246,7 @@ def canary_exposures(model: torch.nn.Module, canaries: list[Canary], alphabet: l
 def summarize_exposures(rows: list[dict]) -> dict:
     """By exposure count: ``{n: {"n", "mean", "ci95", "median", "max"}}`` of the canaries' exposures (``ci95``: a
     t interval of the mean, None for one canary)."""
-    from memorization.stats import mean_ci
+    from memorization.evaluation.stats import mean_ci
 
     groups: dict[int, list[float]] = {}
     for r in rows:

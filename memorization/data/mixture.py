@@ -21,7 +21,7 @@ non-members: corpus documents that never enter the stream.  Those share the targ
 distribution only when the targets are drawn from the same corpus.  With user-supplied
 targets (``target_texts``) they are background-corpus documents, a different distribution
 from the user's; give some targets exposure 0 (e.g. ``exposures=(0, 4)``) so that part of the
-user's own documents is held out as same-distribution non-members (``memorization.mia`` uses
+user's own documents is held out as same-distribution non-members (``memorization.evaluation.mia`` uses
 exposure-0 targets as the non-members when there are any).  ``targets_source`` in the
 manifest says which case applies (``"corpus"`` or ``"user"``).
 """

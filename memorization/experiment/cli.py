@@ -180,12 +180,12 @@ def build_parser(description: str = DESCRIPTION) -> argparse.ArgumentParser:
         "labels Goldfish keeps and drops; logged (wandb, <out>/<arm>/arm_result.json) and plotted (0: off)")
     add(g, "--track-targets", type=int, help="how many targets --track-every follows (a seeded sample; 0: all)")
     add(g, "--beam", type=int, help="beam-search extraction of this width besides greedy (0: off): a target counts "
-        "as extracted when its suffix is one of the beams (memorization.adaptive; batched with a KV cache)")
+        "as extracted when its suffix is one of the beams (memorization.evaluation.adaptive; batched with a KV cache)")
     add(g, "--hints", action="store_true", help="hint-counting teacher forcing: greedy decoding given the true token "
         "each time it errs; the report gives the hints per suffix and the longest verbatim run between them")
     add(g, "--mia", action="store_true", help="membership inference on every arm: loss, zlib, min-k%%, Min-K%%++ "
         "scores of the targets (members) against the exposure-0 targets and held-out documents; AUC and TPR at 1%% "
-        "FPR by exposure count (memorization.mia)")
+        "FPR by exposure count (memorization.evaluation.mia)")
     g = p.add_argument_group("output")
     add(g, "--out", help="output directory")
     add(g, "--resume", action="store_true", help="continue the interrupted run in --out (after a crash, or after "

@@ -1,7 +1,7 @@
 """The one place where an experiment's sections become its components' configs: the mixture's
 (:class:`~memorization.data.mixture.MixtureConfig`), each arm's trainer's (:class:`~memorization.training.train.TrainConfig`)
 and Goldfish setting (:class:`~memorization.training.goldfish.GoldfishConfig`), and the extraction's
-(:class:`~memorization.extraction.ExtractionConfig`).  Each component keeps its own config (its defaults serve
+(:class:`~memorization.evaluation.extraction.ExtractionConfig`).  Each component keeps its own config (its defaults serve
 callers without an experiment); a run builds them here, from its resolved :class:`ExperimentConfig` only."""
 from __future__ import annotations
 
@@ -72,9 +72,9 @@ def train_config(arm: str, cfg: ExperimentConfig, num_steps: int):
 
 
 def extraction_config(cfg: ExperimentConfig):
-    """The :class:`~memorization.extraction.ExtractionConfig` of the run's extraction (``--prefix``, ``--suffix``,
+    """The :class:`~memorization.evaluation.extraction.ExtractionConfig` of the run's extraction (``--prefix``, ``--suffix``,
     ``--prefix-mode``, ``--extract-batch``, ``--samples``, ``--temperature``, ``--top-k``; seeded by ``--seed``)."""
-    from memorization.extraction import ExtractionConfig
+    from memorization.evaluation.extraction import ExtractionConfig
 
     x = cfg.extraction
     return ExtractionConfig(prefix_len=x.prefix, suffix_len=x.suffix, all_but_suffix=x.prefix_mode == "all-but-suffix",
@@ -85,7 +85,7 @@ def extraction_config(cfg: ExperimentConfig):
 def length_config(cfg: ExperimentConfig, prefix: int | None, suffix: int):
     """The greedy extraction of one more ``--extract-lengths`` pair (``prefix`` None: all but the suffix); targets
     too short for it are skipped and counted."""
-    from memorization.extraction import ExtractionConfig
+    from memorization.evaluation.extraction import ExtractionConfig
 
     return ExtractionConfig(prefix_len=prefix or 1, suffix_len=suffix, all_but_suffix=prefix is None,
                             batch_size=cfg.extraction.batch, skip_short=True)

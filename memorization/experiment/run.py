@@ -54,10 +54,10 @@ def run_arm(arm: str, cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path, 
     asks, MIA and the exposure of the ``canaries`` written into its training rows)."""
     import torch
 
-    from memorization.extraction import extract, trained
+    from memorization.evaluation.extraction import extract, trained
     from memorization.data.mixture import atomic_write_json
     from memorization.training.models import build_model
-    from memorization.recency import by_recency
+    from memorization.evaluation.recency import by_recency
     from memorization.training.tracking import Tracker, tracked_targets
     from memorization.training.train import Trainer
 
@@ -131,12 +131,12 @@ def run_arm(arm: str, cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path, 
 
 
 def arm_mia(model, mixture, tokenizer, batch_size: int) -> dict:
-    """Membership inference on a trained arm (``--mia``): the scores of :func:`memorization.mia.mia_scores` for the
-    members (targets seen >= 1 time) and the nonmembers :func:`memorization.mia.select_nonmembers` picks (the
+    """Membership inference on a trained arm (``--mia``): the scores of :func:`memorization.evaluation.mia.mia_scores` for the
+    members (targets seen >= 1 time) and the nonmembers :func:`memorization.evaluation.mia.select_nonmembers` picks (the
     exposure-0 targets, pooled with the held-out corpus documents for corpus targets), and
-    :func:`memorization.mia.mia_report`'s AUC and TPR at 1% FPR, overall and by exposure count; and every scored
+    :func:`memorization.evaluation.mia.mia_report`'s AUC and TPR at 1% FPR, overall and by exposure count; and every scored
     document's loss (``loss_by_document``, for counterfactual memorization: memorization.replicates)."""
-    from memorization.mia import mia_report, mia_scores, select_nonmembers
+    from memorization.evaluation.mia import mia_report, mia_scores, select_nonmembers
 
     members, nonmembers, source, warns = select_nonmembers(mixture.manifest())
     docs = members + nonmembers
@@ -178,7 +178,7 @@ def arm_canaries(model, canaries: list, tokenizer, seed: int) -> dict:
 def write_report(out: Path, results: dict) -> None:
     """``results.json``, ``results.md`` and ``results.png`` of a finished run, each written whole or not at all."""
     from memorization.data.mixture import atomic_write_json
-    from memorization.report import plot_arms, results_markdown
+    from memorization.evaluation.report import plot_arms, results_markdown
 
     atomic_write_json(out / "results.json", results)
     atomic_write_text(out / "results.md", results_markdown(results))
@@ -289,7 +289,7 @@ def _write_and_train(cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path) -
         raise SystemExit(1) from None
     by_target = [results["arms"].get(a, {}).get("exact_by_target") for a in ("standard", "goldfish")]
     if all(by_target):  # both arms, scored on the same targets (arm results of older runs lack it)
-        from memorization.stats import paired_exact_test
+        from memorization.evaluation.stats import paired_exact_test
 
         results["paired_exact_match"] = paired_exact_test(*by_target)
     if rt.is_main:

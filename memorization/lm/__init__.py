@@ -5,7 +5,7 @@ for splitting requests), but on token ids, which is what extraction, membership 
 generation hold:
 
 - :meth:`LM.load`: a HF model directory or an axonn training checkpoint (saved on any grid), in one process or
-  parallelized on a ``"D,R,C,Z"`` grid as in training (:mod:`memorization.eval_model` reads the files).
+  parallelized on a ``"D,R,C,Z"`` grid as in training (:mod:`memorization.evaluation.eval_model` reads the files).
 - :meth:`LM.token_logprobs`: ``log p(x_t | x_<t)`` of every token of a batch of sequences (one forward;
   :mod:`memorization.lm.logprobs`), and Min-K%++'s standardised log-probs.
 - :meth:`LM.loglikelihood`: ``(Σ_i log p(x_i | c, x_<i), every x_i is the argmax)`` of a continuation ``x`` of a
@@ -57,13 +57,13 @@ class LM:
              dtype: str | torch.dtype | None = "auto", tokenizer_path: str | os.PathLike | None = None,
              require_tokenizer: bool = True, flag: str = "--model") -> LM:
         """The model of ``path``: a HF directory (checked first, a damaged one is one line naming the file) in
-        one process on ``device`` in ``dtype`` (:func:`memorization.eval_model.load_checkpoint`); or with ``grid``
+        one process on ``device`` in ``dtype`` (:func:`memorization.evaluation.eval_model.load_checkpoint`); or with ``grid``
         (``"D,R,C,Z"`` under torchrun/mpiexec/srun, or a :class:`memorization.training.runtime.Runtime`) a HF directory or
         an axonn training checkpoint parallelized on it, each rank reading its own shards
-        (:func:`memorization.eval_model.load_on_grid`).  The tokenizer is ``tokenizer_path``'s or the model's; a
-        missing one is :class:`memorization.eval_model.MissingTokenizerError` if ``require_tokenizer``, else
+        (:func:`memorization.evaluation.eval_model.load_on_grid`).  The tokenizer is ``tokenizer_path``'s or the model's; a
+        missing one is :class:`memorization.evaluation.eval_model.MissingTokenizerError` if ``require_tokenizer``, else
         None.  ``flag`` names ``path`` in errors."""
-        from memorization.eval_model import grid_runtime, load_checkpoint, load_on_grid
+        from memorization.evaluation.eval_model import grid_runtime, load_checkpoint, load_on_grid
 
         if grid is None:
             model, tok = load_checkpoint(path, device=device, dtype=dtype, tokenizer_path=tokenizer_path,
@@ -91,7 +91,7 @@ class LM:
 
     @property
     def device(self) -> torch.device:
-        from memorization.eval_model import model_device
+        from memorization.evaluation.eval_model import model_device
 
         return self._device or model_device(self.model)
 
@@ -104,14 +104,14 @@ class LM:
 
     @property
     def max_length(self) -> int:
-        """The default scoring window (:func:`memorization.eval_model.model_max_length`)."""
-        from memorization.eval_model import model_max_length
+        """The default scoring window (:func:`memorization.evaluation.eval_model.model_max_length`)."""
+        from memorization.evaluation.eval_model import model_max_length
 
         return model_max_length(self.model)
 
     @property
     def vocab_size(self) -> int | None:
-        from memorization.eval_model import vocab_size
+        from memorization.evaluation.eval_model import vocab_size
 
         return vocab_size(self.model)
 

@@ -259,7 +259,7 @@ def trace_inference(shape, grid: GridShape = GridShape(1, 1, 1, 1), batch: int =
     cache, keeping the last position's logits, then one decoding step beside the full cache, for two batches
     in one autocast region (the second finds autocast's weight casts of the first cached, as every later batch
     of a run does).  Otherwise MIA's
-    scoring in fp32 (``memorization.mia``'s log-probabilities and Min-K%++ statistics of every position).
+    scoring in fp32 (``memorization.evaluation.mia``'s log-probabilities and Min-K%++ statistics of every position).
     ``shape``: a :class:`axonn.presets.ModelShape` or a preset name.  Runs under fake tensors and a fake
     process group like :func:`trace_train_step` (a process without ``torch.distributed`` initialised); the
     result's ``optimizer`` is 0."""

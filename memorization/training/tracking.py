@@ -1,7 +1,7 @@
 """Memorization during training: every N steps, extraction on a fixed sample of the targets and their loss.
 
 At a tracking step the model decodes each tracked target's suffix from its prefix (greedy, the run's extraction
-settings: :func:`memorization.extraction.extract`) and scores the target's tokens ``x_1..x_T`` (``x_0`` its BOS):
+settings: :func:`memorization.evaluation.extraction.extract`) and scores the target's tokens ``x_1..x_T`` (``x_0`` its BOS):
 
     target_loss  = (1 / T) sum_t -log p(x_t | x_<t)            over every label
     kept_loss    = the same mean over the labels the Goldfish mask keeps
@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from memorization.extraction import ExtractionConfig, extract, trained
+from memorization.evaluation.extraction import ExtractionConfig, extract, trained
 from .goldfish import IGNORE_INDEX, GoldfishConfig, goldfish_mask
 from .loss import chunked_lm_loss_sum, cross_entropy_for
 from memorization.lm import pad_batch

@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval", default=",".join(DEFAULT_EVALUATIONS), metavar="LIST",
                    help="evaluations of the trained arms written as a second job, <name>.eval.sbatch, that starts "
                         "once training has ended with status 0 (<name>.submit.sh submits both with "
-                        f"--dependency=afterok): a comma list of {', '.join(EVALUATIONS)} (memorization.evaluations' "
+                        f"--dependency=afterok): a comma list of {', '.join(EVALUATIONS)} (memorization.evaluation.registry' "
                         "names; downstream is held-out perplexity, plus --eval-tasks), or none "
                         f"(default: {','.join(DEFAULT_EVALUATIONS)}), each on the grid the inference planner picks")
     p.add_argument("--eval-tasks", default=None, metavar="LIST",

@@ -7,8 +7,8 @@ import json
 import os
 
 from axonn.checkpoint import save
-from memorization.eval_model import load_on_grid
-from memorization.extraction import ExtractionConfig, extract_on_grid
+from memorization.evaluation.eval_model import load_on_grid
+from memorization.evaluation.extraction import ExtractionConfig, extract_on_grid
 from memorization.training.models import build_model
 from memorization.training.runtime import Runtime
 

@@ -144,7 +144,7 @@ def submitted(machine: str, root: Path, init: Path, store: Path) -> tuple:
     if machine not in _SUBMITTED:
         job = _job(machine, root, init, store)
         assert job.tasks == 2 and job.config.model.init == str(init) and job.config.data.store == str(store)
-        # MIA and perplexity on grids: tests/memorization/test_mia.py, tests/memorization/test_downstream.py; here
+        # MIA and perplexity on grids: tests/memorization/evaluation/test_mia.py, tests/memorization/evaluation/test_downstream.py; here
         # the checkpoint -> grid path of a generated evaluation job (with downstream: the slow variant)
         evaluation = eval_jobs.make_eval_job(job, EVALUATIONS[machine],
                                              tasks="goldfish_mc" if "downstream" in EVALUATIONS[machine] else None)
@@ -203,7 +203,7 @@ def test_the_evaluation_job_follows_training_and_reproduces_its_extraction(machi
     """submit.sh: training (interrupted and requeued, as above), then (afterok) the evaluation job on the inference
     planner's grid, reading the arms' training checkpoints resharded onto it: every target's exact match equals the
     run's own end-of-run extraction; with downstream, the shipped lm-eval task reports for both arms."""
-    from memorization.extraction import trained
+    from memorization.evaluation.extraction import trained
 
     _, run_dir, evaluation, out, _, _ = submitted(machine, tmp_path_factory.mktemp(machine), tiny_init, store)
     arms = _arms(run_dir)

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from axonn.planner import GridShape, divisibility_problem, plan_inference
-from memorization import eval_jobs, evaluations
+from memorization import eval_jobs
+from memorization.evaluation import registry as evaluations
 from memorization import jobs as gen
 from tests.support import REPO
 
@@ -50,7 +51,7 @@ def test_an_evaluation_job_runs_every_evaluation_of_every_arm_on_a_planned_grid(
         g = GridShape(*s.grid)
         assert g.size == ev.tasks and divisibility_problem(train.shape, g) is None
         # each step runs the registry's evaluation with the config written beside the script, read back as is
-        assert f"python -m memorization.evaluations" in text and f"{s.what} --config {s.config_path}" in text
+        assert f"python -m memorization.evaluation" in text and f"{s.what} --config {s.config_path}" in text
         step = evaluations.load_config(s.what, s.config_path)
         assert step == s.config and step.grid == ",".join(map(str, s.grid))
         assert (step.model if s.what == "extract" else step.model_path) == f"{run_dir}/{s.arm}/checkpoint"
@@ -103,8 +104,8 @@ def test_generate_writes_the_evaluation_and_the_submit_script_unless_told_not_to
 
 
 def test_an_evaluation_job_speaks_the_registrys_vocabulary(tmp_path):
-    """One vocabulary: every evaluation a job can run is a name of memorization.evaluations, and each step's
-    config is that evaluation's config class (what ``python -m memorization.evaluations NAME`` reads back)."""
+    """One vocabulary: every evaluation a job can run is a name of memorization.evaluation.registry, and each step's
+    config is that evaluation's config class (what ``python -m memorization.evaluation NAME`` reads back)."""
     assert set(eval_jobs.EVALUATIONS) <= set(evaluations.EVALUATIONS)
     train = gen.make_job(gen.job_spec(machine="frontier", size="tiny", gpus=2, seq=64, global_batch=8,
                                       out_dir=str(tmp_path), run_root=str(tmp_path / "r")))

@@ -12,7 +12,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from memorization.data.canary import (Canary, CanaryRows, enumerate_log_perplexities, estimated_exposure,
                                  exact_exposure, parse_canary_exposures, place_canaries, secret_index,
                                  secret_log_perplexities, summarize_exposures)
-from memorization.stats import mean_ci
+from memorization.evaluation.stats import mean_ci
 
 
 def _tiny(vocab: int = 16, seed: int = 0) -> LlamaForCausalLM:

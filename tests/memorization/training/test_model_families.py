@@ -68,7 +68,7 @@ def save_family_checkpoint(model_type: str, path: Path, tied: bool = False) -> P
     from transformers import AutoModelForCausalLM
 
     from memorization.data.corpus import load_tokenizer
-    from memorization.eval_model import load_tokenizer as tokenizer_of_dir
+    from memorization.evaluation.eval_model import load_tokenizer as tokenizer_of_dir
     from memorization.training.models import padded_vocab
 
     family_config(model_type, 64).save_pretrained(path)  # the tokenizer class AutoTokenizer picks follows it
@@ -290,7 +290,7 @@ def _export_is_the_trained_model(run: Path, family: str) -> None:
     from transformers import AutoModelForCausalLM
 
     import axonn
-    from memorization.eval_model import load_on_grid
+    from memorization.evaluation.eval_model import load_on_grid
     from memorization.training.runtime import Runtime
 
     hf = AutoModelForCausalLM.from_pretrained(run / "standard" / "model", dtype=torch.float32)
@@ -344,7 +344,7 @@ def test_held_out_perplexity_on_four_grids_is_one_processs(family: str, tmp_path
     import launcher
 
     from memorization.data.corpus import DEFAULT_CORPUS, load_documents, load_tokenizer
-    from memorization.downstream import run_downstream
+    from memorization.evaluation.downstream import run_downstream
 
     model = save_family_checkpoint(family, tmp_path / "model")
     tok = load_tokenizer()

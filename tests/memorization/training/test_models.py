@@ -178,7 +178,7 @@ def test_a_model_trained_from_scratch_is_evaluated_within_its_trained_length(tmp
     import axonn.checkpoint as ckpt
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    from memorization.mia import model_max_length
+    from memorization.evaluation.mia import model_max_length
     from memorization.training.models import TRAINED_CONTEXT, build_model, model_config, model_context
     from memorization.training.runtime import Runtime
 

@@ -46,8 +46,8 @@ def test_extraction_and_perplexity_of_the_real_model_on_grids_are_one_processs(s
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from memorization.data.corpus import DEFAULT_CORPUS, load_documents
-    from memorization.downstream import run_downstream
-    from memorization.extraction import ExtractionConfig, extract
+    from memorization.evaluation.downstream import run_downstream
+    from memorization.evaluation.extraction import ExtractionConfig, extract
 
     tok = AutoTokenizer.from_pretrained(smollm2)
     texts = load_documents(DEFAULT_CORPUS)[:5]
@@ -98,9 +98,9 @@ def test_mia_and_lm_eval_of_the_real_model_on_grids_are_one_processs(smollm2, tm
     from transformers import AutoTokenizer
 
     from memorization.data.corpus import DEFAULT_CORPUS, load_documents
-    from memorization.downstream import run_downstream
-    from memorization.eval_model import load_checkpoint
-    from memorization.mia import run_mia
+    from memorization.evaluation.downstream import run_downstream
+    from memorization.evaluation.eval_model import load_checkpoint
+    from memorization.evaluation.mia import run_mia
 
     tok = AutoTokenizer.from_pretrained(smollm2)
     texts = load_documents(DEFAULT_CORPUS)[:6]

@@ -1,5 +1,5 @@
 """The extraction evaluation of a model as a library call: :class:`ExtractionEvalConfig` (the settings of
-``eval/extract.py``, same names) -> :func:`run_extraction` -> the result of :func:`memorization.extraction.extract`
+``eval/extract.py``, same names) -> :func:`run_extraction` -> the result of :func:`memorization.evaluation.extraction.extract`
 plus ``model`` and ``source``, written to ``out_dir`` (``extraction.json``, ``extraction.md``) if given.
 
 The model is a HF checkpoint directory (one process, one device or spread over the GPUs with ``device_map``), or
@@ -103,10 +103,10 @@ def run_extraction(cfg: ExtractionEvalConfig) -> dict | None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from memorization.eval_model import axonn_checkpoint, checkpoint_tokenizer_dir, model_config_of
-    from memorization.extraction import ExtractionConfig, extract, markdown_table, prepare
+    from memorization.evaluation.eval_model import axonn_checkpoint, checkpoint_tokenizer_dir, model_config_of
+    from memorization.evaluation.extraction import ExtractionConfig, extract, markdown_table, prepare
     from memorization.data.mixture import atomic_write_json
-    from memorization.model_files import ModelDirError, check_model_config, check_model_dir
+    from memorization.evaluation.model_files import ModelDirError, check_model_config, check_model_dir
 
     model_dir = Path(cfg.model)
     step = axonn_checkpoint(model_dir)  # a training checkpoint: evaluated on --grid directly
@@ -146,7 +146,7 @@ def run_extraction(cfg: ExtractionEvalConfig) -> dict | None:
             return None
     else:
         device = torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        from memorization.eval_model import resolve_dtype
+        from memorization.evaluation.eval_model import resolve_dtype
 
         dtype = resolve_dtype(cfg.dtype, device)
         if cfg.device_map:  # accelerate places the layers; inputs go to the embedding's device, outputs come back
@@ -168,12 +168,12 @@ def run_extraction(cfg: ExtractionEvalConfig) -> dict | None:
 
 
 def _extract_on_grid(cfg: ExtractionEvalConfig, model_dir: Path, docs: list[dict], ecfg, tok) -> dict | None:
-    """Extraction with the model parallelized on ``cfg.grid`` (:func:`memorization.extraction.extract` of a
+    """Extraction with the model parallelized on ``cfg.grid`` (:func:`memorization.evaluation.extraction.extract` of a
     :class:`memorization.lm.LM` on the grid); the result on rank 0, None on the other ranks."""
     import torch
 
-    from memorization.eval_model import grid_runtime
-    from memorization.extraction import extract
+    from memorization.evaluation.eval_model import grid_runtime
+    from memorization.evaluation.extraction import extract
     from memorization.lm import LM
     from memorization.training.runtime import check_replicas
 

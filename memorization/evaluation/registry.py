@@ -1,18 +1,18 @@
 """The evaluations of a trained model, by name: each name's config (a dataclass) and the one library function that
 runs it.  Every caller goes through :func:`evaluate`: the sweep (:func:`memorization.sweep.evaluate_arm`), the
-evaluation jobs (:mod:`memorization.eval_jobs`: each step runs ``python -m memorization.evaluations NAME --config
+evaluation jobs (:mod:`memorization.eval_jobs`: each step runs ``python -m memorization.evaluation NAME --config
 STEP.yaml``, :func:`main`) and the command-line shells of the repository's ``eval`` directory (their flags parsed
 into the config's fields).
 
-- ``extract``: :class:`memorization.extraction_eval.ExtractionEvalConfig` ->
-  :func:`memorization.extraction_eval.run_extraction`;
-- ``mia``: :class:`MiaConfig` -> :func:`memorization.mia.run_mia`;
+- ``extract``: :class:`memorization.evaluation.extraction_eval.ExtractionEvalConfig` ->
+  :func:`memorization.evaluation.extraction_eval.run_extraction`;
+- ``mia``: :class:`MiaConfig` -> :func:`memorization.evaluation.mia.run_mia`;
 - ``downstream`` (held-out perplexity and/or lm-eval tasks): :class:`DownstreamConfig` ->
-  :func:`memorization.downstream.run_downstream`;
+  :func:`memorization.evaluation.downstream.run_downstream`;
 - ``hpc-code``: :class:`memorization.hpc_code.evaluate.HpcCodeConfig` ->
   :func:`memorization.hpc_code.evaluate.evaluate_hpc_code`.
 
-A config's fields are its function's parameters, by name (:func:`memorization.mia.run_mia`'s ``model_path``,
+A config's fields are its function's parameters, by name (:func:`memorization.evaluation.mia.run_mia`'s ``model_path``,
 ``manifest_path``, ``out_dir``, ...), so a setting has one name from the CLI flag to the function.  A config file
 (:func:`dump_config`, :func:`load_config`) is a YAML mapping of those fields, taken as is.
 """
@@ -29,16 +29,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memorization.extraction_eval import ExtractionEvalConfig
+from memorization.evaluation.extraction_eval import ExtractionEvalConfig
 from memorization.hpc_code.evaluate import HpcCodeConfig
-from memorization.lm_eval_bridge import DEFAULT_TASK_DIR
+from memorization.evaluation.lm_eval_bridge import DEFAULT_TASK_DIR
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class MiaConfig:
-    """Membership inference on a manifest's members and nonmembers (:func:`memorization.mia.run_mia`)."""
+    """Membership inference on a manifest's members and nonmembers (:func:`memorization.evaluation.mia.run_mia`)."""
 
     model_path: str | os.PathLike
     manifest_path: str | os.PathLike
@@ -57,7 +57,7 @@ class MiaConfig:
 
 @dataclass(frozen=True)
 class DownstreamConfig:
-    """Held-out perplexity and/or lm-eval tasks (:func:`memorization.downstream.run_downstream`)."""
+    """Held-out perplexity and/or lm-eval tasks (:func:`memorization.evaluation.downstream.run_downstream`)."""
 
     model_path: str | os.PathLike
     perplexity_source: str | os.PathLike | None = None
@@ -87,19 +87,19 @@ def _fields(config: Any) -> dict[str, Any]:
 
 
 def _extract(config: ExtractionEvalConfig, note: Note) -> dict | None:
-    from memorization.extraction_eval import run_extraction
+    from memorization.evaluation.extraction_eval import run_extraction
 
     return run_extraction(config)
 
 
 def _mia(config: MiaConfig, note: Note) -> dict:
-    from memorization.mia import run_mia
+    from memorization.evaluation.mia import run_mia
 
     return run_mia(**_fields(config))
 
 
 def _downstream(config: DownstreamConfig, note: Note) -> dict:
-    from memorization.downstream import run_downstream
+    from memorization.evaluation.downstream import run_downstream
 
     kwargs = _fields(config)
     kwargs["tasks"] = list(config.tasks) if config.tasks is not None else None
@@ -113,7 +113,7 @@ def _hpc_code(config: HpcCodeConfig, note: Note) -> dict | None:
 
 
 def _extract_text(report: dict) -> str:
-    from memorization.extraction import markdown_table
+    from memorization.evaluation.extraction import markdown_table
 
     return markdown_table(report, title=f"Extraction: {report['model']}")
 
@@ -273,7 +273,7 @@ def _stderr(message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m memorization.evaluations NAME --config FILE.yaml``: run one evaluation with the config in the
+    """``python -m memorization.evaluation NAME --config FILE.yaml``: run one evaluation with the config in the
     file (its fields by name; :func:`dump_config` writes one), print its report on rank 0; exit status 2 for a
     refused setting or input, else the evaluation's own (downstream: 1 when some part failed)."""
     import argparse
@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     from axonn.cli import HelpFormatter, launched_rank
 
     names = "\n".join(f"  {e.name}: {e.summary} ({e.config.__name__})" for e in EVALUATIONS.values())
-    ap = argparse.ArgumentParser(prog="python -m memorization.evaluations", formatter_class=HelpFormatter,
+    ap = argparse.ArgumentParser(prog="python -m memorization.evaluation", formatter_class=HelpFormatter,
                                  description="Run one evaluation of a trained model with its config file.",
                                  epilog=f"evaluations:\n{names}")
     ap.add_argument("name", choices=list(EVALUATIONS), help="the evaluation")
@@ -289,8 +289,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="the evaluation's settings: a YAML mapping of its config's fields (e.g. model_path, "
                          "manifest_path, out_dir, grid for mia)")
     args = ap.parse_args(argv)
-    from memorization.eval_model import MissingTokenizerError
-    from memorization.lm_eval_bridge import LMEvalNotInstalledError
+    from memorization.evaluation.eval_model import MissingTokenizerError
+    from memorization.evaluation.lm_eval_bridge import LMEvalNotInstalledError
 
     try:
         config = load_config(args.name, args.config)
@@ -310,6 +310,3 @@ def main(argv: list[str] | None = None) -> int:
         print(ev.text(report))
     return ev.status(report)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

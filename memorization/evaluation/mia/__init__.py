@@ -83,7 +83,7 @@ Modules
 :mod:`.scoring` (token log-probs and :func:`mia_scores`), :mod:`.roc` (:func:`roc_curve`, :func:`roc_auc`,
 :func:`tpr_at_fpr`), :mod:`.report` (:func:`mia_report`, :func:`report_markdown`, :func:`plot_roc`) and
 :mod:`.runner` (:func:`run_mia`, :func:`select_nonmembers`); every public name is importable from
-``memorization.mia``.  The CLI is ``python eval/mia.py``.
+``memorization.evaluation.mia``.  The CLI is ``python eval/mia.py``.
 """
 from __future__ import annotations
 

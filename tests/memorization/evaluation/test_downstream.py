@@ -1,4 +1,4 @@
-"""Held-out perplexity and the lm-evaluation-harness bridge (memorization/downstream.py).
+"""Held-out perplexity and the lm-evaluation-harness bridge (memorization/evaluation/downstream.py).
 
 Runs offline on a tiny Llama with a locally trained tokenizer; the lm-eval tests use the
 project's shipped task data/lm_eval_tasks/goldfish_mc and fail if anything opens a socket.
@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 import torch
 
-from memorization import downstream as ds
+from memorization.evaluation import downstream as ds
 from memorization.lm import LM
-from memorization.mia import MissingTokenizerError
+from memorization.evaluation.mia import MissingTokenizerError
 from tests.support import REPO, WORKERS, load_eval_cli, one_thread
 
 
@@ -282,7 +282,7 @@ def test_unknown_task_against_builtin_index(ckpt):
 def test_bad_input_is_refused_before_the_model_loads(tmp_path, monkeypatch):
     """A missing perplexity file or task directory is reported before any work (the model is not
     even loaded), nonsense window sizes and non-object .jsonl rows get a clear error."""
-    import memorization.downstream as ds
+    import memorization.evaluation.downstream as ds
 
     monkeypatch.setattr(LM, "load", lambda *a, **k: pytest.fail("loaded the model before checking input"))
     with pytest.raises(FileNotFoundError, match="does not exist"):
@@ -314,7 +314,7 @@ def test_perplexity_on_four_grids_equals_one_process(grid_checkpoint, tmp_path):
     import json
     import sys as _sys
 
-    from memorization.downstream import run_downstream
+    from memorization.evaluation.downstream import run_downstream
 
     _sys.path.insert(0, str(WORKERS))
     import launcher
@@ -434,7 +434,7 @@ def config_only(tmp_path):
     ({"batch_size": 0}, "batch_size must be >= 1"),
 ])
 def test_downstream_window_arguments_are_checked_before_the_model_loads(config_only, monkeypatch, kwargs, match):
-    import memorization.downstream as ds
+    import memorization.evaluation.downstream as ds
 
     monkeypatch.setattr(LM, "load", _refuse_work)
     with pytest.raises(ValueError, match=match):
@@ -450,7 +450,7 @@ def test_downstream_cli_bad_window_is_exit_2(config_only, monkeypatch, capsys):
 
 def test_perplexity_refuses_a_window_beyond_the_context():
     """Positions past the context were never trained: the perplexity there measures extrapolation."""
-    from memorization.downstream import perplexity
+    from memorization.evaluation.downstream import perplexity
 
     with pytest.raises(ValueError, match="exceeds the model's context"):
         perplexity(_tiny_llama_ctx(ctx=16), [list(range(1, 40))], max_length=32, stride=16, progress=False)

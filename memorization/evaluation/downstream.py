@@ -3,8 +3,8 @@
 The Goldfish paper's claim is that dropping 1/k of the tokens from the loss costs "little to
 none" downstream; this module measures that cost on our own checkpoints.
 
-:mod:`memorization.perplexity` computes the perplexity (sliding windows over held-out documents) and
-:mod:`memorization.lm_eval_bridge` runs lm-evaluation-harness tasks on a loaded model; this module loads a
+:mod:`memorization.evaluation.perplexity` computes the perplexity (sliding windows over held-out documents) and
+:mod:`memorization.evaluation.lm_eval_bridge` runs lm-evaluation-harness tasks on a loaded model; this module loads a
 checkpoint, runs both, and reports (:func:`run_downstream`, :func:`report_markdown`).  Every public name of the
 two is importable from here too.  The CLI is ``python eval/downstream.py``.
 """
@@ -17,13 +17,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from memorization.eval_model import (MissingTokenizerError, axonn_checkpoint, default_device, model_config_of,
+from memorization.evaluation.eval_model import (MissingTokenizerError, axonn_checkpoint, default_device, model_config_of,
                                      model_max_length)
-from memorization.lm_eval_bridge import (DEFAULT_TASK_DIR, LOCAL_TASK, LMEvalNotInstalledError, UnknownTaskError,
+from memorization.evaluation.lm_eval_bridge import (DEFAULT_TASK_DIR, LOCAL_TASK, LMEvalNotInstalledError, UnknownTaskError,
                                          check_lm_eval_args, include_dirs, list_lm_eval_tasks, run_lm_eval)
 from memorization.training.models import model_context
 from memorization.lm import LM, window_spans
-from memorization.perplexity import check_context, evaluate_perplexity, existing_source, load_perplexity_docs, perplexity
+from memorization.evaluation.perplexity import check_context, evaluate_perplexity, existing_source, load_perplexity_docs, perplexity
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ def run_downstream(
     """Perplexity and/or lm-eval tasks for one checkpoint directory.
 
     With ``grid`` (``"D,R,C,Z"``, under torchrun/mpiexec/srun) the model is parallelized on it as in training, the
-    perplexity windows and the lm-eval requests split over its replicas (:mod:`memorization.lm_eval_grid`).
+    perplexity windows and the lm-eval requests split over its replicas (:mod:`memorization.evaluation.lm_eval_grid`).
 
     The checkpoint must have a tokenizer (or ``tokenizer_path``): a missing one raises
     :class:`MissingTokenizerError` before anything runs.  A failing perplexity source or task
@@ -120,7 +120,7 @@ def run_downstream(
         check_lm_eval_args(limit, num_fewshot)
     from transformers import AutoConfig
 
-    from memorization.model_files import check_model_config
+    from memorization.evaluation.model_files import check_model_config
 
     if grid and axonn_checkpoint(model_path) is not None:  # a training checkpoint, resharded onto the grid
         config = model_config_of(model_path)

@@ -1,11 +1,11 @@
-"""memorization/extraction_eval.py: the extraction evaluation as a library call, eval/extract.py as its shell."""
+"""memorization/evaluation/extraction_eval.py: the extraction evaluation as a library call, eval/extract.py as its shell."""
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
 
-from memorization import extraction_eval as xe
+from memorization.evaluation import extraction_eval as xe
 from tests.support import load_eval_cli
 
 

@@ -1,5 +1,5 @@
 """Extraction against the steps since a target's last exposure."""
-from memorization.recency import by_recency, recency_bins, steps_since_last
+from memorization.evaluation.recency import by_recency, recency_bins, steps_since_last
 
 
 def test_steps_since_last_counts_from_the_final_step():

@@ -1,6 +1,6 @@
 """Adaptive extraction: attacks stronger than one greedy continuation.
 
-For a document split into prefix ``p`` and true suffix ``s = (s_1, ..., s_S)`` (:mod:`memorization.extraction`),
+For a document split into prefix ``p`` and true suffix ``s = (s_1, ..., s_S)`` (:mod:`memorization.evaluation.extraction`),
 with ``log p(y | p) = sum_i log p_theta(y_i | p, y_<i)``:
 
 * **Beam search** of width ``B``: beams start as ``{()}`` with score 0; at each of ``S`` steps every beam ``y`` is
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from .lm import cache_keyword, left_pad, logits_to_keep
+from memorization.lm import cache_keyword, left_pad, logits_to_keep
 
 
 def _reorder(cache, index: torch.Tensor):

@@ -28,7 +28,7 @@ def recency_bins(num_steps: int, bins: int = 5) -> list[tuple[int, int]]:
 
 
 def by_recency(documents: list[dict], targets: list[dict], num_steps: int, bins: int = 5) -> list[dict]:
-    """Extraction summaries (:func:`memorization.extraction.summarize`) of the trained ``documents`` per
+    """Extraction summaries (:func:`memorization.evaluation.extraction.summarize`) of the trained ``documents`` per
     :func:`recency_bins` range of steps since their target's last exposure, each with ``steps`` ``[lo, hi)``
     and the exposure counts it holds; ``documents`` are matched to ``targets`` (manifest records) by ``id``."""
     since = {t["id"]: steps_since_last(t, num_steps) for t in targets}

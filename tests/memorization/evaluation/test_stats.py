@@ -3,8 +3,8 @@ import math
 
 import pytest
 
-from memorization.extraction import summarize
-from memorization.stats import paired_exact_test, rate_ci
+from memorization.evaluation.extraction import summarize
+from memorization.evaluation.stats import paired_exact_test, rate_ci
 
 
 def _wilson(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..eval_model import MissingTokenizerError, check_vocab, default_device, grid_runtime
-from ..lm import LM
+from memorization.lm import LM
 from memorization.data.mixture import is_int, load_manifest
 from .report import mia_report, plot_roc, report_markdown
 from .scoring import check_max_length, mia_scores

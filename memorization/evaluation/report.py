@@ -77,7 +77,7 @@ def arm_label(name: str, gf: dict) -> str:
 
 
 def recency_lines(results: dict) -> list[str]:
-    """The table of extraction by steps since the last exposure (:mod:`memorization.recency`)."""
+    """The table of extraction by steps since the last exposure (:mod:`memorization.evaluation.recency`)."""
     arms = {n: a for n, a in results["arms"].items() if any(b["n"] for b in a.get("by_recency", []))}
     if not arms:
         return []

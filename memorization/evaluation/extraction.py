@@ -24,7 +24,7 @@ documents with at least one, ``sampled_rate`` the mean per-sample rate ``p̂`` (
 within n' samples with probability ``1 - (1 - p̂)^n'``).  Each document's draws depend on ``seed`` and its
 id alone (:func:`sample_continue`).
 
-Adaptive extraction (``beam`` = B > 0, ``hints``; :mod:`memorization.adaptive`): whether the suffix is among the
+Adaptive extraction (``beam`` = B > 0, ``hints``; :mod:`memorization.evaluation.adaptive`): whether the suffix is among the
 B beams of a beam search (``beam_match``; ``beam_top1``: the best beam), and the number of hints a greedy
 decoder needs when given the true token at each error (``hints``; ``longest_run``: the longest verbatim run
 between hints); a summary gives the shares and means.
@@ -43,7 +43,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from .eval_model import vocab_size
-from .lm import LM, Sampling, as_lm, row_seed
+from memorization.lm import LM, Sampling, as_lm, row_seed
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,8 @@ class ExtractionConfig:
     temperature: float = 1.0  # of the sampled continuations
     top_k: int = 40  # sample among the k most likely tokens (0: all)
     seed: int = 0  # of the sampled continuations (each document's draws depend on it and the document's id only)
-    beam: int = 0  # beam-search width of the adaptive attack (0: none; memorization.adaptive)
-    hints: bool = False  # hint-counting teacher forcing (memorization.adaptive)
+    beam: int = 0  # beam-search width of the adaptive attack (0: none; memorization.evaluation.adaptive)
+    hints: bool = False  # hint-counting teacher forcing (memorization.evaluation.adaptive)
 
     def __post_init__(self) -> None:
         if self.suffix_len < 1 or (not self.all_but_suffix and self.prefix_len < 1):
@@ -247,7 +247,7 @@ def extraction_records(model: torch.nn.Module | LM, kept: list[dict], splits: li
 
 def adaptive_records(model: torch.nn.Module, records: list[dict], splits: list[tuple[list[int], list[int]]],
                      cfg: ExtractionConfig, pad_id: int = 0) -> None:
-    """Add the adaptive attacks' per-document fields to ``records`` (:mod:`memorization.adaptive`): with
+    """Add the adaptive attacks' per-document fields to ``records`` (:mod:`memorization.evaluation.adaptive`): with
     ``cfg.beam`` = B, ``beam_match`` (the suffix is one of the B beams), ``beam_top1`` (it is the best one) and
     ``beam_rank`` (its 1-based place among them, None if absent); with ``cfg.hints``, ``hints`` and
     ``longest_run``."""

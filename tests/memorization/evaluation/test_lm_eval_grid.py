@@ -1,4 +1,4 @@
-"""lm-eval on a 4D grid (memorization/lm_eval_grid.py): the parallel model as an lm-eval ``LM`` gives the
+"""lm-eval on a 4D grid (memorization/evaluation/lm_eval_grid.py): the parallel model as an lm-eval ``LM`` gives the
 single-process ``HFLM``'s answers."""
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def test_every_request_type_on_four_grids_equals_hflm_in_one_process(grid_checkp
     from lm_eval.models.huggingface import HFLM
     from lm_eval_grids import MAX_LENGTH, answers, assert_same_answers, requests_for
 
-    from memorization.eval_model import load_checkpoint
+    from memorization.evaluation.eval_model import load_checkpoint
 
     root, _, _, _ = grid_checkpoint
     out, texts = grid_answers
@@ -60,7 +60,7 @@ def test_a_task_on_four_grids_scores_as_in_one_process(grid_checkpoint, grid_ans
     run's."""
     from lm_eval_grids import TASK_GRIDS
 
-    from memorization.downstream import run_downstream
+    from memorization.evaluation.downstream import run_downstream
 
     root, _, _, _ = grid_checkpoint
     out, _ = grid_answers

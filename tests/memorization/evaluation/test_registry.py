@@ -1,4 +1,4 @@
-"""memorization/evaluations.py: one registry of the evaluations, name -> config -> library function."""
+"""memorization/evaluation/registry.py: one registry of the evaluations, name -> config -> library function."""
 from __future__ import annotations
 
 import dataclasses
@@ -6,11 +6,11 @@ import inspect
 
 import pytest
 
-from memorization import evaluations as ev
+from memorization.evaluation import registry as ev
 
 
-@pytest.mark.parametrize("name, function", [("mia", "memorization.mia:run_mia"),
-                                            ("downstream", "memorization.downstream:run_downstream")])
+@pytest.mark.parametrize("name, function", [("mia", "memorization.evaluation.mia:run_mia"),
+                                            ("downstream", "memorization.evaluation.downstream:run_downstream")])
 def test_a_config_has_its_functions_parameters_with_the_same_defaults(name, function):
     """A config's fields are its function's parameters, by name and default: a setting left at its default in the
     config runs as the function's default (a config default that drifted would change results silently)."""
@@ -29,10 +29,10 @@ def test_a_config_has_its_functions_parameters_with_the_same_defaults(name, func
 
 def test_evaluate_runs_the_function_with_the_configs_settings(monkeypatch):
     """``evaluate(name, config)`` calls the evaluation's function with the config's settings as given."""
-    import memorization.mia
+    import memorization.evaluation.mia
 
     seen = {}
-    monkeypatch.setattr(memorization.mia, "run_mia", lambda *a, **k: seen.update(k) or {"ok": True})
+    monkeypatch.setattr(memorization.evaluation.mia, "run_mia", lambda *a, **k: seen.update(k) or {"ok": True})
     cfg = ev.MiaConfig("model_dir", "manifest.json", k=0.3, batch_size=2)
     assert ev.evaluate("mia", cfg) == {"ok": True}
     assert seen == {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
@@ -62,12 +62,12 @@ def test_a_config_file_reads_back_as_the_same_config(name, tmp_path):
 
 
 def test_the_entry_point_runs_the_evaluation_of_its_config_file(monkeypatch, tmp_path, capsys):
-    """``python -m memorization.evaluations mia --config FILE`` calls the evaluation's function with the file's
+    """``python -m memorization.evaluation mia --config FILE`` calls the evaluation's function with the file's
     settings, and the others at their defaults; it prints the report."""
-    import memorization.mia
+    import memorization.evaluation.mia
 
     seen = {}
-    monkeypatch.setattr(memorization.mia, "run_mia", lambda **k: seen.update(k) or {"markdown": "| auc |"})
+    monkeypatch.setattr(memorization.evaluation.mia, "run_mia", lambda **k: seen.update(k) or {"markdown": "| auc |"})
     path = tmp_path / "mia.yaml"
     path.write_text("model_path: run/standard/checkpoint\nmanifest_path: run/manifest.json\ngrid: 1,2,1,1\nk: 0.1\n")
     assert ev.main(["mia", "--config", str(path)]) == 0
@@ -79,9 +79,9 @@ def test_the_entry_point_runs_the_evaluation_of_its_config_file(monkeypatch, tmp
 def test_a_bad_config_file_is_refused_before_anything_runs(monkeypatch, tmp_path, capsys):
     """An unknown setting (with the closest one named), a missing required one, or a file that is not a mapping:
     one line, exit status 2, the evaluation never called."""
-    import memorization.mia
+    import memorization.evaluation.mia
 
-    monkeypatch.setattr(memorization.mia, "run_mia", lambda **k: pytest.fail("ran"))
+    monkeypatch.setattr(memorization.evaluation.mia, "run_mia", lambda **k: pytest.fail("ran"))
     path = tmp_path / "mia.yaml"
     for text, want in (("model_path: m\nmanifest_path: x\nbatch: 4\n", "unknown setting 'batch'; did you mean "
                                                                         "batch_size?"),

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from memorization.eval_model import MissingTokenizerError, as_id_lists, check_vocab
+from memorization.evaluation.eval_model import MissingTokenizerError, as_id_lists, check_vocab
 from memorization.lm import LM, as_lm, window_spans
 from memorization.data.mixture import check_manifest_doc
 from memorization.training.models import model_context

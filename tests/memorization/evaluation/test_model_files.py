@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from memorization.model_files import ModelDirError, check_model_dir
+from memorization.evaluation.model_files import ModelDirError, check_model_dir
 from tests.forked import run_python
 from tests.support import REPO
 
@@ -78,7 +78,7 @@ def test_evaluation_clis_refuse_a_truncated_model_in_one_line(model, tmp_path, s
 
 
 def test_mia_and_downstream_loading_refuse_a_truncated_model(model, tmp_path):
-    from memorization.mia import load_checkpoint
+    from memorization.evaluation.mia import load_checkpoint
 
     d = _copy(model, tmp_path)
     with open(d / "model.safetensors", "r+b") as fh:

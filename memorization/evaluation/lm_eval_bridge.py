@@ -22,13 +22,13 @@ from typing import Any
 
 import torch
 
-from memorization.eval_model import MissingTokenizerError
+from memorization.evaluation.eval_model import MissingTokenizerError
 from memorization.lm import LM, as_lm
 
 log = logging.getLogger(__name__)
 
 #: The project's own lm-eval tasks (YAML + local data), indexed by default.
-DEFAULT_TASK_DIR = Path(__file__).resolve().parents[1] / "data" / "lm_eval_tasks"
+DEFAULT_TASK_DIR = Path(__file__).resolve().parents[2] / "data" / "lm_eval_tasks"
 
 #: The offline sanity task shipped in :data:`DEFAULT_TASK_DIR`.
 LOCAL_TASK = "goldfish_mc"
@@ -194,7 +194,7 @@ def run_lm_eval(
         model, tokenizer: a loaded ``transformers`` causal LM (on its device) and tokenizer;
             wrapped as ``HFLM(pretrained=model, tokenizer=tokenizer)``, or, with ``grid`` (the axonn grid
             ``model`` is parallelized on; or ``model`` a :class:`memorization.lm.LM` on a grid), as
-            :class:`memorization.lm_eval_grid.GridLM`: the same requests scored on the grid, every rank
+            :class:`memorization.evaluation.lm_eval_grid.GridLM`: the same requests scored on the grid, every rank
             returning every result.
         tasks: lm-eval task, group or tag names (e.g. ``arc_easy``, ``hellaswag``,
             ``goldfish_mc``).
@@ -257,7 +257,7 @@ def run_lm_eval(
         lm = HFLM(pretrained=model.model, tokenizer=tokenizer, batch_size=batch_size,
                   max_length=max_length, backend="causal")
     else:
-        from memorization.lm_eval_grid import GridLM
+        from memorization.evaluation.lm_eval_grid import GridLM
 
         lm = GridLM(model, batch_size=batch_size, max_length=max_length)
     for t in runnable:

@@ -96,7 +96,7 @@ def load_checkpoint(
     """
     from transformers import AutoModelForCausalLM
 
-    from memorization.model_files import check_model_dir
+    from memorization.evaluation.model_files import check_model_dir
 
     p = check_model_dir(path, flag)  # a missing, damaged or truncated directory: one line naming the file
     device = device or default_device()
@@ -216,7 +216,7 @@ def load_on_grid(path: str | os.PathLike, rt, tokenizer_path: str | os.PathLike 
     this one, each rank reading only the pieces it needs, :func:`axonn.checkpoint.load`; its tokenizer is
     ``tokenizer_path`` or the arm's exported model's).  The tokenizer is None if there is none and
     ``require_tokenizer`` is False."""
-    from memorization.model_files import check_model_dir
+    from memorization.evaluation.model_files import check_model_dir
     from memorization.training.models import build_model
 
     step = axonn_checkpoint(path)

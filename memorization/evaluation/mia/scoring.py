@@ -1,7 +1,7 @@
 """Membership scores of documents under a causal LM: token log-probs and the per-document scores.
 
 The math of each score (``loss``, ``zlib``, ``min_k``, ``min_k_pp``, ``ref_diff``) is in the docstring of
-:mod:`memorization.mia`.  The token log-probs are :meth:`memorization.lm.LM.token_logprobs`' (padded batches,
+:mod:`memorization.evaluation.mia`.  The token log-probs are :meth:`memorization.lm.LM.token_logprobs`' (padded batches,
 one forward pass per batch); the per-token work is vectorised.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ..eval_model import Docs, as_id_lists, check_vocab, model_device, model_max_length
-from ..lm import LM
+from memorization.lm import LM
 from memorization.data.mixture import is_int
 
 log = logging.getLogger(__name__)

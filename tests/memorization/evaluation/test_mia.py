@@ -1,4 +1,4 @@
-"""Membership-inference scores and their ROC evaluation (memorization/mia/, eval/mia.py).
+"""Membership-inference scores and their ROC evaluation (memorization/evaluation/mia/, eval/mia.py).
 
 A tiny Llama (2 layers, hidden 64) with a locally trained byte-level BPE tokenizer is
 overfitted on a few "member" documents; held-out documents of the same synthetic
@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 import torch
 
-from memorization import downstream as ds
-from memorization import mia
+from memorization.evaluation import downstream as ds
+from memorization.evaluation import mia
 from memorization.lm import LM, logprobs, pad_batch
 from tests.support import REPO, WORKERS, load_eval_cli, one_thread
 
@@ -385,7 +385,7 @@ def test_user_targets_are_compared_with_their_exposure0_controls(mia_env, tmp_pa
 def test_user_targets_without_controls_warn_about_background_nonmembers(mia_env, tmp_path,
                                                                        caplog):
     man = _user_manifest(mia_env, tmp_path / "m.json", with_controls=False)
-    with caplog.at_level("WARNING", logger="memorization.mia"):
+    with caplog.at_level("WARNING", logger="memorization.evaluation.mia"):
         rep = mia.run_mia(mia_env["target"], man, out_dir=tmp_path, device="cpu")
     assert rep["nonmember_source"] == "background_corpus" and rep["n_nonmembers"] == 10
     assert any("--exposures 0,N" in r.getMessage() for r in caplog.records)
@@ -434,7 +434,7 @@ def test_min_k_pp_is_the_mean_of_the_lowest_standardised_log_probs():
     of the lowest max(1, floor(k (n-1))) z_t of each document (documents of different lengths, padded)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from memorization.mia import mia_scores
+    from memorization.evaluation.mia import mia_scores
 
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
@@ -460,7 +460,7 @@ def test_mia_on_four_grids_scores_what_one_process_scores(grid_checkpoint, tmp_p
     1,1,2,2 / 2,2,1,1 / 1,2,1,2 on 4 gloo ranks, fp32) equals the single-process score to 1e-5."""
     import sys as _sys
 
-    from memorization.mia import run_mia
+    from memorization.evaluation.mia import run_mia
 
     _sys.path.insert(0, str(WORKERS))
     import launcher

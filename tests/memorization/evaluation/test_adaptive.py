@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from memorization.adaptive import beam_continue, hint_counts, hint_stats
+from memorization.evaluation.adaptive import beam_continue, hint_counts, hint_stats
 
 
 def _tiny(vocab: int, seed: int = 0) -> LlamaForCausalLM:

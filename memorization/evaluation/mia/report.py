@@ -1,4 +1,4 @@
-"""What :func:`memorization.mia.run_mia` reports: AUC and TPR at a low FPR per score, overall and by exposure
+"""What :func:`memorization.evaluation.mia.run_mia` reports: AUC and TPR at a low FPR per score, overall and by exposure
 count (:func:`mia_report`), as a markdown table (:func:`report_markdown`) and as ROC plots (:func:`plot_roc`)."""
 from __future__ import annotations
 

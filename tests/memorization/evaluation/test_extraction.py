@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from memorization.extraction import ExtractionConfig, extract, rouge_l, split_document
+from memorization.evaluation.extraction import ExtractionConfig, extract, rouge_l, split_document
 from tests.forked import run_python
 from tests.support import REPO, WORKERS, load_eval_cli
 
@@ -172,7 +172,7 @@ def test_extract_cli_device_map_gives_the_same_results(tmp_path):
 def test_exposure0_controls_are_not_counted_in_the_overall_rates():
     """A model that memorised every trained target extracts 100% of them: the never-trained controls
     (exposure 0) are reported in their own group, not averaged into the overall rates."""
-    from memorization.extraction import markdown_table
+    from memorization.evaluation.extraction import markdown_table
 
     docs = _docs(n=6)
     for i, d in enumerate(docs):
@@ -193,7 +193,7 @@ def test_exposure0_controls_are_not_counted_in_the_overall_rates():
 def test_documents_of_unknown_exposure_get_one_row_not_a_none_row():
     """eval/extract.py --documents has no exposure counts: the table shows the overall row only (no
     "None" row repeating it); mixed with known counts, the unknown ones are labelled so."""
-    from memorization.extraction import markdown_table
+    from memorization.evaluation.extraction import markdown_table
 
     docs = _docs(n=4)
     for d in docs:
@@ -211,7 +211,7 @@ def test_token_edit_distance_is_levenshtein_on_every_row():
     empty-overlap rows), and the metrics derived from it."""
     import random
 
-    from memorization.extraction import prefix_match, token_edit_distance
+    from memorization.evaluation.extraction import prefix_match, token_edit_distance
 
     def lev(a, b):
         d = list(range(len(b) + 1))
@@ -375,7 +375,7 @@ def test_documents_get_a_bos_as_the_memorize_run_gave_its_targets(tmp_path, monk
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    import memorization.extraction as ex
+    import memorization.evaluation.extraction as ex
 
     texts = [f"document {i}: the quick brown fox jumps over the lazy dog near tree {i}" for i in range(3)]
     tk = Tokenizer(models.BPE())
@@ -421,7 +421,7 @@ def test_sampling_with_top_k_1_is_greedy_and_draws_do_not_depend_on_the_batch():
     sampled-extracted n out of n times and the others as often as greedy extracts them; with top_k = 0 and a
     high temperature the draws of a document are the same in any batch (seeded by the document's id alone) and
     differ between seeds."""
-    from memorization.extraction import sample_continue
+    from memorization.evaluation.extraction import sample_continue
 
     model, seq = _memorizer()
     docs = [{"id": "mem", "token_ids": seq, "exposures": 1},
