@@ -64,14 +64,14 @@ def test_the_check_sees_a_borrowed_private_name(tmp_path):
     """The check itself: a planted module importing another's private helper, or reading one through the module,
     is reported (and the module's own private names are not)."""
     planted = REPO / "memorization" / "_boundary_probe.py"
-    planted.write_text("from memorization.evaluation.mia import _min_k_mean\nimport memorization.sweep as sw\n"
+    planted.write_text("from memorization.evaluation.mia import _min_k_mean\nimport memorization.launch.sweep as sw\n"
                        "x = sw._cell_done\n_z = 1\ny = _z\n")
     try:
         found = borrowed_privates(planted)
     finally:
         planted.unlink()
     assert [f.split(": ", 1)[1] for f in found] == ["from memorization.evaluation.mia import _min_k_mean",
-                                                   "memorization.sweep._cell_done"]
+                                                   "memorization.launch.sweep._cell_done"]
 
 
 # --------------------------------------------------------------------------- the library and the scripts' tree

@@ -1,6 +1,6 @@
 """The evaluations of a trained model, by name: each name's config (a dataclass) and the one library function that
-runs it.  Every caller goes through :func:`evaluate`: the sweep (:func:`memorization.sweep.evaluate_arm`), the
-evaluation jobs (:mod:`memorization.eval_jobs`: each step runs ``python -m memorization.evaluation NAME --config
+runs it.  Every caller goes through :func:`evaluate`: the sweep (:func:`memorization.launch.sweep.evaluate_arm`), the
+evaluation jobs (:mod:`memorization.launch.eval_jobs`: each step runs ``python -m memorization.evaluation NAME --config
 STEP.yaml``, :func:`main`) and the command-line shells of the repository's ``eval`` directory (their flags parsed
 into the config's fields).
 

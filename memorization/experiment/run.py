@@ -135,7 +135,7 @@ def arm_mia(model, mixture, tokenizer, batch_size: int) -> dict:
     members (targets seen >= 1 time) and the nonmembers :func:`memorization.evaluation.mia.select_nonmembers` picks (the
     exposure-0 targets, pooled with the held-out corpus documents for corpus targets), and
     :func:`memorization.evaluation.mia.mia_report`'s AUC and TPR at 1% FPR, overall and by exposure count; and every scored
-    document's loss (``loss_by_document``, for counterfactual memorization: memorization.replicates)."""
+    document's loss (``loss_by_document``, for counterfactual memorization: memorization.launch.replicates)."""
     from memorization.evaluation.mia import mia_report, mia_scores, select_nonmembers
 
     members, nonmembers, source, warns = select_nonmembers(mixture.manifest())

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from memorization import eval_jobs
-from memorization import jobs as gen
+from memorization.launch import eval_jobs
+from memorization.launch import jobs as gen
 from tests.support import REPO, SHIMS, WORKERS
 
 STEPS = 8

@@ -14,7 +14,7 @@ from axonn.planner import (GridShape, PlanError, divisibility_problem, format_pl
 from axonn.planner.__main__ import main as cli_main
 from axonn.planner.profiles import PROFILE_DIR
 from axonn.presets import get_preset
-from memorization import jobs as gen
+from memorization.launch import jobs as gen
 from tests.forked import run_python
 from tests.support import REPO
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from memorization import sweep as sw
+from memorization.launch import sweep as sw
 from memorization.experiment import (ConfigError, ExperimentConfig, Training, load_config, resolve, run_experiment,
                                      validate)
 from memorization.experiment.cli import config_from_argv, explicit_values, to_argv

@@ -368,7 +368,7 @@ def test_held_out_perplexity_on_four_grids_is_one_processs(family: str, tmp_path
 
 def test_memorize_help_planner_and_job_generator_take_the_family(capsys, tmp_path) -> None:
     from axonn.planner.__main__ import main as planner_main
-    from memorization import jobs
+    from memorization.launch import jobs
     from memorization.experiment.cli import build_parser
 
     text = build_parser().format_help()

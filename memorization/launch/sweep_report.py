@@ -1,4 +1,4 @@
-"""The sweep report: ``results.json`` (see :mod:`memorization.sweep`) -> markdown + self-contained HTML.
+"""The sweep report: ``results.json`` (see :mod:`memorization.launch.sweep`) -> markdown + self-contained HTML.
 
 Figures (PNG files next to the report; the HTML embeds them as base64 so it is one file):
 

@@ -1,4 +1,4 @@
-"""The evaluation jobs that follow a training job (memorization/eval_jobs.py, recipes/jobs/generate.py --eval).
+"""The evaluation jobs that follow a training job (memorization/launch/eval_jobs.py, recipes/jobs/generate.py --eval).
 
 What runs them end to end under a simulated Slurm is tests/cli/test_job_rehearsal.py (the submit script, training,
 then the evaluation on the planner's grid reproducing the run's own extraction); here: what the scripts say."""
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from axonn.planner import GridShape, divisibility_problem, plan_inference
-from memorization import eval_jobs
+from memorization.launch import eval_jobs
 from memorization.evaluation import registry as evaluations
-from memorization import jobs as gen
+from memorization.launch import jobs as gen
 from tests.support import REPO
 
 _spec = importlib.util.spec_from_file_location("jobs_generate", REPO / "recipes" / "jobs" / "generate.py")

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from memorization.replicates import (aggregate_seeds, counterfactual, distribution, headline_metrics,
+from memorization.launch.replicates import (aggregate_seeds, counterfactual, distribution, headline_metrics,
                                      replicate_configs, rotations, seeds_markdown)
 
 

@@ -13,7 +13,7 @@ from tests.support import REPO
 sys.path.insert(0, str(REPO / "recipes"))
 import sweep as sweep_cli  # noqa: E402
 
-from memorization import sweep as sw  # noqa: E402
+from memorization.launch import sweep as sw  # noqa: E402
 from memorization.experiment import ExperimentConfig, run_experiment  # noqa: E402
 from memorization.experiment.cli import config_from_argv  # noqa: E402
 
@@ -341,7 +341,7 @@ def test_evaluations_run_on_the_gpu_when_there_is_one(monkeypatch):
 
 
 def test_figure_score_counts_the_least_protective_goldfish_setting_in_any_row_order():
-    from memorization.sweep_report import figure_score
+    from memorization.launch.sweep_report import figure_score
 
     def row(arm, k, loss, min_k):
         return {"size": "tiny", "exposures": 8, "arm": arm, "k": k, "mia_auc_loss": loss, "mia_auc_min_k": min_k}
@@ -418,7 +418,7 @@ def test_run_sweep_adopts_the_standard_arm(tmp_path):
 
 
 def test_arm_colors_agree_across_size_panels(tmp_path, monkeypatch):
-    from memorization import sweep_report as rep
+    from memorization.launch import sweep_report as rep
 
     def row(size, e, arm, k):
         return {"size": size, "exposures": e, "arm": arm, "k": k, "h": 13 if k else None, "exact_match": 0.5,
@@ -458,7 +458,7 @@ def test_flags_the_mode_would_ignore_are_refused(tmp_path, flags, match):
 def test_a_hash_wider_than_the_row_context_is_refused_before_any_cell():
     """memorize refuses --goldfish-h > 64 (a row carries 64 stream tokens); the sweep says so for the whole grid
     up front, not cell by cell after the first ones trained."""
-    from memorization.sweep import SweepError, expand_grid
+    from memorization.launch.sweep import SweepError, expand_grid
 
     assert len(expand_grid(["tiny"], [2], [0, 4], [13, 64])) == 2
     with pytest.raises(SweepError, match="--goldfish-h 65: .* h must be <= 64"):
@@ -466,7 +466,7 @@ def test_a_hash_wider_than_the_row_context_is_refused_before_any_cell():
 
 
 def test_report_html_renders_the_markdown_escapes_text_and_inlines_only_known_figures():
-    from memorization.sweep_report import markdown_to_html
+    from memorization.launch.sweep_report import markdown_to_html
 
     md = ("# Sweep\n\nSome **bold**, `code` and <script>x</script>.\n\n| arm | exact |\n|---|---:|\n"
           "| standard | 0.97 |\n\n- one\n- two\n\n![fig](f.png)\n\n![missing](g.png)\n\n```\nx < y\n```\n")

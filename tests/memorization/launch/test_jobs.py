@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from memorization import jobs as gen
+from memorization.launch import jobs as gen
 from tests.forked import run_python
 from tests.support import REPO
 
 _spec = importlib.util.spec_from_file_location("jobs_generate", REPO / "recipes" / "jobs" / "generate.py")
-cli = importlib.util.module_from_spec(_spec)  # the command line; the generator is memorization.jobs
+cli = importlib.util.module_from_spec(_spec)  # the command line; the generator is memorization.launch.jobs
 _spec.loader.exec_module(cli)
 
 
