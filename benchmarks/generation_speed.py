@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Sampling speed of the HPC-code evaluation: our batched KV-cache decoder (:class:`memorization.hpc_code.generate.
+"""Sampling speed of the HPC-code evaluation: our batched KV-cache decoder (:class:`hpc_codegen.generate.
 HFSampler`: the samples of a prompt share one prefill, done rows leave the batch) against ``transformers``'
 ``generate`` on the same inputs and settings, side by side in one process.
 
@@ -28,9 +28,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from axonn.cli import HelpFormatter  # noqa: E402
 from benchmarks.common import sync  # noqa: E402
-from memorization.hpc_code.extract import c_body_closed  # noqa: E402
-from memorization.hpc_code.generate import HFSampler, stop_test  # noqa: E402
-from memorization.hpc_code.problems import load_suite  # noqa: E402
+from hpc_codegen.extract import c_body_closed  # noqa: E402
+from hpc_codegen.generate import HFSampler, stop_test  # noqa: E402
+from hpc_codegen.problems import load_suite  # noqa: E402
 from memorization.lm import Sampling, left_pad, row_seed  # noqa: E402
 
 

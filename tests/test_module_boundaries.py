@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-OWN = ("axonn", "memorization", "eval", "recipes", "benchmarks", "data")
+OWN = ("axonn", "memorization", "hpc_codegen", "eval", "recipes", "benchmarks", "data")
 
 
 def _module_name(path: Path) -> str:
@@ -76,7 +76,7 @@ def test_the_check_sees_a_borrowed_private_name(tmp_path):
 
 # --------------------------------------------------------------------------- the library and the scripts' tree
 
-LIBRARY = ("axonn", "memorization")
+LIBRARY = ("axonn", "memorization", "hpc_codegen")
 SCRIPT_DIRS = ("recipes", "eval")
 #: a path into the scripts' tree inside a string: ``recipes/...`` or ``eval/...`` at the start of the string or of a
 #: word (``$RUN_DIR/eval/<arm>``, a run's own evaluation directory, is not one)
@@ -117,9 +117,9 @@ def script_paths(path: Path) -> list[str]:
 
 
 def test_the_library_names_no_path_into_the_scripts_tree():
-    """The library (axonn/, memorization/) never runs, reads or writes a script of recipes/ or eval/ by path: they
-    are its command lines, it is theirs to call.  Its job scripts run ``python -m`` entry points and its templates
-    are package data."""
+    """The library (axonn/, memorization/, hpc_codegen/) never runs, reads or writes a script of recipes/ or eval/
+    by path: they are its command lines, it is theirs to call.  Its job scripts run ``python -m`` entry points and
+    its templates are package data."""
     files = [p for d in LIBRARY for p in sorted((REPO / d).rglob("*.py")) if "cache" not in p.parts]
     assert len(files) > 50
     found = [hit for f in files for hit in script_paths(f)]

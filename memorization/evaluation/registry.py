@@ -9,8 +9,8 @@ into the config's fields).
 - ``mia``: :class:`MiaConfig` -> :func:`memorization.evaluation.mia.run_mia`;
 - ``downstream`` (held-out perplexity and/or lm-eval tasks): :class:`DownstreamConfig` ->
   :func:`memorization.evaluation.downstream.run_downstream`;
-- ``hpc-code``: :class:`memorization.hpc_code.evaluate.HpcCodeConfig` ->
-  :func:`memorization.hpc_code.evaluate.evaluate_hpc_code`.
+- ``hpc-code``: :class:`hpc_codegen.evaluate.HpcCodeConfig` ->
+  :func:`hpc_codegen.evaluate.evaluate_hpc_code`.
 
 A config's fields are its function's parameters, by name (:func:`memorization.evaluation.mia.run_mia`'s ``model_path``,
 ``manifest_path``, ``out_dir``, ...), so a setting has one name from the CLI flag to the function.  A config file
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from memorization.evaluation.extraction_eval import ExtractionEvalConfig
-from memorization.hpc_code.evaluate import HpcCodeConfig
+from hpc_codegen.evaluate import HpcCodeConfig
 from memorization.evaluation.lm_eval_bridge import DEFAULT_TASK_DIR
 
 log = logging.getLogger(__name__)
@@ -107,7 +107,7 @@ def _downstream(config: DownstreamConfig, note: Note) -> dict:
 
 
 def _hpc_code(config: HpcCodeConfig, note: Note) -> dict | None:
-    from memorization.hpc_code.evaluate import evaluate_hpc_code
+    from hpc_codegen.evaluate import evaluate_hpc_code
 
     return evaluate_hpc_code(config, note=note)
 

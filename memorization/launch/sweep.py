@@ -308,10 +308,10 @@ def _hpc_dtype(opts: EvalOptions) -> str:
 
 
 def run_hpc_code(model: Path, output: Path, opts: EvalOptions) -> dict:
-    """The ``hpc-code`` evaluation of ``model`` (:func:`memorization.hpc_code.evaluate.evaluate_hpc_code`: greedy,
+    """The ``hpc-code`` evaluation of ``model`` (:func:`hpc_codegen.evaluate.evaluate_hpc_code`: greedy,
     quick inputs, one worker, no tables on stdout; its report written to ``output``); returns its pass/build@1."""
     from memorization.evaluation.registry import evaluate
-    from memorization.hpc_code.evaluate import HpcCodeConfig, HpcCodeError
+    from hpc_codegen.evaluate import HpcCodeConfig, HpcCodeError
 
     cfg = HpcCodeConfig(model=str(model), quick=True, temperature=0.0, samples=opts.hpc_samples,
                         max_new_tokens=opts.hpc_max_new_tokens, workers=(1,), progress=False, output=output,

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from memorization.hpc_code import SandboxLimits, load_suite
-from memorization.hpc_code import evaluate as hpc_evaluate
-from memorization.hpc_code.harness import RunConfig, evaluate_c
-from memorization.hpc_code.reference import prepare_reference
-from memorization.hpc_code.toolchain import launcher_refusal, sandbox_report
+from hpc_codegen import SandboxLimits, load_suite
+from hpc_codegen import evaluate as hpc_evaluate
+from hpc_codegen.harness import RunConfig, evaluate_c
+from hpc_codegen.reference import prepare_reference
+from hpc_codegen.toolchain import launcher_refusal, sandbox_report
 from tests.forked import run_python
 from tests.support import REPO, SHIMS, load_eval_cli
 

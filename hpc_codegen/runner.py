@@ -9,11 +9,11 @@ from typing import Sequence
 
 from tqdm.auto import tqdm
 
-from memorization.hpc_code.harness import RunConfig, SampleResult, evaluate_c
-from memorization.hpc_code.humaneval import PyProblem, evaluate_python
-from memorization.hpc_code.metrics import best_over_workers, efficiency_at_k, mean_or_none, pass_at_k, speedup_at_k
-from memorization.hpc_code.problems import Problem, TaskError
-from memorization.hpc_code.reference import Reference, prepare_reference
+from hpc_codegen.harness import RunConfig, SampleResult, evaluate_c
+from hpc_codegen.humaneval import PyProblem, evaluate_python
+from hpc_codegen.metrics import best_over_workers, efficiency_at_k, mean_or_none, pass_at_k, speedup_at_k
+from hpc_codegen.problems import Problem, TaskError
+from hpc_codegen.reference import Reference, prepare_reference
 
 STATUS_ORDER = ("passed", "wrong_output", "runtime_error", "timeout", "build_error")
 

@@ -1,13 +1,13 @@
-"""Completions from any model or tool (memorization/hpc_code/completions.py, ``eval/hpc_code.py --completions``)
-and the report's tables and plot (memorization/hpc_code/report.py)."""
+"""Completions from any model or tool (hpc_codegen/completions.py, ``eval/hpc_code.py --completions``)
+and the report's tables and plot (hpc_codegen/report.py)."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from memorization.hpc_code import load_suite
-from memorization.hpc_code.completions import CompletionsError, load_completions
+from hpc_codegen import load_suite
+from hpc_codegen.completions import CompletionsError, load_completions
 from tests.support import load_eval_cli
 
 

@@ -1,11 +1,11 @@
-"""memorization/hpc_code/problems.py: the suite's shape, and a broken task file reported while the rest runs."""
+"""hpc_codegen/problems.py: the suite's shape, and a broken task file reported while the rest runs."""
 from __future__ import annotations
 
 import shutil
 
-from memorization.hpc_code import load_suite
-from memorization.hpc_code.problems import MODELS, default_suite_dir
-from memorization.hpc_code.translation import SHORT
+from hpc_codegen import load_suite
+from hpc_codegen.problems import MODELS, default_suite_dir
+from hpc_codegen.translation import SHORT
 from tests.support import hpc_code_report
 
 

@@ -1,4 +1,4 @@
-"""memorization/hpc_code/generate.py: completions sampled from a model, in one process or on a grid."""
+"""hpc_codegen/generate.py: completions sampled from a model, in one process or on a grid."""
 from __future__ import annotations
 
 import functools
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from memorization.hpc_code import STATUSES, load_suite
+from hpc_codegen import STATUSES, load_suite
 from tests.support import WORKERS, load_eval_cli
 
 
@@ -88,7 +88,7 @@ def test_samples_depend_on_seed_prompt_and_number_only_not_on_the_batch_or_the_g
     from hpc_generate_grids import SAMPLING, done_after_three_spaces
     from transformers import AutoTokenizer
 
-    from memorization.hpc_code.generate import HFSampler
+    from hpc_codegen.generate import HFSampler
 
     root, _, docs, _ = grid_checkpoint
     tok = AutoTokenizer.from_pretrained(str(root / "model"))
@@ -124,7 +124,7 @@ def test_an_instruct_model_is_given_its_chat_template_with_the_prompt_whole_at_t
     are single ids (three turns: system, user, assistant), and the text ends with the prompt verbatim up to that
     newline; C, C++ (Kokkos) and Python prompts each get their own fence."""
     pytest.importorskip("tokenizers")
-    from memorization.hpc_code.generate import HFSampler, instruction
+    from hpc_codegen.generate import HFSampler, instruction
 
     _tiny_checkpoint(tmp_path / "chat", CHATML)
     sampler = HFSampler(tmp_path / "chat")
@@ -150,7 +150,7 @@ def test_a_model_without_a_chat_template_completes_the_raw_prompt_and_chat_canno
     """No chat template: the ids are the prompt's own less its trailing newline, ``chat=False`` on an instruct model
     gives the same, and asking for chat without a template is refused with the reason."""
     pytest.importorskip("tokenizers")
-    from memorization.hpc_code.generate import HFSampler
+    from hpc_codegen.generate import HFSampler
 
     _tiny_checkpoint(tmp_path / "base")
     _tiny_checkpoint(tmp_path / "chat", CHATML)
@@ -199,8 +199,8 @@ def test_the_stop_test_ends_a_row_at_the_token_the_full_scan_first_finds_the_fun
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 
-    from memorization.hpc_code.extract import c_body_closed
-    from memorization.hpc_code.generate import stop_test
+    from hpc_codegen.extract import c_body_closed
+    from hpc_codegen.generate import stop_test
 
     tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(_bpe_json()), eos_token="<eos>")
     eos = tok.eos_token_id
@@ -230,7 +230,7 @@ def test_every_cpu_prompt_fits_smollm2_whole_in_its_chat_template_with_1024_new_
 
     from transformers import AutoTokenizer
 
-    from memorization.hpc_code.generate import chat_input, instruction
+    from hpc_codegen.generate import chat_input, instruction
 
     tok = AutoTokenizer.from_pretrained(smollm2)
     context = json.loads((Path(smollm2) / "config.json").read_text())["max_position_embeddings"]
@@ -256,7 +256,7 @@ def test_a_completion_is_the_text_after_the_whole_prompt_whose_trailing_whitespa
     that merges newline and indentation never shows it: SmolLM2-135M then writes ``#define`` lines, see
     docs/hpc_code.md); the completion returned starts after the whole prompt, so prompt + completion is the
     model's text; a continuation that does not begin with that whitespace is kept whole."""
-    from memorization.hpc_code.generate import after_prompt
+    from hpc_codegen.generate import after_prompt
 
     prompt = "double f(const double *x, size_t n) {\n"
     tail = prompt[len(prompt.rstrip()):]

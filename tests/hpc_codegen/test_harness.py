@@ -1,4 +1,4 @@
-"""memorization/hpc_code/harness.py and reference.py: the verdicts on the suite, through the library and
+"""hpc_codegen/harness.py and reference.py: the verdicts on the suite, through the library and
 ``eval/hpc_code.py`` -- every reference passes, each failure gets its kind, plausible wrong candidates and
 broken variants are rejected, every run is checked against untouched inputs, and the command line refuses bad
 flags before it evaluates.
@@ -15,13 +15,13 @@ from dataclasses import replace
 
 import pytest
 
-from memorization.hpc_code import SandboxLimits, load_suite
-from memorization.hpc_code import evaluate as hpc_evaluate
-from memorization.hpc_code.extract import extract_c_body
-from memorization.hpc_code.harness import RunConfig, evaluate_c
-from memorization.hpc_code.problems import C_MODELS
-from memorization.hpc_code.reference import SetupError, prepare_reference
-from memorization.hpc_code.sandbox import isolation
+from hpc_codegen import SandboxLimits, load_suite
+from hpc_codegen import evaluate as hpc_evaluate
+from hpc_codegen.extract import extract_c_body
+from hpc_codegen.harness import RunConfig, evaluate_c
+from hpc_codegen.problems import C_MODELS
+from hpc_codegen.reference import SetupError, prepare_reference
+from hpc_codegen.sandbox import isolation
 from tests.support import TESTS, hpc_code_report, load_eval_cli
 
 
@@ -151,7 +151,7 @@ def test_plausible_wrong_candidates_are_rejected(which, tmp_path):
     BROKEN_WRAPPERS, and here only their hybrids' candidates), subtly wrong solutions -- an off-by-one, a wrong
     tie-break or boundary, a race, a result left on rank 1 -- each scored ``wrong_output``.  The default suite
     scores one candidate of every sixth newer problem."""
-    from memorization.hpc_code.completions import load_completions
+    from hpc_codegen.completions import load_completions
 
     rows = [json.loads(x) for x in WRONG_CANDIDATES.read_text().splitlines() if x.strip()]
     problems, _ = load_suite(models=list(C_MODELS))  # Kokkos: test_kokkos.py

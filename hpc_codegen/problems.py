@@ -26,13 +26,13 @@ from pathlib import Path
 
 import yaml
 
-from memorization.hpc_code.gpu import GPU_MODELS, hipify
+from hpc_codegen.gpu import GPU_MODELS, hipify
 
 C_MODELS = ("serial", "openmp", "mpi", "mpi+omp")  # C, built with gcc / mpicc
 MODELS = (*C_MODELS, "kokkos", *GPU_MODELS)
 FILE_MODELS = (*C_MODELS, "kokkos", "cuda")  # models a problem file may name (HIP is derived from CUDA)
 MPI_MODELS = ("mpi", "mpi+omp")  # built with mpicc, launched by mpiexec
-CXX_MODELS = ("kokkos",)  # C++ with an extern "C" function, built with g++ against a library (memorization.hpc_code.kokkos)
+CXX_MODELS = ("kokkos",)  # C++ with an extern "C" function, built with g++ against a library (hpc_codegen.kokkos)
 REQUIRED_KEYS = ("name", "type", "model", "driver", "size", "quick_size", "prompt", "reference")
 
 
@@ -51,7 +51,7 @@ class Problem:
     size: int
     quick_size: int
     path: Path
-    source_model: str | None = None  # a translation task's source execution model (memorization.hpc_code.translation)
+    source_model: str | None = None  # a translation task's source execution model (hpc_codegen.translation)
     gpu: dict | None = None  # GPU models: buffers and launch configuration of the trusted adapter (.gpu)
 
     @property
@@ -105,7 +105,7 @@ class TaskError:
 
 def default_suite_dir() -> Path:
     """``data/hpc_code`` of the repository this package lives in."""
-    return Path(__file__).resolve().parents[2] / "data" / "hpc_code"
+    return Path(__file__).resolve().parents[1] / "data" / "hpc_code"
 
 
 def load_problem(path: Path, suite_dir: Path) -> Problem:

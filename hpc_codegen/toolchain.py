@@ -18,10 +18,10 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
-from memorization.hpc_code import gpu
-from memorization.hpc_code.kokkos import INSTALL_HINT, find_kokkos, require_kokkos
-from memorization.hpc_code.problems import CXX_MODELS, MPI_MODELS, Problem
-from memorization.hpc_code.sandbox import (SandboxLimits, SandboxResult, memory_limited, run_per_process,
+from hpc_codegen import gpu
+from hpc_codegen.kokkos import INSTALL_HINT, find_kokkos, require_kokkos
+from hpc_codegen.problems import CXX_MODELS, MPI_MODELS, Problem
+from hpc_codegen.sandbox import (SandboxLimits, SandboxResult, memory_limited, run_per_process,
                                            run_sandboxed, scratch_dir, system_paths)
 
 LAUNCHERS = ("local", "mpiexec", "srun")

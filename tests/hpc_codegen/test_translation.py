@@ -1,14 +1,14 @@
-"""Translation (portability) tasks (memorization/hpc_code/translation.py, ``eval/hpc_code.py --tasks``)."""
+"""Translation (portability) tasks (hpc_codegen/translation.py, ``eval/hpc_code.py --tasks``)."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from memorization.hpc_code import load_suite
-from memorization.hpc_code.harness import RunConfig, evaluate_c
-from memorization.hpc_code.sandbox import SandboxLimits
-from memorization.hpc_code.translation import PAIRS, SHORT, translation_problems
+from hpc_codegen import load_suite
+from hpc_codegen.harness import RunConfig, evaluate_c
+from hpc_codegen.sandbox import SandboxLimits
+from hpc_codegen.translation import PAIRS, SHORT, translation_problems
 from tests.support import load_eval_cli
 
 

@@ -1,10 +1,10 @@
-"""memorization/hpc_code/humaneval.py: HumanEval's canonical solutions pass and broken ones get their failure kind."""
+"""hpc_codegen/humaneval.py: HumanEval's canonical solutions pass and broken ones get their failure kind."""
 from __future__ import annotations
 
 import pytest
 
-from memorization.hpc_code import SandboxLimits
-from memorization.hpc_code.humaneval import evaluate_python, humaneval_available, load_humaneval
+from hpc_codegen import SandboxLimits
+from hpc_codegen.humaneval import evaluate_python, humaneval_available, load_humaneval
 from tests.support import hpc_code_report
 
 

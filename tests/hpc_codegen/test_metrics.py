@@ -1,4 +1,4 @@
-"""memorization/hpc_code/metrics.py: pass@k, speedup@k and efficiency@k are the expectations over k-subsets of
+"""hpc_codegen/metrics.py: pass@k, speedup@k and efficiency@k are the expectations over k-subsets of
 samples."""
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from math import comb
 
 import pytest
 
-from memorization.hpc_code import pass_at_k, speedup_at_k
-from memorization.hpc_code.metrics import best_over_workers, efficiency_at_k
+from hpc_codegen import pass_at_k, speedup_at_k
+from hpc_codegen.metrics import best_over_workers, efficiency_at_k
 
 
 @pytest.mark.parametrize("n,c,k", [(10, 3, 1), (10, 3, 2), (10, 3, 5), (20, 0, 5), (5, 5, 1), (7, 2, 7), (100, 17, 10)])

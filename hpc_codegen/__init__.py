@@ -17,9 +17,9 @@ one C candidate), :mod:`.humaneval`, :mod:`.metrics`, :mod:`.generate` (HF
 sampling) and :mod:`.runner` (whole evaluations).
 """
 
-from memorization.hpc_code.metrics import pass_at_k, speedup_at_k
-from memorization.hpc_code.problems import Problem, TaskError, load_suite
-from memorization.hpc_code.sandbox import SandboxLimits, run_sandboxed
+from hpc_codegen.metrics import pass_at_k, speedup_at_k
+from hpc_codegen.problems import Problem, TaskError, load_suite
+from hpc_codegen.sandbox import SandboxLimits, run_sandboxed
 
 STATUSES = ("passed", "wrong_output", "runtime_error", "timeout", "build_error")
 

@@ -1,4 +1,4 @@
-"""Hostile candidates against the verdicts (memorization/hpc_code/harness.py, reference.py).
+"""Hostile candidates against the verdicts (hpc_codegen/harness.py, reference.py).
 
 Each candidate tries one way to pass without being right, or to be timed faster than it is:
 tamper with what checks it (the suite's drivers, the trusted runner and reference program,
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from memorization.hpc_code import load_suite, sandbox
-from memorization.hpc_code.harness import RunConfig, evaluate_c
-from memorization.hpc_code.reference import prepare_reference
-from memorization.hpc_code.sandbox import SandboxLimits
+from hpc_codegen import load_suite, sandbox
+from hpc_codegen.harness import RunConfig, evaluate_c
+from hpc_codegen.reference import prepare_reference
+from hpc_codegen.sandbox import SandboxLimits
 from tests.support import REPO
 
 DRIVERS = REPO / "data" / "hpc_code" / "drivers"

@@ -1,11 +1,11 @@
-"""memorization/hpc_code/evaluate.py: the HPC-code evaluation as a library call, and eval/hpc_code.py as its shell."""
+"""hpc_codegen/evaluate.py: the HPC-code evaluation as a library call, and eval/hpc_code.py as its shell."""
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
 
-from memorization.hpc_code import evaluate as ev
+from hpc_codegen import evaluate as ev
 from tests.support import load_eval_cli
 
 

@@ -1,4 +1,4 @@
-"""The sandbox (memorization/hpc_code/sandbox.py, sandbox_init.py) as a hostile command meets it.
+"""The sandbox (hpc_codegen/sandbox.py, sandbox_init.py) as a hostile command meets it.
 
 Each property is tried, not assumed: a command reads the project tree, a file beside its
 work directory and the host's /etc/passwd, writes into system directories and the host's
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from memorization.hpc_code import sandbox
-from memorization.hpc_code.sandbox import SandboxLimits, run_sandboxed
-from memorization.hpc_code.toolchain import candidate_env, mpiexec_flags, tool
+from hpc_codegen import sandbox
+from hpc_codegen.sandbox import SandboxLimits, run_sandboxed
+from hpc_codegen.toolchain import candidate_env, mpiexec_flags, tool
 from tests.support import REPO
 
 
@@ -135,7 +135,7 @@ def test_a_command_that_fills_its_disk_is_bounded_and_leaves_the_host_untouched(
     """A command writing eight 40 MiB files (each under the per-file cap) into a 64 MiB working directory: it
     runs out of space there at about 64 MiB, the run is marked disk_full (a 'disk limit exceeded' verdict), and
     nothing it wrote reaches the host's directory; a command within the bound gets its files back."""
-    from memorization.hpc_code.harness import classify_run
+    from hpc_codegen.harness import classify_run
 
     work = tmp_path / "work"
     work.mkdir()
@@ -280,7 +280,7 @@ def test_marks_written_just_before_the_command_exits_are_not_lost(monkeypatch, t
     import select
     import time
 
-    from memorization.hpc_code import sandbox_init
+    from hpc_codegen import sandbox_init
 
     fifo = tmp_path / "marks"
     os.mkfifo(fifo)

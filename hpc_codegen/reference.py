@@ -34,9 +34,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memorization.hpc_code.problems import Problem
-from memorization.hpc_code.sandbox import SandboxResult, run_sandboxed
-from memorization.hpc_code.toolchain import (RunConfig, candidate_env, compile_driver, compile_library, launch,
+from hpc_codegen.problems import Problem
+from hpc_codegen.sandbox import SandboxResult, run_sandboxed
+from hpc_codegen.toolchain import (RunConfig, candidate_env, compile_driver, compile_library, launch,
                                              tail_text, tool_dirs)
 
 TIMING_FLOOR_S = 1e-5  # shorter kernel times are floored (speedups of trivial kernels stay finite)

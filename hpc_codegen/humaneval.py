@@ -21,8 +21,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from memorization.hpc_code.harness import SampleResult, candidate_env, tail_text
-from memorization.hpc_code.sandbox import SandboxLimits, run_sandboxed
+from hpc_codegen.harness import SampleResult, candidate_env, tail_text
+from hpc_codegen.sandbox import SandboxLimits, run_sandboxed
 
 _BOOTSTRAP = r'''
 import sys, traceback

@@ -1,4 +1,4 @@
-"""The Kokkos execution model (memorization/hpc_code/kokkos.py, toolchain.py, ``data/hpc_code/problems/*_kokkos.yaml``):
+"""The Kokkos execution model (hpc_codegen/kokkos.py, toolchain.py, ``data/hpc_code/problems/*_kokkos.yaml``):
 finding an install and its backend, references that pass, wrong candidates that fail, translations into Kokkos,
 and a machine without Kokkos listing those problems as not run rather than failed.
 
@@ -12,9 +12,9 @@ import json
 
 import pytest
 
-from memorization.hpc_code import load_suite
-from memorization.hpc_code.kokkos import INSTALL_HINT, backends, find_kokkos
-from memorization.hpc_code.translation import translation_problems
+from hpc_codegen import load_suite
+from hpc_codegen.kokkos import INSTALL_HINT, backends, find_kokkos
+from hpc_codegen.translation import translation_problems
 from tests.support import TESTS, hpc_code_report
 
 WRONG = TESTS / "hpc_wrong_candidates_kokkos.jsonl"
@@ -32,7 +32,7 @@ def test_backend_is_read_from_the_config_header_and_decides_the_worker_counts(tm
     """A Serial-only build (Debian's) is not threaded: its problems run with one worker; an OpenMP build runs with
     --workers.  An install is found under KOKKOS_ROOT (include/ + lib/libkokkoscore.so), and a prefix without the
     library is no install."""
-    from memorization.hpc_code.toolchain import RunConfig
+    from hpc_codegen.toolchain import RunConfig
 
     serial, omp = tmp_path / "serial", tmp_path / "omp"
     for root, macros in ((serial, ("SERIAL",)), (omp, ("SERIAL", "OPENMP"))):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from memorization.hpc_code.problems import Problem
+from hpc_codegen.problems import Problem
 
 PAIRS = (("serial", "openmp"), ("serial", "mpi"), ("openmp", "mpi"), ("mpi", "mpi+omp"), ("serial", "kokkos"))
 SHORT = {"serial": "serial", "openmp": "omp", "mpi": "mpi", "mpi+omp": "mpi_omp", "kokkos": "kokkos", "cuda": "cuda",

@@ -1,7 +1,7 @@
 """Init of a sandbox: PID 1 of the fresh namespaces ``unshare`` makes for one untrusted command.
 
 usage: ``unshare <namespaces> -- python -I sandbox_init.py SPEC_JSON CMD...`` (built by
-:func:`memorization.hpc_code.sandbox.run_sandboxed`; standard library only, nothing of the
+:func:`hpc_codegen.sandbox.run_sandboxed`; standard library only, nothing of the
 project is imported).  In order:
 
 1. brings up loopback in the new network namespace (``spec["loopback"]``);

@@ -1,4 +1,4 @@
-"""The GPU execution models (memorization/hpc_code/gpu.py, toolchain.py, ``data/hpc_code/problems/*_cuda.yaml``):
+"""The GPU execution models (hpc_codegen/gpu.py, toolchain.py, ``data/hpc_code/problems/*_cuda.yaml``):
 60 CUDA prompts on their problems' serial drivers, 60 HIP prompts derived from them, the trusted adapter between a
 driver and a kernel, the sandbox showing a GPU's device nodes, and a machine without a GPU listing them as not run.
 
@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from memorization.hpc_code import load_suite
-from memorization.hpc_code import gpu
-from memorization.hpc_code.harness import RunConfig, evaluate_c
-from memorization.hpc_code.reference import prepare_reference
-from memorization.hpc_code.sandbox import SandboxLimits, isolation, run_sandboxed
-from memorization.hpc_code.toolchain import adapter_source, compile_driver, compile_library, unavailable_models
+from hpc_codegen import load_suite
+from hpc_codegen import gpu
+from hpc_codegen.harness import RunConfig, evaluate_c
+from hpc_codegen.reference import prepare_reference
+from hpc_codegen.sandbox import SandboxLimits, isolation, run_sandboxed
+from hpc_codegen.toolchain import adapter_source, compile_driver, compile_library, unavailable_models
 from tests.support import load_eval_cli
 
 EMULATED = RunConfig(workers=(1,), quick=True, gpu_emulate=True, run_limits=SandboxLimits(timeout_s=60.0))

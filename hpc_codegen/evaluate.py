@@ -2,7 +2,7 @@
 :func:`evaluate_hpc_code` -> the report (pass@k, build@k, speedup_n@k; optionally HumanEval).
 
 The completions scored are the suite's references (``use_references``), those of a file (``completions``) or those
-sampled from a local checkpoint (``model``; :class:`memorization.hpc_code.generate.HFSampler`, in one process or
+sampled from a local checkpoint (``model``; :class:`hpc_codegen.generate.HFSampler`, in one process or
 on ``grid``).  Every refusal -- a setting out of range, a selection that matches nothing, a missing tool, a
 completions file that does not fit -- is one :class:`HpcCodeError` line raised before any work it would waste.
 """
@@ -19,17 +19,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memorization.hpc_code import report as hpc_report
-from memorization.hpc_code.completions import CompletionsError, check_problems, load_completions
-from memorization.hpc_code.extract import extract_c_body, extract_python_body
-from memorization.hpc_code.harness import RunConfig, require_tools
-from memorization.hpc_code.humaneval import humaneval_available, load_humaneval
-from memorization.hpc_code.problems import default_suite_dir, load_suite
-from memorization.hpc_code.reference import SetupError
-from memorization.hpc_code.runner import evaluate_samples, summarize
-from memorization.hpc_code.sandbox import SandboxError, SandboxLimits, isolation
-from memorization.hpc_code.toolchain import launcher_refusal, sandbox_report, unavailable_models
-from memorization.hpc_code.translation import translation_problems
+from hpc_codegen import report as hpc_report
+from hpc_codegen.completions import CompletionsError, check_problems, load_completions
+from hpc_codegen.extract import extract_c_body, extract_python_body
+from hpc_codegen.harness import RunConfig, require_tools
+from hpc_codegen.humaneval import humaneval_available, load_humaneval
+from hpc_codegen.problems import default_suite_dir, load_suite
+from hpc_codegen.reference import SetupError
+from hpc_codegen.runner import evaluate_samples, summarize
+from hpc_codegen.sandbox import SandboxError, SandboxLimits, isolation
+from hpc_codegen.toolchain import launcher_refusal, sandbox_report, unavailable_models
+from hpc_codegen.translation import translation_problems
 
 
 class HpcCodeError(ValueError):
@@ -297,8 +297,8 @@ def evaluate_hpc_code(cfg: HpcCodeConfig, note: Callable[[str], None] = _stderr)
                                    "problems")
     sampler = None
     if cfg.model:
-        from memorization.hpc_code.extract import c_body_closed
-        from memorization.hpc_code.generate import ContextError, HFSampler, python_done
+        from hpc_codegen.extract import c_body_closed
+        from hpc_codegen.generate import ContextError, HFSampler, python_done
 
         try:
             sampler = HFSampler(cfg.model, cfg.device, cfg.dtype, cfg.seed, grid=cfg.grid,
