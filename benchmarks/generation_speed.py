@@ -28,7 +28,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from axonn.cli import HelpFormatter  # noqa: E402
 from benchmarks.common import sync  # noqa: E402
-from hpc_codegen.extract import c_body_closed  # noqa: E402
+from hpc_codegen.code_blocks import c_body_closed  # noqa: E402
 from hpc_codegen.generate import HFSampler, stop_test  # noqa: E402
 from hpc_codegen.problems import load_suite  # noqa: E402
 from memorization.lm import Sampling, left_pad, row_seed  # noqa: E402

@@ -12,7 +12,7 @@ Modules: :mod:`.problems` (suite loading), :mod:`.sandbox` (+ :mod:`.sandbox_ini
 isolated, limited commands), :mod:`.toolchain` (compilers, launcher), :mod:`.kokkos`
 and :mod:`.gpu` (Kokkos installs; GPU compilers, devices and the adapter between a driver and a kernel),
 :mod:`.reference` (the trusted programs and baseline of a problem),
-:mod:`.extract` (completion -> function body), :mod:`.harness` (build/run/score
+:mod:`.code_blocks` (completion -> function body), :mod:`.harness` (build/run/score
 one C candidate), :mod:`.humaneval`, :mod:`.metrics`, :mod:`.generate` (HF
 sampling) and :mod:`.runner` (whole evaluations).
 """

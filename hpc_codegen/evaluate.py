@@ -21,7 +21,7 @@ from pathlib import Path
 
 from hpc_codegen import report as hpc_report
 from hpc_codegen.completions import CompletionsError, check_problems, load_completions
-from hpc_codegen.extract import extract_c_body, extract_python_body
+from hpc_codegen.code_blocks import extract_c_body, extract_python_body
 from hpc_codegen.harness import RunConfig, require_tools
 from hpc_codegen.humaneval import humaneval_available, load_humaneval
 from hpc_codegen.problems import default_suite_dir, load_suite
@@ -297,7 +297,7 @@ def evaluate_hpc_code(cfg: HpcCodeConfig, note: Callable[[str], None] = _stderr)
                                    "problems")
     sampler = None
     if cfg.model:
-        from hpc_codegen.extract import c_body_closed
+        from hpc_codegen.code_blocks import c_body_closed
         from hpc_codegen.generate import ContextError, HFSampler, python_done
 
         try:

@@ -35,7 +35,7 @@ from typing import Callable
 
 import torch
 
-from hpc_codegen.extract import PYTHON_STOP, c_body_closed
+from hpc_codegen.code_blocks import PYTHON_STOP, c_body_closed
 
 
 def python_done(text: str) -> bool:

@@ -46,7 +46,7 @@ its dense gradient built at the end of the backward, two moments of their own.
 Activations: without checkpointing, ``L·A`` plus ``8·m·h + 8·m·h/C`` (embedding output, final
 norm, the loss's shifted input and its gradient), at the start of the loss's backward.  With
 checkpointing each layer keeps only its fp32 input, ``L·4·m·h`` in HF's layout and
-``L·4·m·h/(R·C)`` in axonn's (the slice :mod:`axonn.checkpointing` keeps), plus ``8·m·h``
+``L·4·m·h/(R·C)`` in axonn's (the slice :mod:`axonn.recompute` keeps), plus ``8·m·h``
 around the loss, and the peak is the largest of four moments: the end of the forward (HF's
 cached bf16 weights, the loss's forward), the loss's backward,
 the backward of one recomputed layer (``A`` and an RMSNorm backward's two fp32 ``m × h`` temporaries, plus that layer's bf16 weights in HF's layout or
@@ -60,7 +60,7 @@ input and the fp32 ``dW``, ``6·c·V + 4·V·h + 2·c·h``; its backward the sto
 copies, ``8·V·h + 4·m·h`` beyond ``dh``.  Without checkpointing the loss's forward and backward are both moments.
 
 Families.  The parameter counts (``P_lin``, ``P_norm``: norms and Linear biases) come from the family's
-parallel plan (:mod:`axonn.plans`); the activation terms ``A`` are Llama's block (SwiGLU, pre-norms) for
+parallel plan (:mod:`axonn.family_plans`); the activation terms ``A`` are Llama's block (SwiGLU, pre-norms) for
 every family, an approximation for the others (GPT-NeoX's GELU MLP saves less, OLMo 2's and Qwen3's
 q/k norms save a little more); only Llama's are validated against traces.
 
@@ -130,7 +130,7 @@ class MemoryBreakdown:
 
 def param_counts(shape: ModelShape) -> tuple[int, int, int]:
     """``(P_lin, P_norm, P_layer)``: every Linear (incl. lm_head), the replicated parameters (norms, biases),
-    one layer's Linears; from the family's parallel plan (:mod:`axonn.plans`)."""
+    one layer's Linears; from the family's parallel plan (:mod:`axonn.family_plans`)."""
     p_layer = sum(lin.params for lin in layer_linears(shape))
     p_lin = shape.layers * p_layer + lm_head(shape).params
     p_norm = replicated_params(shape)
@@ -215,7 +215,7 @@ def memory_per_gpu(shape: ModelShape, grid: GridShape, seq: int, micro_batch: in
             *embedding,
         ]
     else:
-        # each layer's fp32 input (axonn layout: a 1/(R·C) slice, axonn.checkpointing); the final norm's
+        # each layer's fp32 input (axonn layout: a 1/(R·C) slice, axonn.recompute); the final norm's
         # output and the loss's input
         layer_input = 4 * m * h / (R * C)
         inputs = L * layer_input + 8 * m * h

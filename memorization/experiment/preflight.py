@@ -54,7 +54,7 @@ def preflight(cfg: ExperimentConfig, shape=None) -> list[Check]:
     ``--init`` checkpoint, the tokenizer (it fits the checkpoint's vocabulary), the corpus (it fills the
     steps with the targets: without ``--store`` the run's token store is prepared into the cache, where the
     run finds it, so the 'corpus too small' refusal comes now) and the grid (it divides ``shape``, default the
-    run's model: :func:`~memorization.experiment.plan.run_shape`).
+    run's model: :func:`~memorization.experiment.grid_advice.run_shape`).
 
     Checks after a failed one that they depend on are reported as not checked.  Loads the tokenizer and
     tokenizes the corpus (once: the cache keeps it); never model weights.
@@ -159,7 +159,7 @@ def _check_grid(cfg: ExperimentConfig, tokenizer, shape, visible: bool) -> Check
         if not visible or (tokenizer is None and not cfg.model.init):
             return Check("grid", NOT_CHECKED, f"--grid {grid}: needs the model's shape (the --init checkpoint "
                          "or the tokenizer)")
-        from memorization.experiment.plan import run_shape
+        from memorization.experiment.grid_advice import run_shape
 
         shape = run_shape(cfg, tokenizer)
     try:

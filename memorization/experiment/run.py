@@ -14,7 +14,7 @@ from memorization.experiment.config import (ARMS, ExperimentConfig, dump_config,
 from memorization.experiment.components import arm_goldfish, extraction_config, length_config, train_config
 from memorization.experiment.data import (cached_run_store, check_same_data, load_run_tokenizer, open_run_store,
                                           read_targets, targets_text_field, tokenizer_spec)
-from memorization.experiment.plan import print_plan, run_shape
+from memorization.experiment.grid_advice import print_plan, run_shape
 from memorization.experiment.validate import check_grid_divides, config_grid, validate
 
 #: the resolved config of a run, in its --out (``--config`` reads it back)

@@ -199,7 +199,7 @@ def test_the_stop_test_ends_a_row_at_the_token_the_full_scan_first_finds_the_fun
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 
-    from hpc_codegen.extract import c_body_closed
+    from hpc_codegen.code_blocks import c_body_closed
     from hpc_codegen.generate import stop_test
 
     tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(_bpe_json()), eos_token="<eos>")

@@ -17,7 +17,7 @@ import pytest
 
 from hpc_codegen import SandboxLimits, load_suite
 from hpc_codegen import evaluate as hpc_evaluate
-from hpc_codegen.extract import extract_c_body
+from hpc_codegen.code_blocks import extract_c_body
 from hpc_codegen.harness import RunConfig, evaluate_c
 from hpc_codegen.problems import C_MODELS
 from hpc_codegen.reference import SetupError, prepare_reference

@@ -1,4 +1,4 @@
-"""axonn/checkpointing.py: activation checkpointing of a layer gives plain autograd's gradients."""
+"""axonn/recompute.py: activation recomputation (checkpointing) of a layer gives plain autograd's gradients."""
 from __future__ import annotations
 
 import pytest
@@ -6,10 +6,10 @@ import torch
 
 
 @pytest.mark.parametrize("as_tuple", [False, True])
-def test_sharded_checkpoint_gradients_and_layer_return_shapes(as_tuple):
+def test_sliced_recompute_gradients_and_layer_return_shapes(as_tuple):
     """The checkpoint function gives plain autograd's gradients, for tensor- and tuple-returning layers."""
     import axonn
-    from axonn.checkpointing import sharded_checkpoint
+    from axonn.recompute import sliced_recompute
 
     grid = axonn.init()
     w = torch.randn(8, 8, dtype=torch.float64, requires_grad=True)
@@ -25,7 +25,7 @@ def test_sharded_checkpoint_gradients_and_layer_return_shapes(as_tuple):
     gw, gx = w.grad.clone(), x.grad.clone()
     w.grad = None
     x = x0.clone().requires_grad_(True)
-    out = sharded_checkpoint(grid)(layer, x)
+    out = sliced_recompute(grid)(layer, x)
     assert isinstance(out, tuple) == as_tuple and (not as_tuple or (len(out) == 2 and out[1] is None))
     (out[0] if as_tuple else out).pow(2).sum().backward()
     assert torch.allclose(w.grad, gw) and torch.allclose(x.grad, gx)

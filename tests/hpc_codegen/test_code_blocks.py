@@ -1,7 +1,7 @@
-"""hpc_codegen/extract.py: a completion's function body ends where the function does."""
+"""hpc_codegen/code_blocks.py: a completion's function body ends where the function does."""
 from __future__ import annotations
 
-from hpc_codegen.extract import c_body_closed, extract_c_body, extract_python_body
+from hpc_codegen.code_blocks import c_body_closed, extract_c_body, extract_python_body
 
 
 def test_extract_c_body_stops_at_function_end():

@@ -1,4 +1,5 @@
-"""Activation checkpointing of decoder layers that keeps only a 1/(R·C) slice of each layer input.
+"""Activation recomputation (activation checkpointing) of decoder layers, keeping only a 1/(R·C) slice of each
+layer input.
 
 In the layout of :func:`axonn.parallelize` the residual stream entering a decoder layer is
 replicated over the row and column groups: the ``R·C`` ranks of a tensor-parallel group hold
@@ -26,7 +27,7 @@ from .grid import Grid
 TP_AXES = ("row", "col")
 
 
-class _ShardedCheckpoint(torch.autograd.Function):
+class _SlicedRecompute(torch.autograd.Function):
     @staticmethod
     def forward(ctx, fn: Callable[[torch.Tensor], torch.Tensor], grid: Grid, x: torch.Tensor) -> torch.Tensor:
         ctx.fn, ctx.grid = fn, grid
@@ -66,15 +67,15 @@ class _ShardedCheckpoint(torch.autograd.Function):
 
 # torch.compile: the autograd.Function (RNG state, an all-gather and a nested backward) runs eagerly, while
 # the layer it calls in the forward still compiles (recursive=False); the backward's recomputation is eager
-_apply_eagerly = torch.compiler.disable(_ShardedCheckpoint.apply, recursive=False)
+_apply_eagerly = torch.compiler.disable(_SlicedRecompute.apply, recursive=False)
 
 
-def sharded_checkpoint(grid: Grid) -> Callable:
+def sliced_recompute(grid: Grid) -> Callable:
     """A ``checkpoint(function, hidden_states)`` for HF's ``_gradient_checkpointing_func`` (see module doc)."""
 
     def checkpoint(function: Callable, hidden_states: torch.Tensor, *args, **kwargs):
         if args or kwargs:
-            raise TypeError("axonn's sharded checkpoint takes the layer's hidden states only (HF passes the rest "
+            raise TypeError("axonn's sliced recomputation takes the layer's hidden states only (HF passes the rest "
                             "bound into `function`)")
         returned: dict[str, int] = {}
 
@@ -82,7 +83,7 @@ def sharded_checkpoint(grid: Grid) -> Callable:
             out = function(x)
             if isinstance(out, tuple):  # transformers < 4.54 layers return (hidden_states, None, ...)
                 if any(o is not None for o in out[1:]):
-                    raise ValueError("sharded checkpointing needs a layer that returns only hidden states "
+                    raise ValueError("sliced activation recomputation needs a layer that returns only hidden states "
                                      "(no attention weights or cache)")
                 returned["tuple"] = len(out)
                 out = out[0]
@@ -98,7 +99,7 @@ def enable_activation_checkpointing(model: torch.nn.Module, grid: Grid | None = 
     """Checkpoint every decoder layer of a (parallelized) HF model.
 
     On a tensor-parallel layout (``R·C > 1``) the saved layer inputs are sharded over row × column
-    (:class:`_ShardedCheckpoint`); otherwise this is HF's own non-reentrant checkpointing.
+    (:class:`_SlicedRecompute`); otherwise this is HF's own non-reentrant checkpointing.
     """
     enable = getattr(model, "activation_checkpointing_enable", None)
     if enable is not None:  # transformers >= 5
@@ -108,7 +109,7 @@ def enable_activation_checkpointing(model: torch.nn.Module, grid: Grid | None = 
     grid = grid or getattr(model, "_axonn_grid", None)
     if grid is None or grid.size(TP_AXES) == 1:
         return
-    func = sharded_checkpoint(grid)
+    func = sliced_recompute(grid)
     for module in model.modules():
         if getattr(module, "gradient_checkpointing", False):
             module._gradient_checkpointing_func = func
