@@ -96,7 +96,7 @@ def build_parser(description: str = DESCRIPTION) -> argparse.ArgumentParser:
     add(g, "--canaries", type=int, help="random secrets (Carlini et al. 2019's canaries: --canary-digits random digits "
         "after a carrier sentence naming a random account) written over background tokens of the training rows, "
         "the same rows in every arm; after training each arm reports their exposure log2|R| - log2 rank, exact by "
-        "enumerating all 10^digits secrets (memorization.data.canary), by exposure count (0: off)")
+        "enumerating all 10^digits secrets (memorization.evaluation.exposure), by exposure count (0: off)")
     add(g, "--canary-exposures", help="times each canary is written into the stream: a comma list, the canaries "
         "dealt round-robin over it (0 = never seen: the control, exposure ~ 1 bit expected)")
     add(g, "--canary-digits", type=int, help="digits of a canary's secret (the space has 10^digits candidates; "

@@ -167,9 +167,10 @@ def run_canaries(cfg: ExperimentConfig, mixture, tokenizer) -> list:
 
 
 def arm_canaries(model, canaries: list, tokenizer, seed: int) -> dict:
-    """The exposure of every canary in a trained arm (:func:`memorization.data.canary.canary_exposures`) and its
-    summary by exposure count."""
-    from memorization.data.canary import canary_exposures, digit_alphabet, summarize_exposures
+    """The exposure of every canary in a trained arm (:func:`memorization.evaluation.exposure.canary_exposures`)
+    and its summary by exposure count."""
+    from memorization.data.canary import digit_alphabet
+    from memorization.evaluation.exposure import canary_exposures, summarize_exposures
 
     rows = canary_exposures(model, canaries, digit_alphabet(tokenizer), seed=seed)
     return {"by_exposure": summarize_exposures(rows), "canaries": rows}
