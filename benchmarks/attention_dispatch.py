@@ -5,8 +5,8 @@
     python benchmarks/attention_dispatch.py --size tiny --seq 64   # CPU smoke run
 
 One step of :class:`memorization.training.train.Trainer` (bf16 autocast on CUDA) with its forward compiled by
-:func:`memorization.training.attention.sdpa_recording_backend` (AOTAutograd's aten graph, run eagerly): every attention op
-of the graph is printed -- the aten op PyTorch chose (flash, cuDNN, efficient, math), ``is_causal``, whether a mask
+:func:`memorization.training.attention.sdpa_recording_backend` (AOTAutograd's aten graph, run eagerly): every attention
+op of the graph is printed -- the aten op PyTorch chose (flash, cuDNN, efficient, math), ``is_causal``, whether a mask
 tensor is passed, the heads of Q and of K/V -- then the same for HF's own ``sdpa`` for contrast. The last line
 says ``attention dispatch OK`` when ours calls a causal kernel without a mask on grouped K/V (what
 ``tests/memorization/training/test_attention.py`` checks on CPU), else ``attention dispatch BAD`` and why.

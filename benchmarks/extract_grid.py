@@ -2,8 +2,8 @@
 """Extraction on a grid: tokens/s and memory per rank on 1, 2 and 4 CPU ranks, the same model and documents.
 
 Each grid runs under ``torchrun`` (gloo) and extracts the same documents with
-:func:`memorization.evaluation.extraction.extract_on_grid` (prefix P, S greedy tokens, batched with the KV cache) from the
-same randomly initialised preset built sharded on the grid.  Printed per grid: the generated tokens per second
+:func:`memorization.evaluation.extraction.extract_on_grid` (prefix P, S greedy tokens, batched with the KV cache) from
+the same randomly initialised preset built sharded on the grid.  Printed per grid: the generated tokens per second
 (documents x S / wall time of the extraction, after one warm-up document), the model's bytes on each rank (its
 weight shards: falling as 1 / (row x column x depth)), the peak resident memory of the largest rank, and whether
 every grid generated the tokens the 1-rank run did.

@@ -32,11 +32,11 @@ import sys
 
 from axonn.cli import HelpFormatter
 from memorization.evaluation.downstream import (
-    DEFAULT_TASK_DIR,
-    LMEvalNotInstalledError,
-    MissingTokenizerError,
-    list_lm_eval_tasks,
-)
+                                                DEFAULT_TASK_DIR,
+                                                LMEvalNotInstalledError,
+                                                MissingTokenizerError,
+                                                list_lm_eval_tasks,
+                                                )
 from memorization.evaluation.registry import DownstreamConfig, downstream_status, evaluate
 from memorization.evaluation.eval_model import add_plan_arguments
 

@@ -31,7 +31,7 @@ from hpc_codegen.problems import Problem
 from hpc_codegen.reference import TIMING_FLOOR_S, Reference, prepare_reference, take_output
 from hpc_codegen.sandbox import SandboxResult
 from hpc_codegen.toolchain import (RunConfig, candidate_env, compile_library, launch, mpiexec_flags,
-                                             require_tools, tail_text, tool)
+                                   require_tools, tail_text, tool)
 
 __all__ = ["RunConfig", "SampleResult", "candidate_env", "evaluate_c", "mpiexec_flags", "require_tools",
            "tail_text", "tool"]

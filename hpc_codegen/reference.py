@@ -37,7 +37,7 @@ from pathlib import Path
 from hpc_codegen.problems import Problem
 from hpc_codegen.sandbox import SandboxResult, run_sandboxed
 from hpc_codegen.toolchain import (RunConfig, candidate_env, compile_driver, compile_library, launch,
-                                             tail_text, tool_dirs)
+                                   tail_text, tool_dirs)
 
 TIMING_FLOOR_S = 1e-5  # shorter kernel times are floored (speedups of trivial kernels stay finite)
 

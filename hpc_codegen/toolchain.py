@@ -22,7 +22,7 @@ from hpc_codegen import gpu
 from hpc_codegen.kokkos import INSTALL_HINT, find_kokkos, require_kokkos
 from hpc_codegen.problems import CXX_MODELS, MPI_MODELS, Problem
 from hpc_codegen.sandbox import (SandboxLimits, SandboxResult, memory_limited, run_per_process,
-                                           run_sandboxed, scratch_dir, system_paths)
+                                 run_sandboxed, scratch_dir, system_paths)
 
 LAUNCHERS = ("local", "mpiexec", "srun")
 # the variable each launcher gives a process its rank in: the init of its sandbox names its report by it

@@ -11,8 +11,9 @@ import pytest  # noqa: E402
 # workers, each file on one (--dist loadfile), and a long file that started last would run alone at the end.
 LONGEST_FIRST = ("cli/test_job_rehearsal.py", "cli/test_memorize_parallel.py", "cli/test_memorize.py",
                  "axonn/test_parallelize.py", "hpc_codegen/test_harness.py", "memorization/launch/test_sweep.py",
-                 "axonn/test_checkpoint.py", "memorization/training/test_train.py", "memorization/data/test_token_store.py",
-                 "memorization/evaluation/test_extraction.py", "hpc_codegen/test_kokkos.py")
+                 "axonn/test_checkpoint.py", "memorization/training/test_train.py",
+                 "memorization/data/test_token_store.py", "memorization/evaluation/test_extraction.py",
+                 "hpc_codegen/test_kokkos.py")
 
 
 def pytest_collection_modifyitems(config, items) -> None:

@@ -114,7 +114,8 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from axonn.grid_shape import GridShape
-from axonn.family_plans import TRANSPOSED, block_linears, dims_of_shape, final_norm_parameters, get_plan, layer_parameters
+from axonn.family_plans import (TRANSPOSED, block_linears, dims_of_shape, final_norm_parameters, get_plan,
+                                 layer_parameters)
 from axonn.presets import ModelShape
 
 from .profiles import MachineProfile

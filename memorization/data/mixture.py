@@ -51,8 +51,8 @@ def check_hash_width(h: int) -> None:
     """Refuse a Goldfish hash width the rows' context cannot serve (``ValueError``, naming the flag)."""
     if h > CONTEXT_TOKENS:
         raise ValueError(f"--goldfish-h {h}: a row carries the {CONTEXT_TOKENS} stream tokens before it "
-                         "(memorization.data.mixture.CONTEXT_TOKENS), so a wider hash could not decide the first labels "
-                         f"of every row; h must be <= {CONTEXT_TOKENS}: use --goldfish-h <= {CONTEXT_TOKENS}")
+                         "(memorization.data.mixture.CONTEXT_TOKENS), so a wider hash could not decide the first "
+                         f"labels of every row; h must be <= {CONTEXT_TOKENS}: use --goldfish-h <= {CONTEXT_TOKENS}")
 
 
 MAX_SEQ_LEN = 1 << 20  # tokens a training row may hold (refused before any tokenizing)

@@ -1,7 +1,7 @@
 """Adaptive extraction: attacks stronger than one greedy continuation.
 
-For a document split into prefix ``p`` and true suffix ``s = (s_1, ..., s_S)`` (:mod:`memorization.evaluation.extraction`),
-with ``log p(y | p) = sum_i log p_theta(y_i | p, y_<i)``:
+For a document split into prefix ``p`` and true suffix ``s = (s_1, ..., s_S)``
+(:mod:`memorization.evaluation.extraction`), with ``log p(y | p) = sum_i log p_theta(y_i | p, y_<i)``:
 
 * **Beam search** of width ``B``: beams start as ``{()}`` with score 0; at each of ``S`` steps every beam ``y`` is
   extended by every token ``v`` with score ``log p(y) + log p_theta(v | p, y)``, and the ``B`` best of all

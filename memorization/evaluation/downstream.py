@@ -17,13 +17,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from memorization.evaluation.eval_model import (MissingTokenizerError, axonn_checkpoint, default_device, model_config_of,
-                                     model_max_length)
-from memorization.evaluation.lm_eval_bridge import (DEFAULT_TASK_DIR, LOCAL_TASK, LMEvalNotInstalledError, UnknownTaskError,
-                                         check_lm_eval_args, include_dirs, list_lm_eval_tasks, run_lm_eval)
-from memorization.training.models import model_context
+from memorization.evaluation.eval_model import (MissingTokenizerError, axonn_checkpoint, default_device,
+                                                model_config_of, model_max_length)
+from memorization.evaluation.lm_eval_bridge import (DEFAULT_TASK_DIR, LOCAL_TASK, LMEvalNotInstalledError,
+                                                    UnknownTaskError, check_lm_eval_args, include_dirs,
+                                                    list_lm_eval_tasks, run_lm_eval)
+from memorization.evaluation.perplexity import (check_context, evaluate_perplexity, existing_source,
+                                                load_perplexity_docs, perplexity)
 from memorization.lm import LM, window_spans
-from memorization.evaluation.perplexity import check_context, evaluate_perplexity, existing_source, load_perplexity_docs, perplexity
+from memorization.training.models import model_context
 
 log = logging.getLogger(__name__)
 

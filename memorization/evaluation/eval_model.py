@@ -157,8 +157,8 @@ def vocab_size(model_or_config) -> int | None:
 
 
 def grid_runtime(grid: str):
-    """The :class:`memorization.training.runtime.Runtime` of ``grid`` (``"D,R,C,Z"``: the launcher's processes as a data,
-    row, column, depth grid); ``ValueError`` naming ``--grid`` for a bad one."""
+    """The :class:`memorization.training.runtime.Runtime` of ``grid`` (``"D,R,C,Z"``: the launcher's processes as a
+    data, row, column, depth grid); ``ValueError`` naming ``--grid`` for a bad one."""
     from axonn.grid_shape import GridShape
     from memorization.training.runtime import Runtime
 

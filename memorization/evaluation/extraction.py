@@ -24,8 +24,8 @@ documents with at least one, ``sampled_rate`` the mean per-sample rate ``p̂`` (
 within n' samples with probability ``1 - (1 - p̂)^n'``).  Each document's draws depend on ``seed`` and its
 id alone (:func:`sample_continue`).
 
-Adaptive extraction (``beam`` = B > 0, ``hints``; :mod:`memorization.evaluation.adaptive`): whether the suffix is among the
-B beams of a beam search (``beam_match``; ``beam_top1``: the best beam), and the number of hints a greedy
+Adaptive extraction (``beam`` = B > 0, ``hints``; :mod:`memorization.evaluation.adaptive`): whether the suffix is among
+the B beams of a beam search (``beam_match``; ``beam_top1``: the best beam), and the number of hints a greedy
 decoder needs when given the true token at each error (``hints``; ``longest_run``: the longest verbatim run
 between hints); a summary gives the shares and means.
 

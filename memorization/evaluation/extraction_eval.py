@@ -1,6 +1,7 @@
 """The extraction evaluation of a model as a library call: :class:`ExtractionEvalConfig` (the settings of
-``eval/extract.py``, same names) -> :func:`run_extraction` -> the result of :func:`memorization.evaluation.extraction.extract`
-plus ``model`` and ``source``, written to ``out_dir`` (``extraction.json``, ``extraction.md``) if given.
+``eval/extract.py``, same names) -> :func:`run_extraction` -> the result of
+:func:`memorization.evaluation.extraction.extract` plus ``model`` and ``source``, written to ``out_dir``
+(``extraction.json``, ``extraction.md``) if given.
 
 The model is a HF checkpoint directory (one process, one device or spread over the GPUs with ``device_map``), or
 with ``grid`` also an axonn training checkpoint resharded onto the grid (:meth:`memorization.lm.LM.load`).  The

@@ -1,8 +1,9 @@
 """The one place where an experiment's sections become its components' configs: the mixture's
-(:class:`~memorization.data.mixture.MixtureConfig`), each arm's trainer's (:class:`~memorization.training.train.TrainConfig`)
-and Goldfish setting (:class:`~memorization.training.goldfish.GoldfishConfig`), and the extraction's
-(:class:`~memorization.evaluation.extraction.ExtractionConfig`).  Each component keeps its own config (its defaults serve
-callers without an experiment); a run builds them here, from its resolved :class:`ExperimentConfig` only."""
+(:class:`~memorization.data.mixture.MixtureConfig`), each arm's trainer's
+(:class:`~memorization.training.train.TrainConfig`) and Goldfish setting
+(:class:`~memorization.training.goldfish.GoldfishConfig`), and the extraction's
+(:class:`~memorization.evaluation.extraction.ExtractionConfig`).  Each component keeps its own config (its defaults
+serve callers without an experiment); a run builds them here, from its resolved :class:`ExperimentConfig` only."""
 from __future__ import annotations
 
 from memorization.experiment.config import ConfigError, ExperimentConfig, fine_tune_warmup
@@ -72,8 +73,9 @@ def train_config(arm: str, cfg: ExperimentConfig, num_steps: int):
 
 
 def extraction_config(cfg: ExperimentConfig):
-    """The :class:`~memorization.evaluation.extraction.ExtractionConfig` of the run's extraction (``--prefix``, ``--suffix``,
-    ``--prefix-mode``, ``--extract-batch``, ``--samples``, ``--temperature``, ``--top-k``; seeded by ``--seed``)."""
+    """The :class:`~memorization.evaluation.extraction.ExtractionConfig` of the run's extraction (``--prefix``,
+    ``--suffix``, ``--prefix-mode``, ``--extract-batch``, ``--samples``, ``--temperature``, ``--top-k``; seeded by
+    ``--seed``)."""
     from memorization.evaluation.extraction import ExtractionConfig
 
     x = cfg.extraction

@@ -177,7 +177,8 @@ class Extraction:
     sampled continuations per target (``temperature``, ``top_k``); more prefix:suffix pairs (``lengths``,
     :func:`parse_lengths`); and every ``track_every`` training steps extraction and loss of ``track_targets``
     targets (memorization.training.tracking; 0: all).  Adaptive attacks: a ``beam`` search of that width and ``hints``
-    counting (memorization.evaluation.adaptive); ``mia``: membership inference scores of the targets (memorization.evaluation.mia)."""
+    counting (memorization.evaluation.adaptive); ``mia``: membership inference scores of the targets
+    (memorization.evaluation.mia)."""
 
     prefix: int = _opt("--prefix", 50)
     suffix: int = _opt("--suffix", 50)

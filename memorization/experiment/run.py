@@ -131,11 +131,11 @@ def run_arm(arm: str, cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path, 
 
 
 def arm_mia(model, mixture, tokenizer, batch_size: int) -> dict:
-    """Membership inference on a trained arm (``--mia``): the scores of :func:`memorization.evaluation.mia.mia_scores` for the
-    members (targets seen >= 1 time) and the nonmembers :func:`memorization.evaluation.mia.select_nonmembers` picks (the
-    exposure-0 targets, pooled with the held-out corpus documents for corpus targets), and
-    :func:`memorization.evaluation.mia.mia_report`'s AUC and TPR at 1% FPR, overall and by exposure count; and every scored
-    document's loss (``loss_by_document``, for counterfactual memorization: memorization.launch.replicates)."""
+    """Membership inference on a trained arm (``--mia``): the scores of :func:`memorization.evaluation.mia.mia_scores`
+    for the members (targets seen >= 1 time) and the nonmembers :func:`memorization.evaluation.mia.select_nonmembers`
+    picks (the exposure-0 targets, pooled with the held-out corpus documents for corpus targets), and
+    :func:`memorization.evaluation.mia.mia_report`'s AUC and TPR at 1% FPR, overall and by exposure count; and every
+    scored document's loss (``loss_by_document``, for counterfactual memorization: memorization.launch.replicates)."""
     from memorization.evaluation.mia import mia_report, mia_scores, select_nonmembers
 
     members, nonmembers, source, warns = select_nonmembers(mixture.manifest())

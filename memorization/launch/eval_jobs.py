@@ -1,7 +1,7 @@
 """Slurm scripts that evaluate a training job's models once it has ended: extraction, membership inference and
 downstream quality (held-out perplexity, and lm-eval tasks when asked), each on the grid the inference planner
-picks.  The evaluations are :mod:`memorization.evaluation.registry`' (``extract``, ``mia``, ``downstream``: the registry's
-names and configs).
+picks.  The evaluations are :mod:`memorization.evaluation.registry`' (``extract``, ``mia``, ``downstream``: the
+registry's names and configs).
 
 For a training :class:`~memorization.launch.jobs.Job` this writes ``<name>.eval.sbatch`` -- the machine's template (its
 modules and environment, without the training job's requeue and USR1) followed by ``eval.part``: one ``srun`` step
@@ -35,7 +35,8 @@ from memorization.evaluation.registry import DownstreamConfig, MiaConfig, dump_c
 from memorization.evaluation.extraction_eval import ExtractionEvalConfig
 from memorization.launch.jobs import REPO, TEMPLATES, Job, machine_config, time_limit_s
 
-#: the evaluations of :mod:`memorization.evaluation.registry` an evaluation job runs (hpc-code needs compilers: not here)
+#: the evaluations of :mod:`memorization.evaluation.registry` an evaluation job runs (hpc-code needs compilers:
+#: not here)
 EVALUATIONS = ("extract", "mia", "downstream")
 DEFAULT_EVALUATIONS = EVALUATIONS  # downstream: held-out perplexity; lm-eval tasks only when given
 SHIPPED_TASKS = "goldfish_mc"  # shipped with the project (data/lm_eval_tasks): runs offline

@@ -4,8 +4,8 @@ splits of the same targets (counterfactual memorization).
 **Seeds.**  Run ``r`` is the experiment with ``--seed s_r`` (mixture, placement, initial weights and sampling all
 follow the seed).  For each arm and each headline number ``x`` (:func:`headline_metrics`: extraction rates,
 adaptive attacks, canary exposure and MIA AUC, overall and by exposure count) the report gives the mean over the
-R runs and its Student-t 95% interval ``mean +- t_{R-1} s / sqrt(R)`` (:func:`memorization.evaluation.stats.mean_ci`): the
-spread from the seed, which one run's binomial interval does not show.
+R runs and its Student-t 95% interval ``mean +- t_{R-1} s / sqrt(R)`` (:func:`memorization.evaluation.stats.mean_ci`):
+the spread from the seed, which one run's binomial interval does not show.
 
 **Counterfactual memorization** (Zhang et al. 2021).  ``--exposures`` is a list ``e_0, ..., e_{K-1}`` dealt over the
 targets (target ``j`` gets ``e_{j mod K}``); run ``r`` deals its rotation ``e_r, ..., e_{r+K-1}``, so every target

@@ -16,8 +16,8 @@ generation hold:
   (:mod:`memorization.lm.decoding`), each row ending where ``until`` says.
 
 On a grid the request methods are collective: every rank passes the same requests, they are split over the grid's
-data x depth replicas (:func:`memorization.training.runtime.map_over_replicas`: equal shares, so every depth rank runs the
-same forwards), each replica's row x column ranks run the sharded model on its share together, and every rank
+data x depth replicas (:func:`memorization.training.runtime.map_over_replicas`: equal shares, so every depth rank runs
+the same forwards), each replica's row x column ranks run the sharded model on its share together, and every rank
 returns every result, in the requests' order -- the results of one process.  A caller that splits work itself
 (e.g. extraction, whose per-document records hold several requests) calls :meth:`LM.over_replicas` and, inside
 it, the requests of :attr:`LM.local`, the same model with nothing split.
@@ -57,12 +57,12 @@ class LM:
              dtype: str | torch.dtype | None = "auto", tokenizer_path: str | os.PathLike | None = None,
              require_tokenizer: bool = True, flag: str = "--model") -> LM:
         """The model of ``path``: a HF directory (checked first, a damaged one is one line naming the file) in
-        one process on ``device`` in ``dtype`` (:func:`memorization.evaluation.eval_model.load_checkpoint`); or with ``grid``
-        (``"D,R,C,Z"`` under torchrun/mpiexec/srun, or a :class:`memorization.training.runtime.Runtime`) a HF directory or
-        an axonn training checkpoint parallelized on it, each rank reading its own shards
-        (:func:`memorization.evaluation.eval_model.load_on_grid`).  The tokenizer is ``tokenizer_path``'s or the model's; a
-        missing one is :class:`memorization.evaluation.eval_model.MissingTokenizerError` if ``require_tokenizer``, else
-        None.  ``flag`` names ``path`` in errors."""
+        one process on ``device`` in ``dtype`` (:func:`memorization.evaluation.eval_model.load_checkpoint`); or with
+        ``grid`` (``"D,R,C,Z"`` under torchrun/mpiexec/srun, or a :class:`memorization.training.runtime.Runtime`) a HF
+        directory or an axonn training checkpoint parallelized on it, each rank reading its own shards
+        (:func:`memorization.evaluation.eval_model.load_on_grid`).  The tokenizer is ``tokenizer_path``'s or the
+        model's; a missing one is :class:`memorization.evaluation.eval_model.MissingTokenizerError` if
+        ``require_tokenizer``, else None.  ``flag`` names ``path`` in errors."""
         from memorization.evaluation.eval_model import grid_runtime, load_checkpoint, load_on_grid
 
         if grid is None:

@@ -1,7 +1,8 @@
 """Memorization during training: every N steps, extraction on a fixed sample of the targets and their loss.
 
 At a tracking step the model decodes each tracked target's suffix from its prefix (greedy, the run's extraction
-settings: :func:`memorization.evaluation.extraction.extract`) and scores the target's tokens ``x_1..x_T`` (``x_0`` its BOS):
+settings: :func:`memorization.evaluation.extraction.extract`) and scores the target's tokens ``x_1..x_T`` (``x_0`` its
+BOS):
 
     target_loss  = (1 / T) sum_t -log p(x_t | x_<t)            over every label
     kept_loss    = the same mean over the labels the Goldfish mask keeps
@@ -9,8 +10,8 @@ settings: :func:`memorization.evaluation.extraction.extract`) and scores the tar
 
 token-weighted over the tracked targets.  The mask is the run's Goldfish configuration applied to the target as
 it is trained: a target starts its training row, so each of its labels is decided by its own tokens only
-(:func:`memorization.training.goldfish.goldfish_mask` on the target alone gives the decisions of every exposure).  For the
-standard arm (and the equal-supervised-tokens control) these are the labels Goldfish *would* drop, so the arms can
+(:func:`memorization.training.goldfish.goldfish_mask` on the target alone gives the decisions of every exposure).  For
+the standard arm (and the equal-supervised-tokens control) these are the labels Goldfish *would* drop, so the arms can
 be compared on the same tokens: under Goldfish the dropped labels' loss stays high while the kept ones' falls.
 """
 from __future__ import annotations

@@ -43,7 +43,7 @@ from memorization.experiment.config import ConfigError  # noqa: E402
 from memorization.experiment.preflight import NOT_CHECKED  # noqa: E402
 from memorization.launch.eval_jobs import DEFAULT_EVALUATIONS, EVALUATIONS, SHIPPED_TASKS, make_eval_job  # noqa: E402
 from memorization.launch.jobs import (MACHINES, JobRefused, check_job, job_defaults, job_spec,  # noqa: E402
-                               load_job_config, make_job, paper_matrix)
+                                      load_job_config, make_job, paper_matrix)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,8 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval", default=",".join(DEFAULT_EVALUATIONS), metavar="LIST",
                    help="evaluations of the trained arms written as a second job, <name>.eval.sbatch, that starts "
                         "once training has ended with status 0 (<name>.submit.sh submits both with "
-                        f"--dependency=afterok): a comma list of {', '.join(EVALUATIONS)} (memorization.evaluation.registry' "
-                        "names; downstream is held-out perplexity, plus --eval-tasks), or none "
+                        f"--dependency=afterok): a comma list of {', '.join(EVALUATIONS)} "
+                        "(memorization.evaluation.registry's names; downstream is held-out perplexity, plus "
+                        "--eval-tasks), or none "
                         f"(default: {','.join(DEFAULT_EVALUATIONS)}), each on the grid the inference planner picks")
     p.add_argument("--eval-tasks", default=None, metavar="LIST",
                    help="lm-eval tasks the downstream evaluation runs besides perplexity (a comma list; tasks other "

@@ -1,7 +1,7 @@
 """What each rank really holds when it evaluates on a grid: for the HF checkpoints in $MODELS (``name=dir``,
 comma-separated) and the grids of $GRIDS (``name:D,R,C,Z;...``), the model loaded as the eval CLIs load it
-(:func:`memorization.evaluation.eval_model.load_on_grid`), the bytes of its parameters, and the bytes of the KV cache the
-extractor's decoder (:meth:`memorization.lm.LM.generate_until`) holds after a batch, in fp32 and under
+(:func:`memorization.evaluation.eval_model.load_on_grid`), the bytes of its parameters, and the bytes of the KV cache
+the extractor's decoder (:meth:`memorization.lm.LM.generate_until`) holds after a batch, in fp32 and under
 CPU bf16 autocast (the GPU recipe's dtypes).  Each rank writes ``$OUT_DIR/rank<r>.json``."""
 from __future__ import annotations
 

@@ -144,8 +144,9 @@ def submitted(machine: str, root: Path, init: Path, store: Path) -> tuple:
     if machine not in _SUBMITTED:
         job = _job(machine, root, init, store)
         assert job.tasks == 2 and job.config.model.init == str(init) and job.config.data.store == str(store)
-        # MIA and perplexity on grids: tests/memorization/evaluation/test_mia.py, tests/memorization/evaluation/test_downstream.py; here
-        # the checkpoint -> grid path of a generated evaluation job (with downstream: the slow variant)
+        # MIA and perplexity on grids: tests/memorization/evaluation/test_mia.py,
+        # tests/memorization/evaluation/test_downstream.py; here the checkpoint -> grid path of a generated evaluation
+        # job (with downstream: the slow variant)
         evaluation = eval_jobs.make_eval_job(job, EVALUATIONS[machine],
                                              tasks="goldfish_mc" if "downstream" in EVALUATIONS[machine] else None)
         evaluation.write()

@@ -13,7 +13,7 @@ from memorization.training.goldfish import GoldfishConfig
 from memorization.data.mixture import MixtureConfig, build_mixture
 from memorization.training.models import build_model
 from memorization.data.token_store import (STORE_FILE, StoreError, StoreMismatch, open_store, prepare_store,
-                                      store_info)
+                                           store_info)
 from memorization.training.train import TrainConfig, Trainer
 from tests.support import REPO
 

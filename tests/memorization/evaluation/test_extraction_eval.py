@@ -1,4 +1,5 @@
-"""memorization/evaluation/extraction_eval.py: the extraction evaluation as a library call, eval/extract.py as its shell."""
+"""memorization/evaluation/extraction_eval.py: the extraction evaluation as a library call, eval/extract.py as its
+shell."""
 from __future__ import annotations
 
 import dataclasses

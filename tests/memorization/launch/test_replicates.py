@@ -5,7 +5,7 @@ import math
 import pytest
 
 from memorization.launch.replicates import (aggregate_seeds, counterfactual, distribution, headline_metrics,
-                                     replicate_configs, rotations, seeds_markdown)
+                                            replicate_configs, rotations, seeds_markdown)
 
 
 def _doc(i, e, exact, token):

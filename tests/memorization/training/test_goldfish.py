@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from memorization.training.goldfish import (IGNORE_INDEX as IGNORE, NO_DOC, GoldfishConfig, RowContext, apply_goldfish,
-                                   goldfish_mask, goldfish_mask_in_stream, hash_context)
+                                            goldfish_mask, goldfish_mask_in_stream, hash_context)
 
 
 @pytest.mark.parametrize("k", [2, 3, 4, 8, 32])

