@@ -100,7 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "the model writes the body; off: the prompt as raw text (base models); auto: on when the "
                           "tokenizer has a chat template (default: auto)")
     gen.add_argument("--save-completions", type=Path, metavar="FILE",
-                     help="write the raw completions and extracted bodies as JSON lines")
+                     help="append each batch of sampled completions to FILE as JSON lines as soon as they exist "
+                          "(completion, extracted body, sample number, generation settings; a --completions input); "
+                          "rerun with the same FILE and settings to resume a stopped run: problems already there are "
+                          "not sampled again")
 
     run = ap.add_argument_group("execution")
     run.add_argument("--workers", type=_csv_ints, default=(1, 2), metavar="N,N",

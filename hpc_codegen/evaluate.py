@@ -259,6 +259,100 @@ def _hpc_suite(cfg: HpcCodeConfig, run: RunConfig, not_run: list[dict], note: Ca
     return problems, errors, extract_c_body
 
 
+def generation_settings(cfg: HpcCodeConfig, sampler) -> dict:
+    """What a sampled completion depends on besides its problem and sample number (the saved rows carry it, and a
+    resumed file must match it)."""
+    return {"model": str(cfg.model), "temperature": cfg.temperature, "top_p": cfg.top_p,
+            "max_new_tokens": cfg.max_new_tokens, "seed": cfg.seed, "chat_template": sampler.chat,
+            "dtype": cfg.dtype}
+
+
+def completion_rows(bench: str, problems: list, raw: list[list[str]], bodies: list[list[str]],
+                    settings: dict | None = None) -> list[dict]:
+    """The ``--save-completions`` lines of ``problems``: ``completion`` (the text after the prompt, so the file is
+    a ``--completions`` input), ``body`` (what is compiled), the sample number and, for sampled ones, the
+    generation settings."""
+    extra = {} if settings is None else {"generation": settings}
+    return [{"benchmark": bench, "problem": p.name, "sample": j, "completion": r, "body": b, **extra}
+            for p, rs, bs in zip(problems, raw, bodies) for j, (r, b) in enumerate(zip(rs, bs))]
+
+
+def saved_samples(path: Path, bench: str, settings: dict, samples: int, repair: bool = False) -> dict[str, list[str]]:
+    """``{problem: [completion, ...]}`` of the problems of ``bench`` whose ``samples`` completions the
+    ``--save-completions`` file at ``path`` already holds (a stopped run's), sampled with ``settings``; a file
+    with completions sampled otherwise (another model, temperature, seed, ...) is refused, never mixed in.  A last
+    line cut by the stop is dropped (from the file too with ``repair``, so that appended lines start clean)."""
+    if not path.exists():
+        return {}
+    rows: dict[str, dict[int, str]] = {}
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    if repair and text and not text.endswith("\n"):  # cut just before its newline (or mid-line: dropped below)
+        with open(path, "a", encoding="utf-8") as f:
+            f.write("\n")
+    for no, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            if no == len(lines):  # a last line cut by a stop mid-write: its problem is sampled again
+                if repair:
+                    path.write_text("".join(x + "\n" for x in lines[:-1]), encoding="utf-8")
+                continue
+            raise HpcCodeError(f"--save-completions {path}, line {no}: not JSON; use another file") from None
+        if row.get("benchmark", "hpc") != bench:
+            continue
+        if row.get("generation") != settings:
+            raise HpcCodeError(f"--save-completions {path} holds completions sampled with other settings "
+                               f"({row.get('generation')} vs {settings}): to resume, run with those; otherwise "
+                               "write to another file")
+        rows.setdefault(row["problem"], {})[int(row["sample"])] = row["completion"]
+    return {name: [got[j] for j in range(samples)] for name, got in rows.items()
+            if all(j in got for j in range(samples))}
+
+
+def sample_saving(sampler, problems: list, bench: str, samples: int, cfg: HpcCodeConfig,
+                  extract: Callable[[str], str], is_done: Callable[[str], bool],
+                  note: Callable[[str], None]) -> list[list[str]]:
+    """``samples`` completions of each of ``problems`` (temperature 0: one), sampled in chunks of problems that
+    fill a batch; with ``cfg.save_completions`` each chunk's rows are appended to that file as soon as they exist
+    (rank 0 on a grid), and the problems a stopped run already saved there with the same settings are not sampled
+    again.  A sample's draws depend only on the seed, its prompt and its number (:mod:`.generate`), so a resumed
+    run's completions are the ones one run gives.  Every prompt's context is checked before anything runs."""
+    n = samples if cfg.temperature > 0 else 1
+    names = [p.name for p in problems]
+    languages = [p.language for p in problems]
+    sampler.check_context(sampler.input_ids([p.prompt for p in problems], languages), cfg.max_new_tokens, names)
+    settings = generation_settings(cfg, sampler)
+    path = cfg.save_completions
+    writer = path is not None
+    if writer and cfg.grid is not None:
+        from axonn.cli import launched_rank
+
+        writer = launched_rank() == 0
+    done = saved_samples(path, bench, settings, n, repair=writer) if path is not None else {}
+    if done:
+        note(f"note: {sum(p.name in done for p in problems)} of {len(problems)} {bench} problems' completions "
+             f"read from {path} (a stopped run's); sampling the rest")
+    todo = [i for i, p in enumerate(problems) if p.name not in done]
+    chunk = max(1, cfg.batch_size // n)
+    for start in range(0, len(todo), chunk):
+        part = [problems[i] for i in todo[start:start + chunk]]
+        raw = sampler.sample([p.prompt for p in part], n, temperature=cfg.temperature, top_p=cfg.top_p,
+                             max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size, is_done=is_done,
+                             progress=cfg.progress, languages=[p.language for p in part],
+                             names=[p.name for p in part])
+        done.update({p.name: r for p, r in zip(part, raw)})
+        if writer:
+            rows = completion_rows(bench, part, raw, [[extract(c) for c in cs] for cs in raw], settings)
+            with open(path, "a", encoding="utf-8") as f:
+                f.write("".join(json.dumps(r) + "\n" for r in rows))
+                f.flush()
+                os.fsync(f.fileno())
+    return [done[p.name] for p in problems]
+
+
 def evaluate_hpc_code(cfg: HpcCodeConfig, note: Callable[[str], None] = _stderr) -> dict | None:
     """Score ``cfg``'s completions (module docstring) and return the report; write ``cfg.output`` (the JSON, and
     beside it its tables ``.md`` and plot ``.png``) and ``cfg.save_completions`` if set.  ``note`` receives the
@@ -335,11 +429,8 @@ def evaluate_hpc_code(cfg: HpcCodeConfig, note: Callable[[str], None] = _stderr)
             raws[bench] = [[p.reference] for p in problems]
         else:
             try:
-                raws[bench] = sampler.sample(
-                    [p.prompt for p in problems], samples, temperature=cfg.temperature, top_p=cfg.top_p,
-                    max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size,
-                    is_done=c_body_closed if bench == "hpc" else python_done, progress=cfg.progress,
-                    languages=[p.language for p in problems], names=[p.name for p in problems])
+                raws[bench] = sample_saving(sampler, problems, bench, samples, cfg, suites[bench][2],
+                                            c_body_closed if bench == "hpc" else python_done, note)
             except ContextError as exc:
                 raise HpcCodeError(str(exc)) from None
         seconds[bench] = time.time() - t0
@@ -348,15 +439,15 @@ def evaluate_hpc_code(cfg: HpcCodeConfig, note: Callable[[str], None] = _stderr)
 
         if launched_rank() != 0:  # every rank generated; rank 0 scores and reports
             return None
+    sampler_settings = None if sampler is None else generation_settings(cfg, sampler)
     del sampler  # the model's memory is not needed to score
     completions_log = []
     for bench, (problems, errors, extract) in suites.items():
         t0 = time.time() - seconds[bench]
         raw = raws[bench]
         bodies = [[extract(c) for c in cs] for cs in raw]
-        if cfg.save_completions:
-            completions_log += [{"benchmark": bench, "problem": p.name, "sample": j, "raw": r, "body": b}
-                                for p, rs, bs in zip(problems, raw, bodies) for j, (r, b) in enumerate(zip(rs, bs))]
+        if cfg.save_completions and sampler_settings is None:  # sampled completions were saved as they came
+            completions_log += completion_rows(bench, problems, raw, bodies)
         try:
             results = evaluate_samples(problems, bodies, run, jobs=cfg.jobs, progress=cfg.progress, desc=bench)
         except (SetupError, SandboxError) as exc:  # the suite's or the machine's fault: no verdicts
@@ -370,7 +461,7 @@ def evaluate_hpc_code(cfg: HpcCodeConfig, note: Callable[[str], None] = _stderr)
         if cfg.print_tables:
             print_table(bench, sub, ks)
 
-    if cfg.save_completions:
+    if cfg.save_completions and sampler_settings is None:
         cfg.save_completions.write_text("".join(json.dumps(r) + "\n" for r in completions_log))
     if cfg.output:
         cfg.output.write_text(json.dumps(report, indent=2) + "\n")

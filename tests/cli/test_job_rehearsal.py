@@ -60,14 +60,14 @@ def store(tiny_init, tmp_path_factory) -> Path:
     return prepare_store(DEFAULT_CORPUS, str(tiny_init), cfg, tmp_path_factory.mktemp("store") / "store")
 
 
-def _job(machine: str, root: Path, init: Path, store: Path) -> gen.Job:
+def _job(machine: str, root: Path, init: Path, store: Path, checkpoint_every: int = 2) -> gen.Job:
     extra = (f"--steps {STEPS} --num-targets 4 --num-nonmembers 2 --prefix 8 --suffix 8 --extract-batch 4 "
              f"--no-progress --eval-every 0 --store {store}")
     from memorization.experiment.cli import config_from_argv
 
     spec = gen.job_spec(machine=machine, size="tiny", gpus=2, seq=64, global_batch=8, exposures=2,
                         time="00:30:00", out_dir=str(root / "jobs"), run_root=str(root / "runs"), init=str(init),
-                        checkpoint_every=2,
+                        checkpoint_every=checkpoint_every,
                         experiment=config_from_argv(extra.split(), base=gen.job_defaults(), resolved=False))
     path = gen.write_job(spec)  # pre-flight checks included
     job = gen.make_job(spec)
@@ -127,7 +127,7 @@ def _uninterrupted(job: gen.Job, out: Path) -> dict:
 
     args = ["--config", str(job.config_path), "--grid", str(job.grid), "--micro-batch", str(job.micro_batch),
             "--out", str(out)]
-    codes, log = launcher.launch(str(REPO / "recipes" / "memorize.py"), job.tasks, args, timeout=600,
+    codes, log = launcher.launch(str(REPO / "recipes" / "memorize.py"), job.tasks, args, timeout=1200,
                                  extra_env={"WANDB_MODE": "disabled", "AXONN_TIMEOUT": "240"})
     assert codes == [0] * job.tasks, log
     return _arms(out)
@@ -136,13 +136,14 @@ def _uninterrupted(job: gen.Job, out: Path) -> dict:
 _SUBMITTED: dict[str, tuple] = {}
 
 
-def submitted(machine: str, root: Path, init: Path, store: Path) -> tuple:
+def submitted(machine: str, root: Path, init: Path, store: Path, checkpoint_every: int = 2) -> tuple:
     """The job submitted as a user submits it, by the generated ``<name>.submit.sh`` (training, then the evaluation
     job after it), with USR1 sent to the training job once its first checkpoint exists (Slurm's
     ``--signal=B:USR1@lead``): (the job, its run directory, the evaluation job, the submit script's output, the
-    training log, the training job's id).  Once per machine and session."""
-    if machine not in _SUBMITTED:
-        job = _job(machine, root, init, store)
+    training log, the training job's id).  Once per machine, checkpoint and session."""
+    key = f"{machine}:{init}"
+    if key not in _SUBMITTED:
+        job = _job(machine, root, init, store, checkpoint_every)
         assert job.tasks == 2 and job.config.model.init == str(init) and job.config.data.store == str(store)
         # MIA and perplexity on grids: tests/memorization/evaluation/test_mia.py,
         # tests/memorization/evaluation/test_downstream.py; here the checkpoint -> grid path of a generated evaluation
@@ -154,20 +155,20 @@ def submitted(machine: str, root: Path, init: Path, store: Path) -> tuple:
         p = subprocess.Popen(["bash", str(evaluation.submit_path)], env=_env(root), stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)
         latest = run_dir / "standard" / "checkpoint" / "LATEST"
-        deadline = time.time() + 300
+        deadline = time.time() + 900
         while not latest.exists() and p.poll() is None and time.time() < deadline:
             time.sleep(0.02)
         shim = _batch_shim(p, job.path)
         assert latest.exists() and shim is not None, (p.poll(), "".join(
             f.read_text()[-3000:] for f in sorted(job.log_dir.glob("*.out"))))
         os.kill(shim, signal.SIGUSR1)  # Slurm: --signal=B:USR1@lead to the batch shell (the shim relays it)
-        out, _ = p.communicate(timeout=900)
+        out, _ = p.communicate(timeout=1800)
         logs = "".join(f.read_text()[-3000:] for f in sorted(job.log_dir.glob("*.out")))
         assert p.returncode == 0, out + logs
         job_id = out.split("training job ")[1].split()[0]
         text = (job.log_dir / f"{job.spec.name}-{job_id}.out").read_text()
-        _SUBMITTED[machine] = (job, run_dir, evaluation, out, text, job_id)
-    return _SUBMITTED[machine]
+        _SUBMITTED[key] = (job, run_dir, evaluation, out, text, job_id)
+    return _SUBMITTED[key]
 
 
 #: the evaluations of the rehearsed evaluation job: downstream (perplexity and lm-eval from the training
@@ -185,7 +186,37 @@ def test_rehearsal_usr1_requeue_resume_equals_uninterrupted(machine, tiny_init, 
     requeues, the shim reruns the job (SLURM_RESTART_COUNT=1), which resumes there and finishes: results.json's
     arms (loss curve, val loss, extraction numbers) equal those of the same command run without interruption
     exactly."""
-    job, run_dir, _, _, text, job_id = submitted(machine, tmp_path_factory.mktemp(machine), tiny_init, store)
+    assert_resumed_as_uninterrupted(submitted(machine, tmp_path_factory.mktemp(machine), tiny_init, store),
+                                    tmp_path_factory)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2400)
+def test_the_real_model_job_resumes_after_usr1_as_uninterrupted_and_its_evaluation_follows(smollm2,
+                                                                                          tmp_path_factory):
+    """The same submission with the real pretrained SmolLM2-135M-Instruct as ``--init`` (tied embeddings, 9/3
+    heads: planned on its own shape, no preset's) and a store tokenized with its own tokenizer: USR1, requeue and
+    resume give the uninterrupted run's results exactly, and the evaluation job's extraction from the training
+    checkpoints is the run's own."""
+    from memorization.data.corpus import DEFAULT_CORPUS
+    from memorization.data.mixture import MixtureConfig
+    from memorization.data.token_store import prepare_store
+
+    cfg = MixtureConfig(seq_len=64, batch_size=8, exposures=(2,), num_targets=4, num_nonmembers=2, num_steps=STEPS,
+                        min_target_tokens=16, seed=0)
+    real_store = prepare_store(DEFAULT_CORPUS, str(smollm2), cfg, tmp_path_factory.mktemp("store") / "store")
+    sub = submitted("frontier", tmp_path_factory.mktemp("real"), Path(smollm2), real_store, checkpoint_every=4)
+    job = sub[0]
+    assert job.shape.tied and (job.shape.heads, job.shape.kv_heads, job.shape.layers) == (9, 3, 30)
+    assert "smollm2-135m" in job.spec.name
+    assert_resumed_as_uninterrupted(sub, tmp_path_factory)
+    assert_evaluation_reproduces_extraction(sub, ("extract",))
+
+
+def assert_resumed_as_uninterrupted(sub: tuple, tmp_path_factory) -> None:
+    """The training job of ``sub`` (:func:`submitted`) was stopped by USR1, requeued, resumed and finished with
+    the results of an uninterrupted run of its command."""
+    job, run_dir, _, _, text, job_id = sub
     assert "USR1: time limit near, checkpoint + requeue" in text and "srun exited with 75" in text
     assert f"job {job_id} (restart 1)" in text
     resumed = [line for line in text.splitlines() if "standard: resumed at step" in line]
@@ -204,19 +235,26 @@ def test_the_evaluation_job_follows_training_and_reproduces_its_extraction(machi
     """submit.sh: training (interrupted and requeued, as above), then (afterok) the evaluation job on the inference
     planner's grid, reading the arms' training checkpoints resharded onto it: every target's exact match equals the
     run's own end-of-run extraction; with downstream, the shipped lm-eval task reports for both arms."""
+    assert_evaluation_reproduces_extraction(submitted(machine, tmp_path_factory.mktemp(machine), tiny_init, store),
+                                            EVALUATIONS[machine])
+
+
+def assert_evaluation_reproduces_extraction(sub: tuple, evaluations: tuple) -> None:
+    """The evaluation job of ``sub`` ran after training and its extraction equals the run's own (its downstream
+    evaluation, when it has one, reports the shipped lm-eval task for both arms)."""
     from memorization.evaluation.extraction import trained
 
-    _, run_dir, evaluation, out, _, _ = submitted(machine, tmp_path_factory.mktemp(machine), tiny_init, store)
+    _, run_dir, evaluation, out, _, _ = sub
     arms = _arms(run_dir)
     assert "training job" in out and "evaluation job" in out, out
     log = next(evaluation.train.log_dir.glob(f"{evaluation.train.spec.name}-eval-*.out")).read_text()
     assert "evaluation finished with status 0" in log, log[-4000:]
     assert {s.arm for s in evaluation.steps} == {"standard", "goldfish"} and evaluation.tasks == 2
-    assert {s.what for s in evaluation.steps} == set(EVALUATIONS[machine])
+    assert {s.what for s in evaluation.steps} == set(evaluations)
     for arm in ("standard", "goldfish"):
         ext = json.loads((run_dir / "eval" / arm / "extraction" / "extraction.json").read_text())
         assert {d["id"]: d["exact_match"] for d in trained(ext["documents"])} == arms[arm]["exact_by_target"]
-        if "downstream" in EVALUATIONS[machine]:
+        if "downstream" in evaluations:
             report = json.loads((run_dir / "eval" / arm / "downstream" / "downstream.json").read_text())
             tasks = report["lm_eval"]
             assert not tasks["errors"] and tasks["n_samples"] == {"goldfish_mc": 32}, tasks

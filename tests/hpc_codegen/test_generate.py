@@ -72,11 +72,51 @@ def test_model_generation_end_to_end(tmp_path):
     lines = [json.loads(x) for x in comp.read_text().splitlines()]
     assert len(lines) == 3 and all(x["body"].endswith("}\n") for x in lines)
     # greedy decoding gives one completion per problem (n copies would be n identical samples)
+    greedy = tmp_path / "greedy.jsonl"
     rc = cli.main(["--model", str(ckpt), "--problems", "reduce_array_sum_serial", "--samples", "3", "--temperature",
                    "0", "--k", "1", "--max-new-tokens", "12", "--quick", "--no-progress", "--output", str(out),
-                   "--save-completions", str(comp)])
+                   "--save-completions", str(greedy)])
     assert rc == 0 and json.loads(out.read_text())["samples_per_problem"] == 1
-    assert len(comp.read_text().splitlines()) == 1
+    assert len(greedy.read_text().splitlines()) == 1
+    # the sampled file with other settings is not mixed into: refused with the reason
+    rc = cli.main(["--model", str(ckpt), "--problems", "reduce_array_sum_serial", "--samples", "3", "--temperature",
+                   "0", "--k", "1", "--max-new-tokens", "12", "--quick", "--no-progress",
+                   "--save-completions", str(comp)])
+    assert rc == 2
+
+
+def test_a_stopped_generation_resumes_from_its_saved_completions_to_the_same_report(tmp_path, capsys):
+    """--save-completions appends each batch of problems as it is sampled; a run stopped after the first batch
+    (the file cut there, with a half-written last line) and run again with the same file samples only the other
+    problems, and its completions and verdicts equal an uninterrupted run's. The saved file scores as
+    --completions to the same verdicts."""
+    ckpt = tmp_path / "ckpt"
+    _tiny_checkpoint(ckpt)
+    cli = load_eval_cli("hpc_code")
+    problems = ["reduce_array_sum_serial", "scan_prefix_sum_serial", "dense_la_gemv_serial"]
+    args = ["--model", str(ckpt), "--problems", *problems, "--samples", "2", "--k", "1", "--max-new-tokens", "10",
+            "--batch-size", "2", "--quick", "--no-progress"]
+    full, cut = tmp_path / "full.jsonl", tmp_path / "cut.jsonl"
+    assert cli.main([*args, "--output", str(tmp_path / "full.json"), "--save-completions", str(full)]) == 0
+    rows = full.read_text().splitlines()
+    assert [json.loads(r)["sample"] for r in rows] == [0, 1] * 3  # one problem per batch of 2 rows
+    cut.write_text("\n".join(rows[:2]) + "\n" + rows[2][:20])  # stopped while writing the second batch
+    capsys.readouterr()
+    assert cli.main([*args, "--output", str(tmp_path / "resumed.json"), "--save-completions", str(cut)]) == 0
+    assert "1 of 3 hpc problems' completions read from" in capsys.readouterr().err
+
+    def comp(path):
+        return sorted((r["problem"], r["sample"], r["completion"]) for r in map(json.loads, path.read_text()
+                      .splitlines()[-6:]))
+
+    assert comp(cut) == comp(full)
+    verdicts = {name: [(r["name"], r["status_counts"]) for r in json.loads((tmp_path / name).read_text())["results"]]
+                for name in ("full.json", "resumed.json")}
+    assert verdicts["full.json"] == verdicts["resumed.json"]
+    assert cli.main(["--completions", str(full), "--quick", "--no-progress", "--k", "1",
+                     "--output", str(tmp_path / "scored.json")]) == 0
+    scored = [(r["name"], r["status_counts"]) for r in json.loads((tmp_path / "scored.json").read_text())["results"]]
+    assert scored == verdicts["full.json"]
 
 
 def test_samples_depend_on_seed_prompt_and_number_only_not_on_the_batch_or_the_grid(grid_checkpoint, tmp_path):

@@ -181,6 +181,44 @@ def test_init_checkpoint_per_size_checked_where_visible(tmp_path, capsys):
     assert "not visible here" in capsys.readouterr().err
 
 
+
+def test_a_checkpoint_of_no_presets_shape_is_planned_as_itself(tmp_path):
+    """A visible --init whose layers/heads/FFN are no preset's (a SmolLM2: 9/3 heads, tied) is what memorize.py
+    trains, so the job plans that shape: the planner's grid divides its heads, the job is named after the
+    checkpoint and runs on the fewest GPUs the planner fits it on (fewer GPUs: no grid fits); the same
+    checkpoint named per size ({size} in --init) must be that size's."""
+    from transformers import LlamaConfig
+
+    from axonn.planner import PlanError, divisibility_problem, load_profile, plan
+
+    ckpt = tmp_path / "Odd-Llama_v2"
+    LlamaConfig(vocab_size=1000, hidden_size=96, intermediate_size=250, num_hidden_layers=3, num_attention_heads=3,
+                num_key_value_heads=1, tie_word_embeddings=True).save_pretrained(ckpt)
+    base = dict(machine="alps", size="8b", seq=64, global_batch=6, out_dir=str(tmp_path), run_root=str(tmp_path))
+    job = gen.make_job(gen.job_spec(**base, init=str(ckpt)))
+    assert (job.shape.layers, job.shape.hidden, job.shape.heads, job.shape.kv_heads, job.shape.ffn, job.shape.vocab,
+            job.shape.tied) == (3, 96, 3, 1, 250, 1000, True)
+    assert job.tasks == 1 and job.spec.name == "mem-Odd-Llama_v2-alps-gf4-1g" and "--size" not in job.text
+    three = gen.make_job(gen.job_spec(**base, init=str(ckpt), gpus=3))
+    assert three.tasks == 3 and divisibility_problem(three.shape, three.grid) is None
+    per_size = gen.job_spec(**{**base, "init": str(tmp_path / "Odd-Llama_{size}"), "gpus": 16})
+    assert gen.make_job(per_size).shape.name == "8b"  # not visible here: planned as the size it stands for
+    (tmp_path / "Odd-Llama_8b").symlink_to(ckpt)
+    with pytest.raises(ValueError, match=r"is not a 8b model .*give the checkpoint's own path"):
+        gen.make_job(per_size)
+
+    big = tmp_path / "Wide"  # 70b's layers with another FFN width: several nodes' worth of training state
+    LlamaConfig(vocab_size=128256, hidden_size=8192, intermediate_size=28000, num_hidden_layers=80,
+                num_attention_heads=64, num_key_value_heads=8).save_pretrained(big)
+    spec = gen.job_spec(**{**base, "global_batch": 64, "seq": 2048}, init=str(big))
+    gpus = spec.total_gpus()
+    assert gpus > 4 and gpus % 4 == 0
+    fewer = gpus // 2
+    with pytest.raises(PlanError):
+        plan(spec.shape(), seq=2048, global_batch=64, gpus=fewer, machine=load_profile("alps"),
+             activation_checkpointing=spec.run_config().training.activation_checkpointing)
+
+
 SCONTROL_SHIM = """#!/bin/bash
 case "$1" in
   show) echo localhost ;;
