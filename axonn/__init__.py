@@ -17,7 +17,7 @@ Public API (names follow upstream AxoNN)::
 from __future__ import annotations
 
 from . import intra_layer
-from .checkpointing import enable_activation_checkpointing
+from .recompute import enable_activation_checkpointing
 from .grid import Grid, GridShape, batch_slice, get_grid, init
 from .intra_layer import auto_parallelize, optimize_communication, vocab_parallel_cross_entropy
 from .parallelize import (clip_grad_norm_, full_grad_dict, full_state_dict, grad_norm, is_meta, is_tied, load_shards,

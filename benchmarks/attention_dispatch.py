@@ -4,12 +4,12 @@
     python benchmarks/attention_dispatch.py                        # GPU: the 1b's shape, 2 of its layers, 1 x 2048
     python benchmarks/attention_dispatch.py --size tiny --seq 64   # CPU smoke run
 
-One step of :class:`memorization.train.Trainer` (bf16 autocast on CUDA) with its forward compiled by
-:func:`memorization.attention.sdpa_recording_backend` (AOTAutograd's aten graph, run eagerly): every attention op
-of the graph is printed -- the aten op PyTorch chose (flash, cuDNN, efficient, math), ``is_causal``, whether a mask
+One step of :class:`memorization.training.train.Trainer` (bf16 autocast on CUDA) with its forward compiled by
+:func:`memorization.training.attention.sdpa_recording_backend` (AOTAutograd's aten graph, run eagerly): every attention
+op of the graph is printed -- the aten op PyTorch chose (flash, cuDNN, efficient, math), ``is_causal``, whether a mask
 tensor is passed, the heads of Q and of K/V -- then the same for HF's own ``sdpa`` for contrast. The last line
 says ``attention dispatch OK`` when ours calls a causal kernel without a mask on grouped K/V (what
-``tests/memorization/test_attention.py`` checks on CPU), else ``attention dispatch BAD`` and why.
+``tests/memorization/training/test_attention.py`` checks on CPU), else ``attention dispatch BAD`` and why.
 """
 from __future__ import annotations
 
@@ -23,11 +23,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from axonn.cli import HelpFormatter  # noqa: E402
 from benchmarks.common import device  # noqa: E402
-from memorization.attention import sdpa_recording_backend  # noqa: E402
-from memorization.goldfish import GoldfishConfig  # noqa: E402
-from memorization.loss import causal_lm_loss_sum  # noqa: E402
-from memorization.models import build_model, model_config  # noqa: E402
-from memorization.train import TrainConfig, Trainer  # noqa: E402
+from memorization.training.attention import sdpa_recording_backend  # noqa: E402
+from memorization.training.goldfish import GoldfishConfig  # noqa: E402
+from memorization.training.loss import causal_lm_loss_sum  # noqa: E402
+from memorization.training.models import build_model, model_config  # noqa: E402
+from memorization.training.train import TrainConfig, Trainer  # noqa: E402
 
 VOCAB = 32000
 

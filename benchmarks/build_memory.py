@@ -6,8 +6,8 @@ Runs two launches of ``D·R·C·Z`` CPU ranks (gloo), one after the other:
 
 * ``full``: what the trainer did before sharded construction: every rank builds the whole
   seeded ``LlamaForCausalLM`` in fp32, then ``axonn.parallelize`` copies its shards out;
-* ``sharded``: ``memorization.models.build_model(..., runtime=rt)``: parameters on ``meta``,
-  each rank allocates and fills only its own shards (:class:`memorization.models.RandomInit`).
+* ``sharded``: ``memorization.training.models.build_model(..., runtime=rt)``: parameters on ``meta``,
+  each rank allocates and fills only its own shards (:class:`memorization.training.models.RandomInit`).
 
 Each rank reports the growth of its peak resident memory (``VmHWM``) over its resident memory
 just before building, and the bytes of the parameters it keeps; the parent prints both variants
@@ -41,11 +41,11 @@ def worker(variant: str, size: str, grid: GridShape) -> None:
     import torch
 
     import axonn
-    from memorization.runtime import Runtime
+    from memorization.training.runtime import Runtime
 
     rt = Runtime.create(grid)
     vocab = 32000
-    from memorization.models import build_model, causal_lm_class, model_config
+    from memorization.training.models import build_model, causal_lm_class, model_config
 
     def build(size: str):
         if variant == "full":

@@ -35,8 +35,8 @@ import torch  # noqa: E402
 
 import axonn.checkpoint as ckpt  # noqa: E402
 from axonn.cli import HelpFormatter  # noqa: E402
-from memorization.models import build_model  # noqa: E402
-from memorization.runtime import Runtime  # noqa: E402
+from memorization.training.models import build_model  # noqa: E402
+from memorization.training.runtime import Runtime  # noqa: E402
 
 
 def drop_cache(d: Path) -> None:

@@ -35,8 +35,8 @@ import torch  # noqa: E402
 from axonn.cli import HelpFormatter  # noqa: E402
 import axonn.checkpoint as ckpt  # noqa: E402
 from benchmarks.common import device, sync  # noqa: E402
-from memorization.models import build_model  # noqa: E402
-from memorization.runtime import Runtime  # noqa: E402
+from memorization.training.models import build_model  # noqa: E402
+from memorization.training.runtime import Runtime  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     dev = device()
     rt = Runtime.create()
     model = build_model(a.size, vocab_size=32000, runtime=rt)
-    # fused on a GPU, as the trainer's (memorization/train.py): the step time the overlapped steps are
+    # fused on a GPU, as the trainer's (memorization/training/train.py): the step time the overlapped steps are
     # compared with, and the state the snapshot copies (fused keeps AdamW's step counts on the GPU), are the trainer's
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=dev.type == "cuda")
     vocab = model.config.vocab_size

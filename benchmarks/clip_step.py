@@ -24,7 +24,7 @@ import axonn  # noqa: E402
 from axonn.cli import HelpFormatter  # noqa: E402
 from axonn.presets import get_preset, preset_names  # noqa: E402
 from benchmarks.common import device, timed  # noqa: E402
-from memorization.runtime import Runtime  # noqa: E402
+from memorization.training.runtime import Runtime  # noqa: E402
 
 
 def shapes(size: str, layers: int | None) -> list[tuple[int, ...]]:

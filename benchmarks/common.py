@@ -39,7 +39,7 @@ def stream_context(rows: torch.Tensor, width: int = 64):
     """The Goldfish row context of ``rows`` read as one continuous document (each row continues the
     previous one), as the mixture gives the trainer: so a benchmark's Goldfish step does the
     trainer's real work (rows hashed with the stream tokens before them)."""
-    from memorization.goldfish import NO_DOC, RowContext
+    from memorization.training.goldfish import NO_DOC, RowContext
 
     ids = torch.zeros(len(rows), width, dtype=rows.dtype)
     ids[1:] = rows[:-1, -width:]

@@ -2,8 +2,8 @@
 """Extraction on a grid: tokens/s and memory per rank on 1, 2 and 4 CPU ranks, the same model and documents.
 
 Each grid runs under ``torchrun`` (gloo) and extracts the same documents with
-:func:`memorization.extraction.extract_on_grid` (prefix P, S greedy tokens, batched with the KV cache) from the
-same randomly initialised preset built sharded on the grid.  Printed per grid: the generated tokens per second
+:func:`memorization.evaluation.extraction.extract_on_grid` (prefix P, S greedy tokens, batched with the KV cache) from
+the same randomly initialised preset built sharded on the grid.  Printed per grid: the generated tokens per second
 (documents x S / wall time of the extraction, after one warm-up document), the model's bytes on each rank (its
 weight shards: falling as 1 / (row x column x depth)), the peak resident memory of the largest rank, and whether
 every grid generated the tokens the 1-rank run did.
@@ -37,9 +37,9 @@ GRIDS = ("1,1,1,1", "2,1,1,1", "1,2,1,1", "4,1,1,1", "1,4,1,1", "1,2,2,1", "1,1,
 def worker(a: argparse.Namespace) -> None:
     import torch
 
-    from memorization.extraction import ExtractionConfig, extract_on_grid
-    from memorization.models import build_model
-    from memorization.runtime import Runtime
+    from memorization.evaluation.extraction import ExtractionConfig, extract_on_grid
+    from memorization.training.models import build_model
+    from memorization.training.runtime import Runtime
 
     rt = Runtime.create(GridShape.parse(a.grid))
     torch.set_num_threads(1)  # one core per rank: the grids differ in ranks only

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from axonn.cli import HelpFormatter  # noqa: E402
 from benchmarks.common import device, sync  # noqa: E402
 from memorization.lm import LM  # noqa: E402
-from memorization.models import build_model  # noqa: E402
+from memorization.training.models import build_model  # noqa: E402
 
 
 def main() -> None:

@@ -23,8 +23,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from axonn.cli import HelpFormatter  # noqa: E402
 from benchmarks.train_throughput import VOCAB, bench_model  # noqa: E402
-from memorization.goldfish import GoldfishConfig  # noqa: E402
-from memorization.train import TrainConfig, Trainer  # noqa: E402
+from memorization.training.goldfish import GoldfishConfig  # noqa: E402
+from memorization.training.train import TrainConfig, Trainer  # noqa: E402
 
 
 def synthetic_rows(n: int, seq: int, vocab: int, seed: int = 0, p_rule: float = 0.9) -> torch.Tensor:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
-"""The LM head + cross-entropy, forward and backward: fused (``memorization/loss.py``, one GPU's HF head) against
-the checkpointed chunk loop (the logits of each chunk recomputed in the backward), side by side, interleaved.
+"""The LM head + cross-entropy, forward and backward: fused (``memorization/training/loss.py``, one GPU's HF head)
+against the checkpointed chunk loop (the logits of each chunk recomputed in the backward), side by side, interleaved.
 
     python benchmarks/fused_loss.py                         # CPU: 4,096 positions, h 512, V 8,000, chunks of 1,024
     python benchmarks/fused_loss.py --tokens 8188 --hidden 2048 --vocab 32000 --chunk 4096   # GPU: the 1b at 4 x 2048
@@ -20,8 +20,8 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from axonn.cli import HelpFormatter  # noqa: E402
 from benchmarks.common import device, timed  # noqa: E402
-import memorization.loss as loss_mod  # noqa: E402
-from memorization.goldfish import IGNORE_INDEX  # noqa: E402
+import memorization.training.loss as loss_mod  # noqa: E402
+from memorization.training.goldfish import IGNORE_INDEX  # noqa: E402
 
 
 def main() -> None:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Sampling speed of the HPC-code evaluation: our batched KV-cache decoder (:class:`memorization.hpc_code.generate.
+"""Sampling speed of the HPC-code evaluation: our batched KV-cache decoder (:class:`hpc_codegen.generate.
 HFSampler`: the samples of a prompt share one prefill, done rows leave the batch) against ``transformers``'
 ``generate`` on the same inputs and settings, side by side in one process.
 
@@ -28,9 +28,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from axonn.cli import HelpFormatter  # noqa: E402
 from benchmarks.common import sync  # noqa: E402
-from memorization.hpc_code.extract import c_body_closed  # noqa: E402
-from memorization.hpc_code.generate import HFSampler, stop_test  # noqa: E402
-from memorization.hpc_code.problems import load_suite  # noqa: E402
+from hpc_codegen.code_blocks import c_body_closed  # noqa: E402
+from hpc_codegen.generate import HFSampler, stop_test  # noqa: E402
+from hpc_codegen.problems import load_suite  # noqa: E402
 from memorization.lm import Sampling, left_pad, row_seed  # noqa: E402
 
 
@@ -116,7 +116,7 @@ def run(a: argparse.Namespace) -> dict:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--model", default=None,
-                   help="HF model directory (default: SmolLM2-135M-Instruct from memorization.pretrained)")
+                   help="HF model directory (default: SmolLM2-135M-Instruct from memorization.training.pretrained)")
     p.add_argument("--problems", nargs="+", default=None, metavar="GLOB", help="HPC-code problems (default: all CPU)")
     p.add_argument("--prompts", type=int, default=4, help="prompts, spread over the selected problems (default: 4)")
     p.add_argument("--samples", type=int, default=2, help="samples per prompt (default: 2)")
@@ -132,7 +132,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> dict:
     a = parser().parse_args(argv)
     if a.model is None:
-        from memorization.pretrained import get_model
+        from memorization.training.pretrained import get_model
 
         a.model = str(get_model("smollm2-135m"))
     return run(a)

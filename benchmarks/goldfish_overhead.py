@@ -16,9 +16,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from axonn.cli import HelpFormatter  # noqa: E402
 from benchmarks.common import device, stream_context, timed  # noqa: E402
-from memorization.goldfish import GoldfishConfig  # noqa: E402
-from memorization.models import build_model  # noqa: E402
-from memorization.train import TrainConfig, Trainer  # noqa: E402
+from memorization.training.goldfish import GoldfishConfig  # noqa: E402
+from memorization.training.models import build_model  # noqa: E402
+from memorization.training.train import TrainConfig, Trainer  # noqa: E402
 
 
 def main() -> None:

@@ -134,7 +134,7 @@ hpccuda)
     # its log says why), four at a time (16 cores), so the timings are indicative (runs share the GPU) and pass/fail
     # is the check. nvcc: the image's (13.0), else $NVCC.
     mkdir -p "$out/hpc_cuda"
-    "$PY" -c 'from memorization.hpc_code import load_suite; print("\n".join(p.name for p in load_suite(models=["cuda"])[0]))' \
+    "$PY" -c 'from hpc_codegen import load_suite; print("\n".join(p.name for p in load_suite(models=["cuda"])[0]))' \
         >"$out/hpc_cuda/problems.txt"
     timeout 570 xargs -P 4 -I{} sh -c 'timeout 300 "$0" eval/hpc_code.py --use-references --execution-models cuda \
         --workers 1 --repeats 3 --no-progress --problems "$1" --output "$2/$1.json" >"$2/$1.log" 2>&1' \

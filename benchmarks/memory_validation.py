@@ -2,8 +2,8 @@
 """The planner's memory per GPU against what the trainer really allocates, side by side.
 
 For each configuration, rank 0 of the grid runs one real training step of
-``memorization.train.Trainer`` under fake tensors and a fake process group
-(``memorization.memory_trace``: true shapes and dtypes, nothing allocated, CPU only) and the
+``memorization.training.train.Trainer`` under fake tensors and a fake process group
+(``memorization.training.memory_trace``: true shapes and dtypes, nothing allocated, CPU only) and the
 peak of live tensor bytes is compared with ``axonn.planner.memory_per_gpu``. The default set
 covers both layouts (HF modules at R = C = Z = 1, axonn's tensor-parallel layers otherwise),
 activation checkpointing on and off, 1b and 8b shapes, and the planner's own picks for the
@@ -29,7 +29,7 @@ from axonn.cli import HelpFormatter  # noqa: E402
 from axonn.grid_shape import GridShape  # noqa: E402
 from axonn.planner import GRAD_REDUCE_BYTES, MemoryConfig, memory_per_gpu  # noqa: E402
 from axonn.presets import get_preset  # noqa: E402
-from memorization.memory_trace import measure_cuda_step, trace_train_step  # noqa: E402
+from memorization.training.memory_trace import measure_cuda_step, trace_train_step  # noqa: E402
 
 GIB = 2**30
 QUICK = [  # (size, grid D,R,C,Z, seq, micro-batch, activation checkpointing, micro-steps per optimizer step

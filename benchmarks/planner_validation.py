@@ -10,7 +10,7 @@ On the ranks it was launched with (CPU + gloo, or GPUs + NCCL) it
    bandwidth, collective bandwidth/latency, all ranks measuring at once as during training);
 2. asks the planner (``axonn.planner.plan``) to rank every 4D grid ``(D, R, C, Z)`` of the world
    size for a small Llama with the calibrated profile;
-3. trains that model with the real trainer (``memorization.train.Trainer`` on ``axonn.init``) on
+3. trains that model with the real trainer (``memorization.training.train.Trainer`` on ``axonn.init``) on
    every valid grid, at the micro-batch the planner chose for it, in a shuffled order, ``--rounds``
    times; the measured time of a grid is the minimum over rounds of the median step time (the
    slowest rank's time of each step);
@@ -56,8 +56,8 @@ from axonn.planner.calibrate import calibrate  # noqa: E402
 from axonn.planner.profiles import load_profile, save_profile  # noqa: E402
 from axonn.planner.model import CostConfig  # noqa: E402
 from axonn.presets import ModelShape  # noqa: E402
-from memorization.runtime import Runtime  # noqa: E402
-from memorization.train import TrainConfig, Trainer  # noqa: E402
+from memorization.training.runtime import Runtime  # noqa: E402
+from memorization.training.train import TrainConfig, Trainer  # noqa: E402
 
 
 def spearman(a: list[float], b: list[float]) -> float:
@@ -70,7 +70,7 @@ def spearman(a: list[float], b: list[float]) -> float:
 def measure_grid(shape: ModelShape, grid: GridShape, seq: int, global_batch: int,
                  micro_batch: int, steps: int, warmup: int, seed: int) -> list[float]:
     """Step times (s, slowest rank per step) of the trainer on ``grid``."""
-    from memorization.models import causal_lm_class
+    from memorization.training.models import causal_lm_class
 
     g = axonn.init(grid)
     torch.manual_seed(seed)

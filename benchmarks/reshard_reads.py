@@ -47,7 +47,7 @@ def specs_on(config, sizes: dict[str, int], rank: int) -> dict[str, ShardSpec]:
     from accelerate import init_empty_weights
 
     import axonn
-    from memorization.models import causal_lm_class
+    from memorization.training.models import causal_lm_class
 
     layers = config.num_hidden_layers
     small = type(config).from_dict({**config.to_dict(), "num_hidden_layers": min(layers, 2)})
@@ -106,7 +106,7 @@ def main() -> None:
     ap.add_argument("--sample", type=int, default=16,
                     help="loading ranks to evaluate, evenly spaced over data slice 0 (default 16)")
     args = ap.parse_args()
-    from memorization.models import model_config
+    from memorization.training.models import model_config
 
     config = model_config(args.size, 128256)
     try:

@@ -65,8 +65,8 @@ class Tiled:
 
 def grown_store(src: Path, out: Path, tokens: int) -> Path:
     """A store of ``tokens`` tokens (whole steps) whose rows are those of the store ``src``, tiled."""
-    from memorization.goldfish import RowContext
-    from memorization.token_store import open_store, store_info, write_store
+    from memorization.training.goldfish import RowContext
+    from memorization.data.token_store import open_store, store_info, write_store
 
     m, info = open_store(src), store_info(src)
     n = -(-tokens // (SEQ * BATCH)) * BATCH
@@ -84,10 +84,10 @@ def train_child(store: str, steps: int, eager: bool) -> dict:
     import psutil
     import torch
 
-    from memorization.goldfish import GoldfishConfig
-    from memorization.models import build_model
-    from memorization.token_store import open_store
-    from memorization.train import TrainConfig, Trainer
+    from memorization.training.goldfish import GoldfishConfig
+    from memorization.training.models import build_model
+    from memorization.data.token_store import open_store
+    from memorization.training.train import TrainConfig, Trainer
 
     def rss() -> float:
         return psutil.Process().memory_info().rss / 2**20
@@ -102,7 +102,7 @@ def train_child(store: str, steps: int, eager: bool) -> dict:
     m = open_store(store)
     rows, docs, ctx = m.input_ids, m.doc_ids, m.row_context
     if eager:  # as an in-memory mixture holds it
-        from memorization.goldfish import RowContext
+        from memorization.training.goldfish import RowContext
 
         rows, docs, ctx = rows[:], docs[:], RowContext(ctx.ids[:], ctx.doc_ids[:], ctx.start[:])
     cfg = TrainConfig(batch_size=BATCH, lr=3e-3, warmup_steps=2, steps=steps, checkpoint_every=0, eval_rows=8,
@@ -138,16 +138,16 @@ def main() -> None:
         store, eager = args.child.rsplit(":", 1)
         print(json.dumps(train_child(store, args.steps, eager == "1")))
         return
-    from memorization.corpus import load_tokenizer
-    from memorization.mixture import MixtureConfig
-    from memorization.token_store import prepare_store, store_info, tokenize_corpus
+    from memorization.data.corpus import load_tokenizer
+    from memorization.data.mixture import MixtureConfig
+    from memorization.data.token_store import prepare_store, store_info, tokenize_corpus
 
     work = Path(args.work or tempfile.mkdtemp(prefix="token-store-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
         corpus = work / "corpus.jsonl"
         synthetic_corpus(corpus, args.prepare_tokens)
-        from memorization.corpus import load_documents
+        from memorization.data.corpus import load_documents
 
         docs, tok = load_documents(str(corpus)), load_tokenizer()
         t0 = time.perf_counter()

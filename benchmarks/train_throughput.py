@@ -36,9 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from axonn.cli import HelpFormatter  # noqa: E402
 from axonn.presets import get_preset  # noqa: E402
 from benchmarks.common import H100_BF16_PEAK, device, flops_per_token, stream_context, sync, timed  # noqa: E402
-from memorization.goldfish import GoldfishConfig  # noqa: E402
-from memorization.models import build_model, model_config  # noqa: E402
-from memorization.train import TrainConfig, Trainer  # noqa: E402
+from memorization.training.goldfish import GoldfishConfig  # noqa: E402
+from memorization.training.models import build_model, model_config  # noqa: E402
+from memorization.training.train import TrainConfig, Trainer  # noqa: E402
 
 VOCAB = 32000  # both sides build their model with this vocabulary, whatever the preset's own
 
@@ -55,7 +55,7 @@ def bench_shape(size: str, layers: int | None = None):
     The MFU's 6 N counts the output head (vocab x hidden): with the preset's vocabulary instead, the
     tiny/mini presets (4096) would under-count and the Llama 3.1 ones (128256) over-count it (8b: +5%).
     """
-    from memorization.models import padded_vocab
+    from memorization.training.models import padded_vocab
 
     if is_checkpoint(size):
         from axonn.presets import ModelShape
@@ -219,7 +219,7 @@ def print_attention_calls(prof) -> None:
 
     What to read: a 4-D mask input (``(B, 1, T, T)``) or K and V with as many heads as Q on a GQA model mean the
     step lost causal flash attention (a materialised mask, ``is_causal=False``, K and V repeated to every head);
-    ``causal_sdpa`` exists to prevent exactly that (``memorization/attention.py``).
+    ``causal_sdpa`` exists to prevent exactly that (``memorization/training/attention.py``).
     """
     seen = set()
     for e in prof.events():
@@ -248,7 +248,7 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=5, help="untimed steps first (compilation happens here)")
     p.add_argument("--which", default="both", choices=["both", "ours", "hf", "attention"],
                    help="what to run: ours and HF eager, one of them, or 'attention': ours with causal_sdpa "
-                        "against ours with HF's sdpa mask path (memorization/attention.py)")
+                        "against ours with HF's sdpa mask path (memorization/training/attention.py)")
     p.add_argument("--hf-weights", default="fp32,bf16,bf16-compile",
                    help="the HF baselines to run, comma-separated: fp32 (fp32 weights and AdamW state, bf16 "
                         "autocast: our trainer's numerics), bf16 (the model cast to bf16, no autocast), "

@@ -5,7 +5,7 @@ Training ranks then memory-map the store and read only the rows of their own ste
 job start.  The store holds the mixture's rows, document ids and row context (uint16 token ids below a
 65,536-token vocabulary, else uint32), the validation rows, the manifest (targets, non-members) and
 store.json with the fingerprints of corpus, targets and tokenizer; a run naming other data or settings is
-refused with the command that prepares the right store (memorization/token_store.py).
+refused with the command that prepares the right store (memorization/data/token_store.py).
 
     python data/prepare.py --out runs/store                      # the default experiment's mixture
     python data/prepare.py --config recipes/configs/paper/llama3.1-8b.yaml --out /scratch/store-8b --num-proc 32
@@ -24,7 +24,7 @@ if str(_REPO) not in sys.path:  # runnable from a checkout without installation
     sys.path.insert(0, str(_REPO))
 
 from axonn.cli import HelpFormatter  # noqa: E402
-from memorization.mixture import PLACEMENTS  # noqa: E402
+from memorization.data.mixture import PLACEMENTS  # noqa: E402
 
 
 #: what --config decides (the experiment's fields); with --config only --out, --num-proc and --overwrite are given
@@ -99,7 +99,7 @@ def from_config(args: argparse.Namespace, argv: list[str]) -> tuple:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     args = parser().parse_args(argv)
-    from memorization.mixture import MixtureConfig
+    from memorization.data.mixture import MixtureConfig
 
     if args.config:
         corpus, tokenizer, cfg, targets, targets_path, text_field, out = from_config(args, argv)
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def prepare(corpus: str, tokenizer: str, cfg, targets, targets_path, text_field: str, out: str,
             args: argparse.Namespace) -> None:
-    from memorization.token_store import StoreError, prepare_store, store_info
+    from memorization.data.token_store import StoreError, prepare_store, store_info
 
     t0 = time.perf_counter()
     try:

@@ -31,14 +31,14 @@ import logging
 import sys
 
 from axonn.cli import HelpFormatter
-from memorization.downstream import (
-    DEFAULT_TASK_DIR,
-    LMEvalNotInstalledError,
-    MissingTokenizerError,
-    list_lm_eval_tasks,
-)
-from memorization.evaluations import DownstreamConfig, downstream_status, evaluate
-from memorization.eval_model import add_plan_arguments
+from memorization.evaluation.downstream import (
+                                                DEFAULT_TASK_DIR,
+                                                LMEvalNotInstalledError,
+                                                MissingTokenizerError,
+                                                list_lm_eval_tasks,
+                                                )
+from memorization.evaluation.registry import DownstreamConfig, downstream_status, evaluate
+from memorization.evaluation.eval_model import add_plan_arguments
 
 
 def config_of(args: argparse.Namespace, include: list[str]) -> DownstreamConfig:
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
 def _plan(args: argparse.Namespace, argv: list[str]) -> int:
     """``--plan``: the inference plan of --batch-size sequences of --max-length tokens scored in fp32 (the
     perplexity windows and lm-eval's log-likelihood requests; no autocast on a grid)."""
-    from memorization.eval_model import print_inference_plan
+    from memorization.evaluation.eval_model import print_inference_plan
 
     bad = ""
     for flag, v, ok, want in (("--batch-size", args.batch_size, args.batch_size >= 1, ">= 1"),

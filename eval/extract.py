@@ -70,7 +70,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "one process)")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
                    help="weights dtype (auto: bf16 on CUDA, fp32 on CPU)")
-    from memorization.eval_model import add_plan_arguments
+    from memorization.evaluation.eval_model import add_plan_arguments
 
     add_plan_arguments(p, "weights, KV cache of --batch-size sequences of prefix + suffix tokens, activations")
     p.add_argument("--out", default=None, help="directory for extraction.json and extraction.md")
@@ -80,8 +80,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def config_of(args: argparse.Namespace):
-    """The :class:`memorization.extraction_eval.ExtractionEvalConfig` of the parsed flags (same names)."""
-    from memorization.extraction_eval import ExtractionEvalConfig
+    """The :class:`memorization.evaluation.extraction_eval.ExtractionEvalConfig` of the parsed flags (same names)."""
+    from memorization.evaluation.extraction_eval import ExtractionEvalConfig
 
     return ExtractionEvalConfig(
         model=args.model, manifest=args.manifest, documents=args.documents, text_field=args.text_field,
@@ -97,8 +97,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.plan:
         _plan(args, sys.argv[1:] if argv is None else argv)
         return {}
-    from memorization.evaluations import EVALUATIONS, evaluate
-    from memorization.extraction_eval import ExtractionEvalError
+    from memorization.evaluation.registry import EVALUATIONS, evaluate
+    from memorization.evaluation.extraction_eval import ExtractionEvalError
 
     try:
         res = evaluate("extract", config_of(args))
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> dict:
 def _plan(args: argparse.Namespace, argv: list[str]) -> None:
     """``--plan``: the inference plan of greedy generation over prefix + suffix tokens (all-but-suffix: the
     documents cut to --max-doc-tokens, at most the model's context); exits unless it printed one."""
-    from memorization.eval_model import print_inference_plan
+    from memorization.evaluation.eval_model import print_inference_plan
 
     bad = [f"{flag} {v} ({want})" for flag, v, ok, want in (
         ("--prefix", args.prefix, args.prefix >= 1, ">= 1"), ("--suffix", args.suffix, args.suffix >= 1, ">= 1"),

@@ -29,10 +29,10 @@ import sys
 from pathlib import Path
 
 from axonn.cli import HelpFormatter
-from memorization.evaluations import evaluate
-from memorization.hpc_code.evaluate import HpcCodeConfig, HpcCodeError
-from memorization.hpc_code.problems import MODELS, default_suite_dir
-from memorization.hpc_code.toolchain import LAUNCHERS
+from memorization.evaluation.registry import evaluate
+from hpc_codegen.evaluate import HpcCodeConfig, HpcCodeError
+from hpc_codegen.problems import MODELS, default_suite_dir
+from hpc_codegen.toolchain import LAUNCHERS
 
 
 def _csv_ints(text: str) -> tuple[int, ...]:

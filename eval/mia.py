@@ -32,9 +32,9 @@ import logging
 import sys
 
 from axonn.cli import HelpFormatter
-from memorization.eval_model import add_plan_arguments
-from memorization.evaluations import MiaConfig, evaluate
-from memorization.mia import MissingTokenizerError
+from memorization.evaluation.eval_model import add_plan_arguments
+from memorization.evaluation.registry import MiaConfig, evaluate
+from memorization.evaluation.mia import MissingTokenizerError
 
 
 def config_of(args: argparse.Namespace) -> MiaConfig:
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {'; '.join(bad)}", file=sys.stderr)
         return 2
     if args.plan:  # MIA on a grid scores in fp32 (no autocast)
-        from memorization.eval_model import print_inference_plan
+        from memorization.evaluation.eval_model import print_inference_plan
 
         return print_inference_plan("eval/mia.py", sys.argv[1:] if argv is None else argv, args.model, args.gpus,
                                     args.machine, batch=args.batch_size, generate=False, dtype="fp32",

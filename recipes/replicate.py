@@ -8,7 +8,7 @@ complementary membership splits of the same targets (counterfactual memorization
 Every option besides --seeds, --counterfactual and --out is a memorize option (recipes/memorize.py --help), the
 same for every run.  Each run goes to <out>/<run>; a finished run is kept and an interrupted one resumed, so the
 same command continues a partial replicate.  Writes <out>/seeds.json and seeds.md, or counterfactual.json and
-counterfactual.md (memorization.replicates).
+counterfactual.md (memorization.launch.replicates).
 """
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ if str(_REPO) not in sys.path:  # runnable from a checkout without installation
     sys.path.insert(0, str(_REPO))
 
 from axonn.cli import run_main  # noqa: E402
-from memorization import replicates  # noqa: E402
-from memorization.atomic import atomic_write_text  # noqa: E402
+from memorization.launch import replicates  # noqa: E402
+from memorization.data.atomic import atomic_write_text  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:

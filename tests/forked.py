@@ -22,9 +22,10 @@ from pathlib import Path
 
 # what the test processes import anyway: the server imports it once, each process is a fork of it
 PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "numpy", "transformers",
-           "transformers.models.llama.modeling_llama", "axonn", "axonn.checkpoint", "memorization.models",
-           "memorization.train", "memorization.eval_model", "memorization.extraction", "memorization.mia",
-           "memorization.downstream", "memorization.lm", "memorization.lm_eval_grid", "memorization.hpc_code.generate",
+           "transformers.models.llama.modeling_llama", "axonn", "axonn.checkpoint", "memorization.training.models",
+           "memorization.training.train", "memorization.evaluation.eval_model", "memorization.evaluation.extraction",
+           "memorization.evaluation.mia", "memorization.evaluation.downstream", "memorization.lm",
+           "memorization.evaluation.lm_eval_grid", "hpc_codegen.generate",
            "rouge_score.rouge_scorer"]  # Rouge-L imports nltk and scipy.stats: 3 s of CPU
 
 

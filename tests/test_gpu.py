@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-from memorization.goldfish import GoldfishConfig
-from memorization.models import build_model
-from memorization.train import TrainConfig, Trainer, read_record
+from memorization.training.goldfish import GoldfishConfig
+from memorization.training.models import build_model
+from memorization.training.train import TrainConfig, Trainer, read_record
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -71,7 +71,7 @@ def test_sharded_build_lands_on_the_gpu_and_trains(tmp_path):
     is deterministic, has HF's init statistics, and a CUDA export round-trips through CheckpointInit."""
     import axonn
     from axonn.checkpoint import export_hf
-    from memorization.runtime import Runtime
+    from memorization.training.runtime import Runtime
 
     rt = Runtime(axonn.init())
     a = build_model("tiny", 4096, seed=0, runtime=rt)
@@ -111,8 +111,8 @@ def test_checkpoint_of_cuda_state_is_written_from_the_gpu_and_resumes(tmp_path):
 def test_compiled_step_dispatches_a_causal_kernel_on_grouped_kv(tmp_path):
     """On CUDA with bf16 autocast, the compiled step's aten graph calls flash or cuDNN attention with
     is_causal=True, no mask and K/V at the model's kv_heads (the op the H200 profile showed masked and repeated)."""
-    from memorization.attention import sdpa_recording_backend
-    from memorization.loss import causal_lm_loss_sum
+    from memorization.training.attention import sdpa_recording_backend
+    from memorization.training.loss import causal_lm_loss_sum
 
     t = _trainer(tmp_path)
     backend, calls = sdpa_recording_backend()

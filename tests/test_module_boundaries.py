@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-OWN = ("axonn", "memorization", "eval", "recipes", "benchmarks", "data")
+OWN = ("axonn", "memorization", "hpc_codegen", "eval", "recipes", "benchmarks", "data")
 
 
 def _module_name(path: Path) -> str:
@@ -64,19 +64,19 @@ def test_the_check_sees_a_borrowed_private_name(tmp_path):
     """The check itself: a planted module importing another's private helper, or reading one through the module,
     is reported (and the module's own private names are not)."""
     planted = REPO / "memorization" / "_boundary_probe.py"
-    planted.write_text("from memorization.mia import _min_k_mean\nimport memorization.sweep as sw\n"
+    planted.write_text("from memorization.evaluation.mia import _min_k_mean\nimport memorization.launch.sweep as sw\n"
                        "x = sw._cell_done\n_z = 1\ny = _z\n")
     try:
         found = borrowed_privates(planted)
     finally:
         planted.unlink()
-    assert [f.split(": ", 1)[1] for f in found] == ["from memorization.mia import _min_k_mean",
-                                                   "memorization.sweep._cell_done"]
+    assert [f.split(": ", 1)[1] for f in found] == ["from memorization.evaluation.mia import _min_k_mean",
+                                                   "memorization.launch.sweep._cell_done"]
 
 
 # --------------------------------------------------------------------------- the library and the scripts' tree
 
-LIBRARY = ("axonn", "memorization")
+LIBRARY = ("axonn", "memorization", "hpc_codegen")
 SCRIPT_DIRS = ("recipes", "eval")
 #: a path into the scripts' tree inside a string: ``recipes/...`` or ``eval/...`` at the start of the string or of a
 #: word (``$RUN_DIR/eval/<arm>``, a run's own evaluation directory, is not one)
@@ -117,9 +117,9 @@ def script_paths(path: Path) -> list[str]:
 
 
 def test_the_library_names_no_path_into_the_scripts_tree():
-    """The library (axonn/, memorization/) never runs, reads or writes a script of recipes/ or eval/ by path: they
-    are its command lines, it is theirs to call.  Its job scripts run ``python -m`` entry points and its templates
-    are package data."""
+    """The library (axonn/, memorization/, hpc_codegen/) never runs, reads or writes a script of recipes/ or eval/
+    by path: they are its command lines, it is theirs to call.  Its job scripts run ``python -m`` entry points and
+    its templates are package data."""
     files = [p for d in LIBRARY for p in sorted((REPO / d).rglob("*.py")) if "cache" not in p.parts]
     assert len(files) > 50
     found = [hit for f in files for hit in script_paths(f)]

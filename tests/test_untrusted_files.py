@@ -45,8 +45,8 @@ def axonn_checkpoint(tmp_path_factory) -> Path:
     import torch
 
     import axonn
-    from memorization.models import build_model
-    from memorization.runtime import Runtime
+    from memorization.training.models import build_model
+    from memorization.training.runtime import Runtime
 
     rt = Runtime(axonn.init())
     model = build_model("tiny", 64, seed=0, runtime=rt)
@@ -58,7 +58,9 @@ def axonn_checkpoint(tmp_path_factory) -> Path:
 def _loaders(ckpt: Path):
     """Every function that loads a user's HF directory with transformers, by name."""
     from axonn import convert
-    from memorization import corpus, eval_model, models
+    from memorization.evaluation import eval_model
+    from memorization.training import models
+    from memorization.data import corpus
     from tests.support import load_eval_cli
 
     def extract(d: Path) -> None:
@@ -126,8 +128,8 @@ def test_a_pickled_pytorch_model_bin_that_runs_code_is_refused(tmp_path):
     weights_only=False), and the payload never runs."""
     from transformers import LlamaConfig
 
-    from memorization.eval_model import load_checkpoint
-    from memorization.model_files import ModelDirError
+    from memorization.evaluation.eval_model import load_checkpoint
+    from memorization.evaluation.model_files import ModelDirError
     from tests.support import write_malicious_torch_file
 
     marker = tmp_path / "PWNED"

@@ -1,9 +1,9 @@
 r"""Memory per GPU of evaluating a Llama-family model on a 4D AxoNN grid, and the grid to evaluate it on.
 
 The evaluations (``eval/extract.py``, ``eval/mia.py``, ``eval/downstream.py --perplexity``, each with
-``--grid D,R,C,Z``) build the model as the trainer does (:func:`memorization.models.build_model`,
+``--grid D,R,C,Z``) build the model as the trainer does (:func:`memorization.training.models.build_model`,
 :func:`axonn.parallelize`) and split the documents over the ``D·Z`` data × depth replicas
-(:func:`memorization.runtime.map_over_replicas`); each replica's ranks run forwards of ``b`` sequences
+(:func:`memorization.training.runtime.map_over_replicas`); each replica's ranks run forwards of ``b`` sequences
 (``--batch-size``) of up to ``s`` tokens (the context).  Notation as in :mod:`axonn.planner.memory`:
 grid ``(D, R, C, Z)``, ``m = b·s`` tokens per forward, hidden ``h``, FFN ``f``, layers ``L``, vocabulary
 ``V``, ``q = heads·head_dim``, ``kv = kv_heads·head_dim``.  All figures are bytes on one rank.
@@ -86,7 +86,7 @@ the training planner's budget).  The prefill is counted at the full context ``s`
 tokens) beside the whole cache, and a layer's moments with its largest weight copy, so the figure leans
 high.  The weights and the KV cache are exact (``tests/axonn/planner/test_inference.py`` measures the parameters
 and the cache real ranks hold).  The rest matches the live tensor bytes of the real forwards of rank 0, traced
-under fake tensors (:func:`memorization.memory_trace.trace_inference`: two batches of prefill and a decoding
+under fake tensors (:func:`memorization.training.memory_trace.trace_inference`: two batches of prefill and a decoding
 step, or MIA's scoring): from the 1b to the 70b, on HF's modules and grids with row, column and depth, scoring
 to 0.1 % and generation from 0.1 % below to 1.8 % above (``docs/planner.md`` has the table).
 
@@ -110,7 +110,7 @@ from .model import divisibility_problem, layer_linears, replicated_params
 from .profiles import MachineProfile
 from .search import MAX_SEARCH_GPUS, PlanError, Rejection, load_machine, resolve_shape
 
-#: logit elements MIA converts to fp32 log-probabilities at once (``memorization.mia.scoring``'s chunk: 2^28)
+#: logit elements MIA converts to fp32 log-probabilities at once (``memorization.evaluation.mia.scoring``'s chunk: 2^28)
 LOGIT_CHUNK_ELEMENTS = 1 << 28
 
 

@@ -1,7 +1,7 @@
 r"""Memory per GPU of a Llama-family model trained by this project's trainer on a 4D AxoNN grid.
 
-The formulas describe what :class:`memorization.train.Trainer` allocates, term by term, and
-were fitted to and are checked against ``memorization.memory_trace`` (the real training step
+The formulas describe what :class:`memorization.training.train.Trainer` allocates, term by term, and
+were fitted to and are checked against ``memorization.training.memory_trace`` (the real training step
 traced op by op under fake tensors: ``benchmarks/memory_validation.py``, tests in
 ``tests/axonn/planner/test_memory.py``).  Notation as in :mod:`axonn.planner.model`: grid ``(D, R, C, Z)``,
 per-GPU micro-batch ``b``, sequence ``s``, local tokens ``m = b·s``, hidden ``h``, FFN ``f``, KV
@@ -46,7 +46,7 @@ its dense gradient built at the end of the backward, two moments of their own.
 Activations: without checkpointing, ``L·A`` plus ``8·m·h + 8·m·h/C`` (embedding output, final
 norm, the loss's shifted input and its gradient), at the start of the loss's backward.  With
 checkpointing each layer keeps only its fp32 input, ``L·4·m·h`` in HF's layout and
-``L·4·m·h/(R·C)`` in axonn's (the slice :mod:`axonn.checkpointing` keeps), plus ``8·m·h``
+``L·4·m·h/(R·C)`` in axonn's (the slice :mod:`axonn.recompute` keeps), plus ``8·m·h``
 around the loss, and the peak is the largest of four moments: the end of the forward (HF's
 cached bf16 weights, the loss's forward), the loss's backward,
 the backward of one recomputed layer (``A`` and an RMSNorm backward's two fp32 ``m × h`` temporaries, plus that layer's bf16 weights in HF's layout or
@@ -55,12 +55,12 @@ its all-gathered ``4·m·h`` input and the depth buffers in axonn's), and the gr
 
 Logits (one chunk of ``c`` tokens at a time, ``V/R`` columns): in axonn's layout the fp32 logits, log-softmax
 and its gradient, ``12·c·V/R`` in the loss's backward (``8·c·V/R`` in its forward).  In HF's layout the loss is
-fused (:mod:`memorization.loss`): its forward holds a chunk's bf16 logits and their fp32 copy, the chunk's bf16
+fused (:mod:`memorization.training.loss`): its forward holds a chunk's bf16 logits and their fp32 copy, the chunk's bf16
 input and the fp32 ``dW``, ``6·c·V + 4·V·h + 2·c·h``; its backward the stored ``dW`` and ``dh`` and their scaled
 copies, ``8·V·h + 4·m·h`` beyond ``dh``.  Without checkpointing the loss's forward and backward are both moments.
 
 Families.  The parameter counts (``P_lin``, ``P_norm``: norms and Linear biases) come from the family's
-parallel plan (:mod:`axonn.plans`); the activation terms ``A`` are Llama's block (SwiGLU, pre-norms) for
+parallel plan (:mod:`axonn.family_plans`); the activation terms ``A`` are Llama's block (SwiGLU, pre-norms) for
 every family, an approximation for the others (GPT-NeoX's GELU MLP saves less, OLMo 2's and Qwen3's
 q/k norms save a little more); only Llama's are validated against traces.
 
@@ -130,7 +130,7 @@ class MemoryBreakdown:
 
 def param_counts(shape: ModelShape) -> tuple[int, int, int]:
     """``(P_lin, P_norm, P_layer)``: every Linear (incl. lm_head), the replicated parameters (norms, biases),
-    one layer's Linears; from the family's parallel plan (:mod:`axonn.plans`)."""
+    one layer's Linears; from the family's parallel plan (:mod:`axonn.family_plans`)."""
     p_layer = sum(lin.params for lin in layer_linears(shape))
     p_lin = shape.layers * p_layer + lm_head(shape).params
     p_norm = replicated_params(shape)
@@ -172,7 +172,7 @@ def memory_per_gpu(shape: ModelShape, grid: GridShape, seq: int, micro_batch: in
     m = micro_batch * seq
     a_layer = activation_bytes_per_layer(shape, grid, seq, micro_batch, cfg)
     c = min(m, cfg.chunk_tokens)
-    if hf:  # the fused head + cross-entropy (memorization.loss): gradients made in the forward
+    if hf:  # the fused head + cross-entropy (memorization.training.loss): gradients made in the forward
         logits_fwd = 6 * c * V + 4 * V * h + 2 * c * h  # a chunk's bf16 and fp32 logits, the fp32 dW, its bf16 input
         logits_bwd = 8 * V * h + 4 * m * h  # the stored dW and dh scaled (dh itself is in around_loss)
     else:  # checkpointed chunks: fp32 logits + log-softmax (+ its gradient, the logits recomputed)
@@ -215,7 +215,7 @@ def memory_per_gpu(shape: ModelShape, grid: GridShape, seq: int, micro_batch: in
             *embedding,
         ]
     else:
-        # each layer's fp32 input (axonn layout: a 1/(R·C) slice, axonn.checkpointing); the final norm's
+        # each layer's fp32 input (axonn layout: a 1/(R·C) slice, axonn.recompute); the final norm's
         # output and the loss's input
         layer_input = 4 * m * h / (R * C)
         inputs = L * layer_input + 8 * m * h

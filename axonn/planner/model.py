@@ -17,7 +17,7 @@ the row group ``Gr``, in over the column group ``Gc``, the local block again ove
 Layers with ``transpose=True`` (o_proj, down_proj) swap the row and column roles, so
 ``(Gr, Gc) = (R, C)`` for q, k, v, gate, up, lm_head and ``(C, R)`` for o, down.  The block's Linears,
 their shapes and kinds, and its replicated parameters come from the family's parallel plan
-(:mod:`axonn.plans`, the table ``axonn.parallelize`` applies); Llama's are named here.
+(:mod:`axonn.family_plans`, the table ``axonn.parallelize`` applies); Llama's are named here.
 
 Compute
 -------
@@ -55,7 +55,7 @@ gradient (``bytes_grad_comm``) in the backward, ``(Z−1)/Z · V·h/(R·C)`` ele
 overlapped, plus the forward
 all-reduce of its ``m × h`` output over row × column (charged as a column then a row
 all-reduce); and, with activation checkpointing on a row × column grid, one fp32 all-gather of the layer
-input's ``1/(R·C)`` slices per layer in backward, ``(R·C−1)/(R·C) · m·h`` (``axonn.checkpointing``,
+input's ``1/(R·C)`` slices per layer in backward, ``(R·C−1)/(R·C) · m·h`` (``axonn.recompute``,
 charged as a column then a row all-gather, not overlapped). Re-layouts over the column group, per
 decoder layer and micro-step, not overlapped: o_proj's and down_proj's outputs are all-gathered to
 full width in the forward (bf16), and the gradients of the column slices the two RMSNorm outputs
@@ -114,7 +114,8 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from axonn.grid_shape import GridShape
-from axonn.plans import TRANSPOSED, block_linears, dims_of_shape, final_norm_parameters, get_plan, layer_parameters
+from axonn.family_plans import (TRANSPOSED, block_linears, dims_of_shape, final_norm_parameters, get_plan,
+                                 layer_parameters)
 from axonn.presets import ModelShape
 
 from .profiles import MachineProfile
@@ -151,7 +152,7 @@ class LinearSpec:
 
 def layer_linears(shape: ModelShape) -> list[LinearSpec]:
     """The Linears of one decoder block in order (q, k, v, o, gate, up, down for Llama), from the
-    family's parallel plan (:mod:`axonn.plans`), the one ``axonn.parallelize`` applies."""
+    family's parallel plan (:mod:`axonn.family_plans`), the one ``axonn.parallelize`` applies."""
     return [LinearSpec(m.name, m.out, m.in_, m.transposed, m.out_dim, m.in_dim)
             for m in block_linears(get_plan(shape.family), dims_of_shape(shape))]
 
@@ -184,7 +185,7 @@ def lm_head(shape: ModelShape) -> LinearSpec:
 def divisibility_problem(shape: ModelShape, grid: GridShape) -> str | None:
     """Why ``grid`` cannot shard ``shape``, or ``None`` when every dimension divides.
 
-    Rules: those of the family's plan (:mod:`axonn.plans`, the ones ``axonn.parallelize`` checks):
+    Rules: those of the family's plan (:mod:`axonn.family_plans`, the ones ``axonn.parallelize`` checks):
     heads and KV heads over the row group (the non-transposed q/k/v split their output, whole heads
     per rank), hidden over column, FFN over row, the embedding's vocabulary over row × column; and for
     every Linear its out dimension over ``Gr`` and its in dimension over ``Gc`` (the vocabulary, the
@@ -458,7 +459,7 @@ def predict_step(shape: ModelShape, grid: GridShape, seq: int, global_batch: int
         prof.hbm_gbps * 1e9)
     lf, lb, lc = block(layer, attn_f, attn_b, relayout_f=relayout_f, relayout_b=relayout_b,
                        elem_f=elem / 3, elem_b=2 * elem / 3)
-    if ckpt and R * C > 1:  # axonn.checkpointing: backward all-gathers each layer's fp32 input over row x col
+    if ckpt and R * C > 1:  # axonn.recompute: backward all-gathers each layer's fp32 input over row x col
         ag_c = comm.allgather("col", m * shape.hidden / R, 4)  # hierarchical: column, then row
         ag_r = comm.allgather("row", m * shape.hidden, 4)
         lb += rf_layer * (ag_c + ag_r)

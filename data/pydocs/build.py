@@ -6,13 +6,13 @@ The corpus is English technical prose from CPython: the reference-manual topics 
 imported), split at blank lines into chunks of at most ~1,600 characters, exactly de-duplicated,
 chunks under 200 characters dropped.  What a Python installation holds depends on its version and
 on how it was built and patched, so the corpus is built once and shipped (``pydocs.jsonl.xz``);
-every run checks the shipped bytes against ``memorization.corpus.PYDOCS_SHA256``.  The shipped
+every run checks the shipped bytes against ``memorization.data.corpus.PYDOCS_SHA256``.  The shipped
 file was built from CPython 3.11.7 (pyenv build).  The tokenizer (``tokenizer-bpe4096/``) is a
 byte-level BPE of 4,096 tokens trained on it with the pinned ``tokenizers`` (``constraints.txt``).
 
     python data/pydocs/build.py --check     # does this Python rebuild the shipped bytes? (exit 1 if not)
     python data/pydocs/build.py --write     # replace the shipped corpus and tokenizer (then update
-                                            # the checksums in memorization/corpus.py and the README figures)
+                                            # the checksums in memorization/data/corpus.py and the README figures)
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))  # runnable from a checkout without installation
 
 from axonn.cli import HelpFormatter  # noqa: E402
-from memorization.corpus import PYDOCS_SHA256, SHIPPED_CORPUS, SHIPPED_TOKENIZER, train_bpe_tokenizer  # noqa: E402
+from memorization.data.corpus import PYDOCS_SHA256, SHIPPED_CORPUS, SHIPPED_TOKENIZER, train_bpe_tokenizer  # noqa: E402
 
 SKIP_DIRS = {"site-packages", "test", "tests", "idlelib", "lib2to3", "tkinter", "turtledemo", "ensurepip"}
 
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             (SHIPPED_TOKENIZER / f.name).write_bytes(f.read_bytes())
     tok_digest = hashlib.sha256((SHIPPED_TOKENIZER / "tokenizer.json").read_bytes()).hexdigest()
     print(f"wrote {SHIPPED_CORPUS} and {SHIPPED_TOKENIZER}; set PYDOCS_SHA256 = {digest!r} and "
-          f"TOKENIZER_SHA256 = {tok_digest!r} in memorization/corpus.py")
+          f"TOKENIZER_SHA256 = {tok_digest!r} in memorization/data/corpus.py")
     return 0
 
 

@@ -3,7 +3,7 @@
     from memorization.experiment import ExperimentConfig, load_config, run_experiment
     results = run_experiment(load_config("runs/memorize/config.yaml"))
 
-``recipes/memorize.py`` is its command line, ``memorization.sweep`` runs grids of it.
+``recipes/memorize.py`` is its command line, ``memorization.launch.sweep`` runs grids of it.
 """
 from memorization.experiment.config import (ConfigError, Data, Execution, ExperimentConfig, Extraction, Goldfish,
                                             Model, Output, Training, config_from_dict, dump_config, load_config,

@@ -11,13 +11,13 @@ import argparse
 from dataclasses import fields
 from typing import Any, Sequence
 
-from axonn.plans import FAMILIES
+from axonn.family_plans import FAMILIES
 from memorization.experiment.config import (FINE_TUNE_LR, FINE_TUNE_WEIGHT_DECAY, FLAT_KEYS, MAX_FINE_TUNE_LR,
                                             SCRATCH_LR, SCRATCH_WARMUP_STEPS, SCRATCH_WEIGHT_DECAY,
                                             ExperimentConfig, flat, load_config, resolve, with_flat)
 from memorization.experiment.validate import EXECUTION_SETTINGS, as_flags
-from memorization.goldfish import DOC_STARTS
-from memorization.mixture import PLACEMENTS
+from memorization.training.goldfish import DOC_STARTS
+from memorization.data.mixture import PLACEMENTS
 
 DESCRIPTION = ("Does a language model memorize documents it saw n times, and does Goldfish loss stop it? Runs a "
                "standard and a Goldfish arm on the same mixture and seed.")
@@ -96,14 +96,14 @@ def build_parser(description: str = DESCRIPTION) -> argparse.ArgumentParser:
     add(g, "--canaries", type=int, help="random secrets (Carlini et al. 2019's canaries: --canary-digits random digits "
         "after a carrier sentence naming a random account) written over background tokens of the training rows, "
         "the same rows in every arm; after training each arm reports their exposure log2|R| - log2 rank, exact by "
-        "enumerating all 10^digits secrets (memorization.canary), by exposure count (0: off)")
+        "enumerating all 10^digits secrets (memorization.evaluation.exposure), by exposure count (0: off)")
     add(g, "--canary-exposures", help="times each canary is written into the stream: a comma list, the canaries "
         "dealt round-robin over it (0 = never seen: the control, exposure ~ 1 bit expected)")
     add(g, "--canary-digits", type=int, help="digits of a canary's secret (the space has 10^digits candidates; "
         "exposure is at most digits x log2 10 bits): exact enumeration up to 5 digits, a skew-normal fit of "
         "sampled candidates' log-perplexities above")
     add(g, "--perturb-fraction", type=float, help="near-duplicate exposure: every copy of a target in the stream is "
-        "perturbed at this fraction of its tokens, a different perturbation per copy (memorization.perturb); "
+        "perturbed at this fraction of its tokens, a different perturbation per copy (memorization.data.perturb); "
         "extraction and MIA still score the original, never seen verbatim (0: exact copies)")
     add(g, "--perturb-kind", choices=["substitute", "shuffle"], help="substitute: that fraction of the tokens "
         "replaced by random ones; shuffle: spans of 4 tokens covering that fraction reordered at random")
@@ -180,12 +180,12 @@ def build_parser(description: str = DESCRIPTION) -> argparse.ArgumentParser:
         "labels Goldfish keeps and drops; logged (wandb, <out>/<arm>/arm_result.json) and plotted (0: off)")
     add(g, "--track-targets", type=int, help="how many targets --track-every follows (a seeded sample; 0: all)")
     add(g, "--beam", type=int, help="beam-search extraction of this width besides greedy (0: off): a target counts "
-        "as extracted when its suffix is one of the beams (memorization.adaptive; batched with a KV cache)")
+        "as extracted when its suffix is one of the beams (memorization.evaluation.adaptive; batched with a KV cache)")
     add(g, "--hints", action="store_true", help="hint-counting teacher forcing: greedy decoding given the true token "
         "each time it errs; the report gives the hints per suffix and the longest verbatim run between them")
     add(g, "--mia", action="store_true", help="membership inference on every arm: loss, zlib, min-k%%, Min-K%%++ "
         "scores of the targets (members) against the exposure-0 targets and held-out documents; AUC and TPR at 1%% "
-        "FPR by exposure count (memorization.mia)")
+        "FPR by exposure count (memorization.evaluation.mia)")
     g = p.add_argument_group("output")
     add(g, "--out", help="output directory")
     add(g, "--resume", action="store_true", help="continue the interrupted run in --out (after a crash, or after "

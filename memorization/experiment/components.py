@@ -1,8 +1,9 @@
 """The one place where an experiment's sections become its components' configs: the mixture's
-(:class:`~memorization.mixture.MixtureConfig`), each arm's trainer's (:class:`~memorization.train.TrainConfig`)
-and Goldfish setting (:class:`~memorization.goldfish.GoldfishConfig`), and the extraction's
-(:class:`~memorization.extraction.ExtractionConfig`).  Each component keeps its own config (its defaults serve
-callers without an experiment); a run builds them here, from its resolved :class:`ExperimentConfig` only."""
+(:class:`~memorization.data.mixture.MixtureConfig`), each arm's trainer's
+(:class:`~memorization.training.train.TrainConfig`) and Goldfish setting
+(:class:`~memorization.training.goldfish.GoldfishConfig`), and the extraction's
+(:class:`~memorization.evaluation.extraction.ExtractionConfig`).  Each component keeps its own config (its defaults
+serve callers without an experiment); a run builds them here, from its resolved :class:`ExperimentConfig` only."""
 from __future__ import annotations
 
 from memorization.experiment.config import ConfigError, ExperimentConfig, fine_tune_warmup
@@ -21,7 +22,7 @@ def parse_exposures(s: str) -> tuple[int, ...]:
 
 def mixture_config(cfg: ExperimentConfig):
     """The run's :class:`MixtureConfig`; its checks (e.g. prefix + suffix vs --seq-len) as a ConfigError."""
-    from memorization.mixture import MixtureConfig
+    from memorization.data.mixture import MixtureConfig
 
     d, x = cfg.data, cfg.extraction
     need = x.suffix + (1 if x.prefix_mode == "all-but-suffix" else x.prefix)
@@ -44,9 +45,9 @@ def warmup_steps(cfg: ExperimentConfig, num_steps: int) -> int:
 
 
 def arm_goldfish(arm: str, cfg: ExperimentConfig):
-    """The :class:`~memorization.goldfish.GoldfishConfig` an arm trains with: none for the standard arm, the
+    """The :class:`~memorization.training.goldfish.GoldfishConfig` an arm trains with: none for the standard arm, the
     run's for the Goldfish arm, and the run's, randomized, for the equal-supervised-tokens control."""
-    from memorization.goldfish import GoldfishConfig
+    from memorization.training.goldfish import GoldfishConfig
 
     g = cfg.goldfish
     if arm == "standard":
@@ -56,10 +57,10 @@ def arm_goldfish(arm: str, cfg: ExperimentConfig):
 
 
 def train_config(arm: str, cfg: ExperimentConfig, num_steps: int):
-    """The :class:`~memorization.train.TrainConfig` of ``arm``: the run's training section, its overlap and
+    """The :class:`~memorization.training.train.TrainConfig` of ``arm``: the run's training section, its overlap and
     gradient dtype, its tracking interval and progress setting, the arm's Goldfish setting
     (:func:`arm_goldfish`) and its warmup for the ``num_steps`` the corpus filled (:func:`warmup_steps`)."""
-    from memorization.train import TrainConfig
+    from memorization.training.train import TrainConfig
 
     t = cfg.training
     return TrainConfig(batch_size=t.batch_size, micro_batch=t.micro_batch, steps=t.steps or None, lr=t.lr,
@@ -72,9 +73,10 @@ def train_config(arm: str, cfg: ExperimentConfig, num_steps: int):
 
 
 def extraction_config(cfg: ExperimentConfig):
-    """The :class:`~memorization.extraction.ExtractionConfig` of the run's extraction (``--prefix``, ``--suffix``,
-    ``--prefix-mode``, ``--extract-batch``, ``--samples``, ``--temperature``, ``--top-k``; seeded by ``--seed``)."""
-    from memorization.extraction import ExtractionConfig
+    """The :class:`~memorization.evaluation.extraction.ExtractionConfig` of the run's extraction (``--prefix``,
+    ``--suffix``, ``--prefix-mode``, ``--extract-batch``, ``--samples``, ``--temperature``, ``--top-k``; seeded by
+    ``--seed``)."""
+    from memorization.evaluation.extraction import ExtractionConfig
 
     x = cfg.extraction
     return ExtractionConfig(prefix_len=x.prefix, suffix_len=x.suffix, all_but_suffix=x.prefix_mode == "all-but-suffix",
@@ -85,7 +87,7 @@ def extraction_config(cfg: ExperimentConfig):
 def length_config(cfg: ExperimentConfig, prefix: int | None, suffix: int):
     """The greedy extraction of one more ``--extract-lengths`` pair (``prefix`` None: all but the suffix); targets
     too short for it are skipped and counted."""
-    from memorization.extraction import ExtractionConfig
+    from memorization.evaluation.extraction import ExtractionConfig
 
     return ExtractionConfig(prefix_len=prefix or 1, suffix_len=suffix, all_but_suffix=prefix is None,
                             batch_size=cfg.extraction.batch, skip_short=True)

@@ -48,7 +48,7 @@ MAX_FINE_TUNE_LR = 1e-3
 
 #: the arms a run can train, in the order it trains them: the standard loss, the Goldfish loss, and the
 #: equal-supervised-tokens control (the standard loss on as many labels per row as Goldfish keeps, the dropped
-#: ones drawn afresh in every row: :func:`memorization.goldfish.matched_random_mask`)
+#: ones drawn afresh in every row: :func:`memorization.training.goldfish.matched_random_mask`)
 ARMS: tuple[str, ...] = ("standard", "goldfish", "equal-tokens")
 #: ``--arms`` shorthands
 ARM_SETS: dict[str, tuple[str, ...]] = {"both": ("standard", "goldfish"), "all": ARMS}
@@ -81,7 +81,7 @@ def _opt(flag: str, default: Any = None, *, aliases: tuple[str, ...] = ()) -> An
 @dataclass(frozen=True)
 class Model:
     """The model trained: a ``size`` preset (axonn/presets.yaml) from seeded random weights, built as ``family``
-    (a HF model_type with a parallel plan, axonn/plans.py; None: the preset's own, Llama for the CPU sizes), or
+    (a HF model_type with a parallel plan, axonn/family_plans.py; None: the preset's own, Llama for the CPU sizes), or
     the local Hugging Face checkpoint ``init`` of any such family to fine-tune (its config then overrides
     ``size`` and says the family)."""
 
@@ -94,11 +94,11 @@ class Model:
 class Data:
     """The mixture: background ``corpus``, the targets (``targets`` or ``num_targets`` held out of the
     corpus), each seen ``exposures`` times (a comma list splits them into groups) at steps chosen by
-    ``placement`` (memorization.mixture.PLACEMENTS), rows of ``seq_len``; ``canaries`` random secrets of
+    ``placement`` (memorization.data.mixture.PLACEMENTS), rows of ``seq_len``; ``canaries`` random secrets of
     ``canary_digits`` digits in carrier sentences, written into background rows ``canary_exposures`` times
-    (a comma list, the canaries dealt round-robin over it; memorization.canary); with ``perturb_fraction`` > 0
+    (a comma list, the canaries dealt round-robin over it; memorization.data.canary); with ``perturb_fraction`` > 0
     every copy of a target is a near-duplicate, that fraction of it perturbed by ``perturb_kind``
-    (memorization.perturb)."""
+    (memorization.data.perturb)."""
 
     corpus: str = _opt("--corpus", "builtin:pydocs")
     text_field: str = _opt("--text-field", "text")
@@ -124,7 +124,7 @@ class Data:
 class Goldfish:
     """The Goldfish arm's loss: drop 1/``k`` of the labels, decided by a hash of the ``h`` tokens before each
     (``strategy`` hash) or every k-th position (static); a document's first ``h`` labels as ``doc_start`` says
-    (memorization.goldfish.DOC_STARTS); ``k`` 0 trains the standard arm only.  ``arms``: which of :data:`ARMS`
+    (memorization.training.goldfish.DOC_STARTS); ``k`` 0 trains the standard arm only.  ``arms``: which of :data:`ARMS`
     (:func:`parse_arms`)."""
 
     k: int = _opt("--goldfish-k", 4)
@@ -176,8 +176,9 @@ class Extraction:
     reproduce the next ``suffix`` greedily; ``batch`` documents are decoded together.  Besides: ``samples``
     sampled continuations per target (``temperature``, ``top_k``); more prefix:suffix pairs (``lengths``,
     :func:`parse_lengths`); and every ``track_every`` training steps extraction and loss of ``track_targets``
-    targets (memorization.tracking; 0: all).  Adaptive attacks: a ``beam`` search of that width and ``hints``
-    counting (memorization.adaptive); ``mia``: membership inference scores of the targets (memorization.mia)."""
+    targets (memorization.training.tracking; 0: all).  Adaptive attacks: a ``beam`` search of that width and ``hints``
+    counting (memorization.evaluation.adaptive); ``mia``: membership inference scores of the targets
+    (memorization.evaluation.mia)."""
 
     prefix: int = _opt("--prefix", 50)
     suffix: int = _opt("--suffix", 50)

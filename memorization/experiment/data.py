@@ -19,7 +19,7 @@ def read_targets(path: str, text_field: str, flag: str = "--targets",
     in ``text_field`` is refused, naming the record.  Errors name the CLI's ``flag`` (the path) and
     ``field_flag`` (the field).
     """
-    from memorization.corpus import load_texts, read_text_file, visible_files
+    from memorization.data.corpus import load_texts, read_text_file, visible_files
 
     p = Path(path).expanduser()
     if not p.exists():
@@ -50,7 +50,7 @@ def targets_text_field(cfg: ExperimentConfig) -> str:
 def tokenizer_spec(cfg: ExperimentConfig) -> str:
     """Where the run's tokenizer comes from: ``--tokenizer``, or with ``--init`` and no ``--tokenizer`` the
     checkpoint's directory."""
-    from memorization.corpus import DEFAULT_TOKENIZER
+    from memorization.data.corpus import DEFAULT_TOKENIZER
 
     init = cfg.model.init
     return init if init and cfg.data.tokenizer == DEFAULT_TOKENIZER else cfg.data.tokenizer
@@ -58,9 +58,9 @@ def tokenizer_spec(cfg: ExperimentConfig) -> str:
 
 def verified_store(path: str | Path, rt, flag: str) -> None:
     """Check every array of the token store ``path`` against its recorded crc32s
-    (:func:`memorization.token_store.verify_store`) on rank 0 (every rank of ``rt`` when None: one process);
+    (:func:`memorization.data.token_store.verify_store`) on rank 0 (every rank of ``rt`` when None: one process);
     a damaged store is the same one-line SystemExit on every rank (:class:`axonn.cli.SameOnEveryRank`)."""
-    from memorization.token_store import StoreError, verify_store
+    from memorization.data.token_store import StoreError, verify_store
 
     error = None
     if rt is None or rt.is_main:
@@ -79,11 +79,11 @@ def verified_store(path: str | Path, rt, flag: str) -> None:
 
 
 def open_run_store(cfg: ExperimentConfig, tokenizer, targets: list[str] | None, rt=None):
-    """The mixture of the token store ``--store``, memory-mapped (:func:`memorization.token_store.open_store`),
+    """The mixture of the token store ``--store``, memory-mapped (:func:`memorization.data.token_store.open_store`),
     after checking its arrays against their recorded crc32s (:func:`verified_store`) and that it was prepared
     from this run's corpus, tokenizer, targets and mixture settings; a SystemExit with the ``data/prepare.py``
     command that makes the right store otherwise."""
-    from memorization.token_store import StoreError, open_store
+    from memorization.data.token_store import StoreError, open_store
 
     try:
         mixture = open_store(cfg.data.store, corpus=cfg.data.corpus, tokenizer=tokenizer,
@@ -97,8 +97,8 @@ def open_run_store(cfg: ExperimentConfig, tokenizer, targets: list[str] | None, 
 
 def ensure_run_store(cfg: ExperimentConfig, tokenizer, targets: list[str] | None) -> tuple[Path, bool]:
     """The cache's token store of the run's corpus, tokenizer, targets and mixture settings, prepared now if the
-    cache lacks it (:func:`memorization.token_store.ensure_cached_store`): ``(path, prepared)``."""
-    from memorization.token_store import ensure_cached_store
+    cache lacks it (:func:`memorization.data.token_store.ensure_cached_store`): ``(path, prepared)``."""
+    from memorization.data.token_store import ensure_cached_store
 
     d = cfg.data
     return ensure_cached_store(d.corpus, tokenizer_spec(cfg), mixture_config(cfg), tokenizer, targets=targets,
@@ -107,11 +107,11 @@ def ensure_run_store(cfg: ExperimentConfig, tokenizer, targets: list[str] | None
 
 def cached_run_store(cfg: ExperimentConfig, tokenizer, targets: list[str] | None, rt):
     """The run's mixture from the cache's token store of its corpus, tokenizer, targets and mixture settings
-    (:func:`memorization.token_store.cached_store_path`), prepared there by rank 0 on first use: so a run
+    (:func:`memorization.data.token_store.cached_store_path`), prepared there by rank 0 on first use: so a run
     without ``--store`` trains from the same memory-mapped store as one with it, and a second run of the
     same data tokenizes nothing.  A failure of the preparation (the corpus too small, unreadable, ...) is
     a SystemExit on every rank with rank 0's message (:class:`axonn.cli.SameOnEveryRank`: printed once)."""
-    from memorization.token_store import StoreError, open_store
+    from memorization.data.token_store import StoreError, open_store
 
     mcfg = mixture_config(cfg)
     error = path = None
@@ -143,8 +143,8 @@ def cached_run_store(cfg: ExperimentConfig, tokenizer, targets: list[str] | None
 def load_run_tokenizer(cfg: ExperimentConfig):
     """The run's tokenizer (:func:`tokenizer_spec`), checked against the ``--init`` checkpoint's vocabulary;
     every failure a SystemExit saying what to do."""
-    from memorization.corpus import load_tokenizer
-    from memorization.models import check_same_vocab, check_tokenizer_fits
+    from memorization.data.corpus import load_tokenizer
+    from memorization.training.models import check_same_vocab, check_tokenizer_fits
 
     init = cfg.model.init
     spec = tokenizer_spec(cfg)

@@ -54,7 +54,7 @@ def preflight(cfg: ExperimentConfig, shape=None) -> list[Check]:
     ``--init`` checkpoint, the tokenizer (it fits the checkpoint's vocabulary), the corpus (it fills the
     steps with the targets: without ``--store`` the run's token store is prepared into the cache, where the
     run finds it, so the 'corpus too small' refusal comes now) and the grid (it divides ``shape``, default the
-    run's model: :func:`~memorization.experiment.plan.run_shape`).
+    run's model: :func:`~memorization.experiment.grid_advice.run_shape`).
 
     Checks after a failed one that they depend on are reported as not checked.  Loads the tokenizer and
     tokenizes the corpus (once: the cache keeps it); never model weights.
@@ -94,13 +94,13 @@ def preflight(cfg: ExperimentConfig, shape=None) -> list[Check]:
                             "are checked when the job starts (check on a node that mounts it)"))
     elif init:
         from axonn.presets import ModelShape
-        from memorization.models import model_config
+        from memorization.training.models import model_config
 
         got = ModelShape.from_hf_config(model_config(None, 0, init=init))
         checks.append(Check("init", OK, f"--init {init}: a {got.family} model of {got.layers} layers, hidden "
                             f"{got.hidden}, {got.vocab:,}-row vocabulary"))
     tokenizer = None
-    from memorization.corpus import DEFAULT_TOKENIZER
+    from memorization.data.corpus import DEFAULT_TOKENIZER
 
     if init and not visible and cfg.data.tokenizer == DEFAULT_TOKENIZER:
         checks.append(Check("tokenizer", NOT_CHECKED, f"the run uses --init {init}'s own tokenizer, not visible "
@@ -137,7 +137,7 @@ def _check_corpus(cfg: ExperimentConfig, tokenizer) -> Check:
                      f"{d.exposures})")
     try:  # the store the run will read from the cache, prepared now if it is not there: the run reuses it
         from memorization.experiment.data import ensure_run_store
-        from memorization.token_store import open_store
+        from memorization.data.token_store import open_store
 
         targets = read_targets(d.targets, targets_text_field(cfg)) if d.targets else None
         with warnings.catch_warnings():
@@ -159,7 +159,7 @@ def _check_grid(cfg: ExperimentConfig, tokenizer, shape, visible: bool) -> Check
         if not visible or (tokenizer is None and not cfg.model.init):
             return Check("grid", NOT_CHECKED, f"--grid {grid}: needs the model's shape (the --init checkpoint "
                          "or the tokenizer)")
-        from memorization.experiment.plan import run_shape
+        from memorization.experiment.grid_advice import run_shape
 
         shape = run_shape(cfg, tokenizer)
     try:

@@ -8,13 +8,13 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from memorization.atomic import atomic_write_text
+from memorization.data.atomic import atomic_write_text
 from memorization.experiment.config import (ARMS, ExperimentConfig, dump_config, parse_arms, parse_lengths, resolve,
                                             settings)
 from memorization.experiment.components import arm_goldfish, extraction_config, length_config, train_config
 from memorization.experiment.data import (cached_run_store, check_same_data, load_run_tokenizer, open_run_store,
                                           read_targets, targets_text_field, tokenizer_spec)
-from memorization.experiment.plan import print_plan, run_shape
+from memorization.experiment.grid_advice import print_plan, run_shape
 from memorization.experiment.validate import check_grid_divides, config_grid, validate
 
 #: the resolved config of a run, in its --out (``--config`` reads it back)
@@ -41,7 +41,7 @@ def remove_run(out: Path) -> None:
 
 
 def make_runtime(cfg: ExperimentConfig):
-    from memorization.runtime import Runtime
+    from memorization.training.runtime import Runtime
 
     try:
         return Runtime.create(config_grid(cfg))
@@ -54,12 +54,12 @@ def run_arm(arm: str, cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path, 
     asks, MIA and the exposure of the ``canaries`` written into its training rows)."""
     import torch
 
-    from memorization.extraction import extract, trained
-    from memorization.mixture import atomic_write_json
-    from memorization.models import build_model
-    from memorization.recency import by_recency
-    from memorization.tracking import Tracker, tracked_targets
-    from memorization.train import Trainer
+    from memorization.evaluation.extraction import extract, trained
+    from memorization.data.mixture import atomic_write_json
+    from memorization.training.models import build_model
+    from memorization.evaluation.recency import by_recency
+    from memorization.training.tracking import Tracker, tracked_targets
+    from memorization.training.train import Trainer
 
     arm_dir = out / arm
     done = arm_dir / "arm_result.json"
@@ -72,17 +72,17 @@ def run_arm(arm: str, cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path, 
     gf = tcfg.goldfish
     ecfg = extraction_config(cfg)
     tracker = None
-    if x.track_every:  # the labels are split by the run's Goldfish mask in every arm (memorization.tracking)
+    if x.track_every:  # the labels are split by the run's Goldfish mask in every arm (memorization.training.tracking)
         targets = tracked_targets(mixture.targets, x.track_targets, t.seed)
         tracker = Tracker(targets, ecfg, arm_goldfish("goldfish", cfg))
     rows, doc_ids = mixture.input_ids, mixture.doc_ids
-    if cfg.data.perturb_fraction:  # near-duplicates: every target copy perturbed (memorization.perturb)
-        from memorization.perturb import PerturbedRows, target_copies
+    if cfg.data.perturb_fraction:  # near-duplicates: every target copy perturbed (memorization.data.perturb)
+        from memorization.data.perturb import PerturbedRows, target_copies
 
         rows = PerturbedRows(rows, target_copies(mixture.targets, rows.shape[1]), cfg.data.perturb_fraction,
                              cfg.data.perturb_kind, len(tokenizer), t.seed)
-    if canaries:  # the same canary copies in every arm's rows (memorization.canary)
-        from memorization.canary import CanaryRows
+    if canaries:  # the same canary copies in every arm's rows (memorization.data.canary)
+        from memorization.data.canary import CanaryRows
 
         rows, doc_ids = CanaryRows(rows, canaries), CanaryRows(doc_ids, canaries, doc_ids=True)
     trainer = Trainer(model, rows, doc_ids, mixture.val_ids, tcfg, arm_dir, rt, run_name=arm,
@@ -131,12 +131,12 @@ def run_arm(arm: str, cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path, 
 
 
 def arm_mia(model, mixture, tokenizer, batch_size: int) -> dict:
-    """Membership inference on a trained arm (``--mia``): the scores of :func:`memorization.mia.mia_scores` for the
-    members (targets seen >= 1 time) and the nonmembers :func:`memorization.mia.select_nonmembers` picks (the
-    exposure-0 targets, pooled with the held-out corpus documents for corpus targets), and
-    :func:`memorization.mia.mia_report`'s AUC and TPR at 1% FPR, overall and by exposure count; and every scored
-    document's loss (``loss_by_document``, for counterfactual memorization: memorization.replicates)."""
-    from memorization.mia import mia_report, mia_scores, select_nonmembers
+    """Membership inference on a trained arm (``--mia``): the scores of :func:`memorization.evaluation.mia.mia_scores`
+    for the members (targets seen >= 1 time) and the nonmembers :func:`memorization.evaluation.mia.select_nonmembers`
+    picks (the exposure-0 targets, pooled with the held-out corpus documents for corpus targets), and
+    :func:`memorization.evaluation.mia.mia_report`'s AUC and TPR at 1% FPR, overall and by exposure count; and every
+    scored document's loss (``loss_by_document``, for counterfactual memorization: memorization.launch.replicates)."""
+    from memorization.evaluation.mia import mia_report, mia_scores, select_nonmembers
 
     members, nonmembers, source, warns = select_nonmembers(mixture.manifest())
     docs = members + nonmembers
@@ -151,7 +151,7 @@ def arm_mia(model, mixture, tokenizer, batch_size: int) -> dict:
 
 def run_canaries(cfg: ExperimentConfig, mixture, tokenizer) -> list:
     """The run's canaries (``--canaries``), placed in rows of the stream that hold no target; [] when off."""
-    from memorization.canary import make_canaries, parse_canary_exposures, place_canaries
+    from memorization.data.canary import make_canaries, parse_canary_exposures, place_canaries
 
     d = cfg.data
     if not d.canaries:
@@ -167,9 +167,10 @@ def run_canaries(cfg: ExperimentConfig, mixture, tokenizer) -> list:
 
 
 def arm_canaries(model, canaries: list, tokenizer, seed: int) -> dict:
-    """The exposure of every canary in a trained arm (:func:`memorization.canary.canary_exposures`) and its
-    summary by exposure count."""
-    from memorization.canary import canary_exposures, digit_alphabet, summarize_exposures
+    """The exposure of every canary in a trained arm (:func:`memorization.evaluation.exposure.canary_exposures`)
+    and its summary by exposure count."""
+    from memorization.data.canary import digit_alphabet
+    from memorization.evaluation.exposure import canary_exposures, summarize_exposures
 
     rows = canary_exposures(model, canaries, digit_alphabet(tokenizer), seed=seed)
     return {"by_exposure": summarize_exposures(rows), "canaries": rows}
@@ -177,8 +178,8 @@ def arm_canaries(model, canaries: list, tokenizer, seed: int) -> dict:
 
 def write_report(out: Path, results: dict) -> None:
     """``results.json``, ``results.md`` and ``results.png`` of a finished run, each written whole or not at all."""
-    from memorization.mixture import atomic_write_json
-    from memorization.report import plot_arms, results_markdown
+    from memorization.data.mixture import atomic_write_json
+    from memorization.evaluation.report import plot_arms, results_markdown
 
     atomic_write_json(out / "results.json", results)
     atomic_write_text(out / "results.md", results_markdown(results))
@@ -203,7 +204,7 @@ def run_experiment(cfg: ExperimentConfig) -> dict | None:
     if cfg.execution.plan:
         print_plan(cfg)
         return None
-    from memorization.models import check_size_runs_here
+    from memorization.training.models import check_size_runs_here
 
     t = cfg.training
     tokenizer = load_run_tokenizer(cfg)
@@ -229,9 +230,9 @@ def run_experiment(cfg: ExperimentConfig) -> dict | None:
 
 
 def acquire_run_lock(cfg: ExperimentConfig, rt):
-    """Rank 0 takes ``--out``'s lock (:class:`memorization.run_lock.RunLock`; a stale one is taken over, saying
+    """Rank 0 takes ``--out``'s lock (:class:`memorization.training.run_lock.RunLock`; a stale one is taken over, saying
     so); a refusal reaches every rank.  Returns the lock on rank 0, None elsewhere."""
-    from memorization.run_lock import RunLock, RunLocked
+    from memorization.training.run_lock import RunLock, RunLocked
 
     lock = error = None
     if rt.is_main:
@@ -251,7 +252,7 @@ def acquire_run_lock(cfg: ExperimentConfig, rt):
 
 def _write_and_train(cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path) -> dict:
     """The part of :func:`run_experiment` that writes into ``out``: under its lock."""
-    from memorization.mixture import atomic_write_json
+    from memorization.data.mixture import atomic_write_json
 
     if cfg.output.overwrite:  # only now: a run refused above leaves the old one in place
         if rt.is_main and out.exists():
@@ -269,7 +270,7 @@ def _write_and_train(cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path) -
                "num_targets": len(mixture.targets), "skipped_targets": mixture.meta["skipped_short_targets"],
                "skipped_overlapping_targets": mixture.meta["skipped_overlapping_targets"],
                "arms": {}}
-    from memorization.train import EXIT_INTERRUPTED, NonFiniteTraining, TrainingInterrupted
+    from memorization.training.train import EXIT_INTERRUPTED, NonFiniteTraining, TrainingInterrupted
 
     canaries = run_canaries(cfg, mixture, tokenizer)
     if canaries and rt.is_main:
@@ -289,7 +290,7 @@ def _write_and_train(cfg: ExperimentConfig, rt, mixture, tokenizer, out: Path) -
         raise SystemExit(1) from None
     by_target = [results["arms"].get(a, {}).get("exact_by_target") for a in ("standard", "goldfish")]
     if all(by_target):  # both arms, scored on the same targets (arm results of older runs lack it)
-        from memorization.stats import paired_exact_test
+        from memorization.evaluation.stats import paired_exact_test
 
         results["paired_exact_match"] = paired_exact_test(*by_target)
     if rt.is_main:

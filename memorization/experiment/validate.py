@@ -58,8 +58,8 @@ def validate(cfg: ExperimentConfig) -> None:
     """Refuse ``cfg`` (resolved: :func:`~memorization.experiment.config.resolve`) if anything in it is bad,
     before any download, allocation or training; notes (a --resume with nothing to resume) on stderr."""
     from axonn.presets import get_preset
-    from memorization.goldfish import validate_goldfish_args
-    from memorization.mixture import check_hash_width
+    from memorization.training.goldfish import validate_goldfish_args
+    from memorization.data.mixture import check_hash_width
 
     m, d, g, t, x, o = cfg.model, cfg.data, cfg.goldfish, cfg.training, cfg.extraction, cfg.output
     try:
@@ -84,7 +84,7 @@ def validate(cfg: ExperimentConfig) -> None:
     config_grid(cfg)
     if m.init:
         from axonn.checkpoint import SafetensorsCheckpoint
-        from memorization.models import model_config
+        from memorization.training.models import model_config
 
         try:
             model_config(None, 0, init=m.init, family=m.family)  # a config.json of a family with a plan is there
@@ -93,11 +93,11 @@ def validate(cfg: ExperimentConfig) -> None:
             raise ConfigError(f"error: {e}") from None
     if d.targets and not Path(d.targets).expanduser().exists():
         raise ConfigError(f"error: --targets {d.targets} does not exist")
-    from memorization.corpus import DEFAULT_CORPUS, looks_local
+    from memorization.data.corpus import DEFAULT_CORPUS, looks_local
 
     if d.corpus != DEFAULT_CORPUS and looks_local(d.corpus) and not Path(d.corpus).expanduser().exists():
         raise ConfigError(f"error: --corpus {d.corpus} does not exist")
-    from memorization.token_store import STORE_FILE
+    from memorization.data.token_store import STORE_FILE
 
     if d.store and not (Path(d.store).expanduser() / STORE_FILE).exists():
         what = f"holds no finished token store (no {STORE_FILE})" if Path(d.store).expanduser().exists() \
@@ -123,7 +123,7 @@ def validate(cfg: ExperimentConfig) -> None:
     if bad:
         raise ConfigError(f"error: {'; '.join(bad)}")
     if d.canaries:
-        from memorization.canary import parse_canary_exposures
+        from memorization.data.canary import parse_canary_exposures
 
         try:
             parse_canary_exposures(d.canary_exposures)
@@ -160,7 +160,7 @@ def _check_training_numbers(cfg: ExperimentConfig) -> None:
                           "if you mean it")
     if cfg.execution.plan:  # the planner picks the micro-batch and grid itself
         return
-    from memorization.runtime import rows_per_rank
+    from memorization.training.runtime import rows_per_rank
 
     mixture_config(cfg)
     grid = config_grid(cfg)
@@ -187,7 +187,7 @@ def check_writable_dir(path: Path, flag: str) -> None:
 def _check_out(cfg: ExperimentConfig) -> None:
     """An existing run in --out: refused without --resume/--overwrite; with --resume, its settings must match
     (except how it executes)."""
-    from memorization.run_lock import LOCK_FILE, RunLock
+    from memorization.training.run_lock import LOCK_FILE, RunLock
 
     o = cfg.output
     out = Path(o.out)

@@ -5,7 +5,7 @@ for splitting requests), but on token ids, which is what extraction, membership 
 generation hold:
 
 - :meth:`LM.load`: a HF model directory or an axonn training checkpoint (saved on any grid), in one process or
-  parallelized on a ``"D,R,C,Z"`` grid as in training (:mod:`memorization.eval_model` reads the files).
+  parallelized on a ``"D,R,C,Z"`` grid as in training (:mod:`memorization.evaluation.eval_model` reads the files).
 - :meth:`LM.token_logprobs`: ``log p(x_t | x_<t)`` of every token of a batch of sequences (one forward;
   :mod:`memorization.lm.logprobs`), and Min-K%++'s standardised log-probs.
 - :meth:`LM.loglikelihood`: ``(Σ_i log p(x_i | c, x_<i), every x_i is the argmax)`` of a continuation ``x`` of a
@@ -16,8 +16,8 @@ generation hold:
   (:mod:`memorization.lm.decoding`), each row ending where ``until`` says.
 
 On a grid the request methods are collective: every rank passes the same requests, they are split over the grid's
-data x depth replicas (:func:`memorization.runtime.map_over_replicas`: equal shares, so every depth rank runs the
-same forwards), each replica's row x column ranks run the sharded model on its share together, and every rank
+data x depth replicas (:func:`memorization.training.runtime.map_over_replicas`: equal shares, so every depth rank runs
+the same forwards), each replica's row x column ranks run the sharded model on its share together, and every rank
 returns every result, in the requests' order -- the results of one process.  A caller that splits work itself
 (e.g. extraction, whose per-document records hold several requests) calls :meth:`LM.over_replicas` and, inside
 it, the requests of :attr:`LM.local`, the same model with nothing split.
@@ -44,7 +44,7 @@ Until = Callable[[list[int]], "int | None"]
 class LM:
     """A causal LM for evaluation: ``model`` (a HF causal LM, or one parallelized on ``grid`` with every rank
     holding its shards), its ``tokenizer`` (or None: token ids only) and ``grid`` (None: one process).
-    ``runtime``: the :class:`memorization.runtime.Runtime` that made ``grid``, when :meth:`load` made it."""
+    ``runtime``: the :class:`memorization.training.runtime.Runtime` that made ``grid``, when :meth:`load` made it."""
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any | None = None, grid=None, *,
                  device: torch.device | str | None = None, runtime=None, split: bool = True) -> None:
@@ -57,13 +57,13 @@ class LM:
              dtype: str | torch.dtype | None = "auto", tokenizer_path: str | os.PathLike | None = None,
              require_tokenizer: bool = True, flag: str = "--model") -> LM:
         """The model of ``path``: a HF directory (checked first, a damaged one is one line naming the file) in
-        one process on ``device`` in ``dtype`` (:func:`memorization.eval_model.load_checkpoint`); or with ``grid``
-        (``"D,R,C,Z"`` under torchrun/mpiexec/srun, or a :class:`memorization.runtime.Runtime`) a HF directory or
-        an axonn training checkpoint parallelized on it, each rank reading its own shards
-        (:func:`memorization.eval_model.load_on_grid`).  The tokenizer is ``tokenizer_path``'s or the model's; a
-        missing one is :class:`memorization.eval_model.MissingTokenizerError` if ``require_tokenizer``, else
-        None.  ``flag`` names ``path`` in errors."""
-        from memorization.eval_model import grid_runtime, load_checkpoint, load_on_grid
+        one process on ``device`` in ``dtype`` (:func:`memorization.evaluation.eval_model.load_checkpoint`); or with
+        ``grid`` (``"D,R,C,Z"`` under torchrun/mpiexec/srun, or a :class:`memorization.training.runtime.Runtime`) a HF
+        directory or an axonn training checkpoint parallelized on it, each rank reading its own shards
+        (:func:`memorization.evaluation.eval_model.load_on_grid`).  The tokenizer is ``tokenizer_path``'s or the
+        model's; a missing one is :class:`memorization.evaluation.eval_model.MissingTokenizerError` if
+        ``require_tokenizer``, else None.  ``flag`` names ``path`` in errors."""
+        from memorization.evaluation.eval_model import grid_runtime, load_checkpoint, load_on_grid
 
         if grid is None:
             model, tok = load_checkpoint(path, device=device, dtype=dtype, tokenizer_path=tokenizer_path,
@@ -91,27 +91,27 @@ class LM:
 
     @property
     def device(self) -> torch.device:
-        from memorization.eval_model import model_device
+        from memorization.evaluation.eval_model import model_device
 
         return self._device or model_device(self.model)
 
     @property
     def context(self) -> int | None:
-        """The model's context (:func:`memorization.models.model_context`), None if unknown."""
-        from memorization.models import model_context
+        """The model's context (:func:`memorization.training.models.model_context`), None if unknown."""
+        from memorization.training.models import model_context
 
         return model_context(self.model)
 
     @property
     def max_length(self) -> int:
-        """The default scoring window (:func:`memorization.eval_model.model_max_length`)."""
-        from memorization.eval_model import model_max_length
+        """The default scoring window (:func:`memorization.evaluation.eval_model.model_max_length`)."""
+        from memorization.evaluation.eval_model import model_max_length
 
         return model_max_length(self.model)
 
     @property
     def vocab_size(self) -> int | None:
-        from memorization.eval_model import vocab_size
+        from memorization.evaluation.eval_model import vocab_size
 
         return vocab_size(self.model)
 
@@ -123,10 +123,10 @@ class LM:
 
     def over_replicas(self, fn: Callable[[list], list], items: list) -> list:
         """``fn(items)``, on a grid computed by its replicas together, each on its share, every rank returning
-        every result (:func:`memorization.runtime.map_over_replicas`); ``fn`` returns one result per item."""
+        every result (:func:`memorization.training.runtime.map_over_replicas`); ``fn`` returns one result per item."""
         if self.grid is None or not self._split:
             return fn(items)
-        from memorization.runtime import map_over_replicas
+        from memorization.training.runtime import map_over_replicas
 
         return map_over_replicas(fn, items, self.grid)
 

@@ -3,9 +3,9 @@
 
 Each script trains one model size with memorize (``python -m memorization.experiment``, the program of
 ``recipes/memorize.py``; both arms by default, paired in one report) on the 4D grid the planner ranks fastest for the machine and GPU count, one ``srun`` task per GPU, with
-checkpoint/resume on requeue (how: :mod:`memorization.jobs` and docs/planner.md, "Job scripts").  Next to
+checkpoint/resume on requeue (how: :mod:`memorization.launch.jobs` and docs/planner.md, "Job scripts").  Next to
 it go the evaluation job (``<name>.eval.sbatch``: extraction, membership inference and held-out perplexity of
-each arm's checkpoint on the grid the inference planner picks; :mod:`memorization.eval_jobs`) and
+each arm's checkpoint on the grid the inference planner picks; :mod:`memorization.launch.eval_jobs`) and
 ``<name>.submit.sh``, which submits training and then the evaluation with ``--dependency=afterok``.
 
 The experiment is a memorize config (``--config FILE.yaml``: corpus, targets, tokenizer, steps, learning
@@ -23,7 +23,7 @@ alone and prints them (exit status 1 when one fails).
     python recipes/jobs/generate.py --all --config X.yaml --init '/lustre/models/Llama-3.1-{size}' --check
     python recipes/jobs/generate.py --all --account ABC123 --out-dir jobs/ --config X.yaml  # the paper matrix
 
-The generator itself is the library module :mod:`memorization.jobs`; this is its command line.
+The generator itself is the library module :mod:`memorization.launch.jobs`; this is its command line.
 """
 from __future__ import annotations
 
@@ -37,13 +37,13 @@ if str(REPO) not in sys.path:  # runnable as a plain script from anywhere
 
 from axonn.cli import HelpFormatter  # noqa: E402
 from axonn.grid_shape import GridShape  # noqa: E402
-from axonn.plans import FAMILIES  # noqa: E402
+from axonn.family_plans import FAMILIES  # noqa: E402
 from axonn.planner import GRAD_REDUCE_BYTES, PlanError  # noqa: E402
 from memorization.experiment.config import ConfigError  # noqa: E402
 from memorization.experiment.preflight import NOT_CHECKED  # noqa: E402
-from memorization.eval_jobs import DEFAULT_EVALUATIONS, EVALUATIONS, SHIPPED_TASKS, make_eval_job  # noqa: E402
-from memorization.jobs import (MACHINES, JobRefused, check_job, job_defaults, job_spec,  # noqa: E402
-                               load_job_config, make_job, paper_matrix)
+from memorization.launch.eval_jobs import DEFAULT_EVALUATIONS, EVALUATIONS, SHIPPED_TASKS, make_eval_job  # noqa: E402
+from memorization.launch.jobs import (MACHINES, JobRefused, check_job, job_defaults, job_spec,  # noqa: E402
+                                      load_job_config, make_job, paper_matrix)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,8 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval", default=",".join(DEFAULT_EVALUATIONS), metavar="LIST",
                    help="evaluations of the trained arms written as a second job, <name>.eval.sbatch, that starts "
                         "once training has ended with status 0 (<name>.submit.sh submits both with "
-                        f"--dependency=afterok): a comma list of {', '.join(EVALUATIONS)} (memorization.evaluations' "
-                        "names; downstream is held-out perplexity, plus --eval-tasks), or none "
+                        f"--dependency=afterok): a comma list of {', '.join(EVALUATIONS)} "
+                        "(memorization.evaluation.registry's names; downstream is held-out perplexity, plus "
+                        "--eval-tasks), or none "
                         f"(default: {','.join(DEFAULT_EVALUATIONS)}), each on the grid the inference planner picks")
     p.add_argument("--eval-tasks", default=None, metavar="LIST",
                    help="lm-eval tasks the downstream evaluation runs besides perplexity (a comma list; tasks other "

@@ -72,7 +72,7 @@ def test_convert_cli_turns_a_trainer_checkpoint_into_a_hf_model(tmp_path) -> Non
     from transformers import LlamaForCausalLM
 
     import axonn
-    from memorization.runtime import Runtime
+    from memorization.training.runtime import Runtime
 
     rt = Runtime(axonn.init())
     model, opt, x = _stepped_tiny(rt)
@@ -103,7 +103,7 @@ def test_background_save_is_a_snapshot_published_by_finish(tmp_path, monkeypatch
 
     import axonn
     import axonn.checkpoint as ckpt
-    from memorization.models import build_model
+    from memorization.training.models import build_model
 
     axonn.init()
     model, opt, x = _stepped_tiny()
@@ -146,7 +146,7 @@ def test_background_save_without_host_memory_for_the_snapshot_saves_blocking(tmp
     import axonn
     import axonn.checkpoint as ckpt
     from axonn.grid import ranks_per_node
-    from memorization.models import build_model
+    from memorization.training.models import build_model
 
     axonn.init()
     model = build_model("tiny", 512, seed=3)
@@ -218,7 +218,7 @@ def _stepped_tiny(rt=None):
     (2 x 16), so weights and optimizer state are both non-trivial.  On ``rt``'s grid, or plain without one."""
     import torch
 
-    from memorization.models import build_model
+    from memorization.training.models import build_model
 
     model = build_model("tiny", 512, seed=3, runtime=rt)
     opt = torch.optim.AdamW(model.parameters())
@@ -265,8 +265,8 @@ def test_trainer_save_removes_staging_dirs_of_crashed_saves(tmp_path) -> None:
     import torch
 
     import axonn
-    from memorization.models import build_model
-    from memorization.runtime import Runtime
+    from memorization.training.models import build_model
+    from memorization.training.runtime import Runtime
 
     rt = Runtime(axonn.init())
     model = build_model("tiny", 512, seed=3, runtime=rt)
@@ -296,8 +296,8 @@ def test_damaged_checkpoint_json_is_a_clear_error(tmp_path, damage) -> None:
     import axonn
     import axonn.checkpoint as ckpt
     from axonn.convert import main as convert
-    from memorization.models import build_model
-    from memorization.runtime import Runtime
+    from memorization.training.models import build_model
+    from memorization.training.runtime import Runtime
 
     rt = Runtime(axonn.init())
     model = build_model("tiny", 512, seed=3, runtime=rt)
@@ -330,7 +330,7 @@ def test_refused_optimizer_leaves_the_model_untouched(tmp_path) -> None:
 
     import axonn
     import axonn.checkpoint as ckpt
-    from memorization.models import build_model
+    from memorization.training.models import build_model
 
     axonn.init()
     saved = build_model("tiny", 512, seed=3)
@@ -357,9 +357,9 @@ def test_resuming_a_finished_run_does_not_rewrite_its_checkpoint(tmp_path, monke
     replacement would leave LATEST naming no directory)."""
     import torch
 
-    import memorization.runtime as runtime
-    from memorization.models import build_model
-    from memorization.train import TrainConfig, Trainer
+    import memorization.training.runtime as runtime
+    from memorization.training.models import build_model
+    from memorization.training.train import TrainConfig, Trainer
 
     g = torch.Generator().manual_seed(0)
     rows = torch.randint(3, 512, (8, 16), generator=g).repeat(2, 1)
@@ -452,7 +452,7 @@ def test_flipped_bytes_in_a_shard_are_refused_naming_step_and_file(tmp_path, mon
     import axonn
     import axonn.checkpoint as ckpt
     from axonn.convert import main as convert
-    from memorization.models import build_model
+    from memorization.training.models import build_model
 
     monkeypatch.setattr(ckpt.checksums, "CHECKSUM_BLOCK", 256 * 1024)
     monkeypatch.setattr(ckpt.checksums, "_INLINE_BYTES", 4096)  # large writes hashed by the pool while they are written
@@ -499,8 +499,8 @@ def test_checkpoint_saved_without_checksums_still_loads(tmp_path, capsys) -> Non
 
     import axonn
     import axonn.checkpoint as ckpt
-    from memorization.models import build_model
-    from memorization.runtime import Runtime
+    from memorization.training.models import build_model
+    from memorization.training.runtime import Runtime
 
     rt = Runtime(axonn.init())
     saved, opt, _ = _stepped_tiny(rt)
@@ -524,8 +524,8 @@ def test_resume_falls_back_to_the_newest_intact_checkpoint(tmp_path, capsys) -> 
 
     import axonn
     import axonn.checkpoint as ckpt
-    from memorization.models import build_model
-    from memorization.runtime import Runtime
+    from memorization.training.models import build_model
+    from memorization.training.runtime import Runtime
 
     rt = Runtime(axonn.init())
     model = build_model("tiny", 512, seed=3, runtime=rt)
@@ -569,8 +569,8 @@ def test_checkpoint_pickle_that_runs_code_is_refused_and_not_run(tmp_path, victi
 
     import axonn
     import axonn.checkpoint as ckpt
-    from memorization.models import build_model
-    from memorization.runtime import Runtime
+    from memorization.training.models import build_model
+    from memorization.training.runtime import Runtime
     from tests.support import rewrite_checksum, write_malicious_torch_file
 
     rt = Runtime(axonn.init())

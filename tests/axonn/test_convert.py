@@ -14,8 +14,8 @@ def checkpoint(tmp_path):
     import torch
 
     import axonn
-    from memorization.models import build_model
-    from memorization.runtime import Runtime
+    from memorization.training.models import build_model
+    from memorization.training.runtime import Runtime
 
     rt = Runtime(axonn.init())
     model = build_model("tiny", 512, seed=3, runtime=rt)

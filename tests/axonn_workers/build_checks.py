@@ -27,8 +27,8 @@ import axonn  # noqa: E402
 import axonn.checkpoint as ckpt  # noqa: E402
 from common import run_main  # noqa: E402
 
-from memorization.models import build_model  # noqa: E402
-from memorization.runtime import Runtime  # noqa: E402
+from memorization.training.models import build_model  # noqa: E402
+from memorization.training.runtime import Runtime  # noqa: E402
 
 
 def shared_tmp() -> Path:

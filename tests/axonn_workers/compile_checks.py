@@ -20,7 +20,7 @@ import torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 import axonn
-from memorization.loss import causal_lm_loss_sum
+from memorization.training.loss import causal_lm_loss_sum
 
 from common import assert_close, tiny_llama
 

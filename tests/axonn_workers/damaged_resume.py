@@ -16,8 +16,8 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 import axonn.checkpoint as ckpt  # noqa: E402
 from common import flip_bytes, run_main, save_steps_4_and_8  # noqa: E402
-from memorization.models import build_model  # noqa: E402
-from memorization.runtime import Runtime  # noqa: E402
+from memorization.training.models import build_model  # noqa: E402
+from memorization.training.runtime import Runtime  # noqa: E402
 
 
 def main() -> None:

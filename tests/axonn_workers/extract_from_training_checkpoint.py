@@ -7,10 +7,10 @@ import json
 import os
 
 from axonn.checkpoint import save
-from memorization.eval_model import load_on_grid
-from memorization.extraction import ExtractionConfig, extract_on_grid
-from memorization.models import build_model
-from memorization.runtime import Runtime
+from memorization.evaluation.eval_model import load_on_grid
+from memorization.evaluation.extraction import ExtractionConfig, extract_on_grid
+from memorization.training.models import build_model
+from memorization.training.runtime import Runtime
 
 rt = Runtime.create(1, 2, 2, 1)
 model = build_model(None, int(os.environ["VOCAB"]), init=os.environ["MODEL_DIR"], runtime=rt)

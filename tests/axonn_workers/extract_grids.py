@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import os
 
-from memorization.extraction import ExtractionConfig, extract_on_grid
-from memorization.models import build_model
-from memorization.runtime import Runtime
+from memorization.evaluation.extraction import ExtractionConfig, extract_on_grid
+from memorization.training.models import build_model
+from memorization.training.runtime import Runtime
 
 GRIDS = ((1, 2, 2, 1), (1, 1, 2, 2), (2, 2, 1, 1), (1, 2, 1, 2))  # data, row, column, depth ($GRIDS: "D,R,C,Z ...")
 if os.environ.get("GRIDS"):
@@ -23,7 +23,7 @@ for g in GRIDS:
     model = build_model(None, int(os.environ["VOCAB"]), init=os.environ["MODEL_DIR"], runtime=rt).eval()
     res = extract_on_grid(model, docs, rt.grid, cfg)
     out[",".join(map(str, g))] = [r["generated_ids"] for r in res["documents"]]
-    if cfg.beam or cfg.hints:  # the adaptive attacks' per-document results (memorization.adaptive)
+    if cfg.beam or cfg.hints:  # the adaptive attacks' per-document results (memorization.evaluation.adaptive)
         out["adaptive " + ",".join(map(str, g))] = [[r.get("beam_rank"), r.get("hints"), r.get("longest_run")]
                                                     for r in res["documents"]]
     rt.grid.destroy()

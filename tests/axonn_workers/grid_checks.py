@@ -123,7 +123,7 @@ def check_training(grid, steps: int, tied: bool = False) -> None:
 
 def check_checkpointing(grid) -> None:
     """Activation checkpointing (layer inputs sharded over row x col when R·C > 1) gives the serial grads."""
-    from axonn.checkpointing import _ShardedCheckpoint
+    from axonn.recompute import _SlicedRecompute
 
     ref = tiny_llama(0)
     ref.train()
@@ -134,13 +134,13 @@ def check_checkpointing(grid) -> None:
         p.grad = None
     axonn.enable_activation_checkpointing(par)
     calls = []
-    orig = _ShardedCheckpoint.backward
-    _ShardedCheckpoint.backward = staticmethod(lambda ctx, dy: calls.append(1) or orig(ctx, dy))
+    orig = _SlicedRecompute.backward
+    _SlicedRecompute.backward = staticmethod(lambda ctx, dy: calls.append(1) or orig(ctx, dy))
     try:
         out = par(input_ids=axonn.batch_slice(x), labels=axonn.batch_slice(y))
         out.loss.backward()
     finally:
-        _ShardedCheckpoint.backward = staticmethod(orig)
+        _SlicedRecompute.backward = staticmethod(orig)
     sharded = grid.size(("row", "col")) > 1
     assert len(calls) == (par.config.num_hidden_layers if sharded else 0), (len(calls), grid)
     axonn.sync_gradients(par)

@@ -15,7 +15,7 @@ def done_after_three_spaces(text: str) -> bool:
 
 
 if __name__ == "__main__":
-    from memorization.hpc_code.generate import HFSampler
+    from hpc_codegen.generate import HFSampler
 
     prompts = json.loads(os.environ["PROMPTS"])
     for g in ("1,2,2,1", "1,1,2,2", "2,2,1,1", "1,2,1,2"):

@@ -1,7 +1,7 @@
 """What each rank really holds when it evaluates on a grid: for the HF checkpoints in $MODELS (``name=dir``,
 comma-separated) and the grids of $GRIDS (``name:D,R,C,Z;...``), the model loaded as the eval CLIs load it
-(:func:`memorization.eval_model.load_on_grid`), the bytes of its parameters, and the bytes of the KV cache the
-extractor's decoder (:meth:`memorization.lm.LM.generate_until`) holds after a batch, in fp32 and under
+(:func:`memorization.evaluation.eval_model.load_on_grid`), the bytes of its parameters, and the bytes of the KV cache
+the extractor's decoder (:meth:`memorization.lm.LM.generate_until`) holds after a batch, in fp32 and under
 CPU bf16 autocast (the GPU recipe's dtypes).  Each rank writes ``$OUT_DIR/rank<r>.json``."""
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import os
 
 import torch
 
-from memorization.eval_model import load_on_grid
+from memorization.evaluation.eval_model import load_on_grid
 from memorization.lm import LM, cache_nbytes
-from memorization.runtime import Runtime
+from memorization.training.runtime import Runtime
 
 BATCH, PREFIX, NEW = 3, 10, 6
 models = dict(item.split("=", 1) for item in os.environ["MODELS"].split(","))

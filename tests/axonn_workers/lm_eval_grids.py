@@ -1,6 +1,6 @@
 """lm-eval on four grids of the launcher's 4 ranks, in one job: the requests of :func:`requests_for` (log-likelihood,
-rolling log-likelihood, greedy generation) through :class:`memorization.lm_eval_grid.GridLM` on the HF checkpoint
-$MODEL_DIR, and the shipped goldfish_mc task through run_downstream on :data:`TASK_GRIDS`; rank 0 writes each
+rolling log-likelihood, greedy generation) through :class:`memorization.evaluation.lm_eval_grid.GridLM` on the HF
+checkpoint $MODEL_DIR, and the shipped goldfish_mc task through run_downstream on :data:`TASK_GRIDS`; rank 0 writes each
 grid's results to $OUT_DIR/<grid>.json and downstream.json under $OUT_DIR/<grid>/.  $GRIDS (space-separated)
 replaces both lists: every request type and the task on each of those grids."""
 from __future__ import annotations
@@ -57,10 +57,10 @@ def assert_same_answers(got: dict, want: dict, what: str, rel: float = 1e-5, abs
 
 
 if __name__ == "__main__":
-    from memorization.downstream import run_downstream
-    from memorization.eval_model import grid_runtime
+    from memorization.evaluation.downstream import run_downstream
+    from memorization.evaluation.eval_model import grid_runtime
     from memorization.lm import LM
-    from memorization.lm_eval_grid import GridLM
+    from memorization.evaluation.lm_eval_grid import GridLM
 
     texts = json.loads(os.environ["TEXTS"])
     out = os.environ["OUT_DIR"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from memorization.mia import run_mia
+from memorization.evaluation.mia import run_mia
 
 for g in os.environ.get("GRIDS", "1,2,2,1 1,1,2,2 2,2,1,1 1,2,1,2").split():
     run_mia(os.environ["MODEL_DIR"], os.environ["MANIFEST"], os.environ["MODEL_DIR"], batch_size=2,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from memorization.downstream import run_downstream
+from memorization.evaluation.downstream import run_downstream
 
 for g in os.environ.get("GRIDS", "1,2,2,1 1,1,2,2 2,2,1,1 1,2,1,2").split():
     run_downstream(os.environ["MODEL_DIR"], perplexity_source=os.environ["DOCS_JSONL"], batch_size=2,

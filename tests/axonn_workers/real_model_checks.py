@@ -27,8 +27,8 @@ import axonn  # noqa: E402
 import axonn.checkpoint as ckpt  # noqa: E402
 from common import assert_close, mean_over_batch_ranks, rel_err, run_main, train_step  # noqa: E402
 
-from memorization.models import build_model  # noqa: E402
-from memorization.runtime import Runtime  # noqa: E402
+from memorization.training.models import build_model  # noqa: E402
+from memorization.training.runtime import Runtime  # noqa: E402
 
 
 def batch(step: int, b: int = 6, t: int = 24, vocab: int = 49152) -> tuple[torch.Tensor, torch.Tensor]:

@@ -7,9 +7,9 @@ import sys
 
 import torch
 
-from memorization.models import build_model
-from memorization.runtime import Runtime
-from memorization.train import TrainConfig, Trainer, TrainingInterrupted
+from memorization.training.models import build_model
+from memorization.training.runtime import Runtime
+from memorization.training.train import TrainConfig, Trainer, TrainingInterrupted
 
 out = sys.argv[1]
 rt = Runtime.create(data=2)

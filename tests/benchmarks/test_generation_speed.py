@@ -19,7 +19,7 @@ def tiny_model(tmp_path_factory):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from memorization.corpus import load_tokenizer
+    from memorization.data.corpus import load_tokenizer
 
     path = tmp_path_factory.mktemp("genspeed")
     tok = load_tokenizer()

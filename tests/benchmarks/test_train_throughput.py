@@ -15,7 +15,7 @@ def test_train_throughput_counts_the_flops_of_the_model_it_builds(size):
     from transformers import LlamaForCausalLM
 
     from benchmarks.train_throughput import VOCAB, bench_shape
-    from memorization.models import model_config
+    from memorization.training.models import model_config
 
     with init_empty_weights():  # shapes only: the 8b model is never allocated
         model = LlamaForCausalLM(model_config(size, VOCAB))

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from memorization import eval_jobs
-from memorization import jobs as gen
+from memorization.launch import eval_jobs
+from memorization.launch import jobs as gen
 from tests.support import REPO, SHIMS, WORKERS
 
 STEPS = 8
@@ -33,7 +33,7 @@ def save_tiny_llama(path: Path, vocab_size: int | None = None, tokenizer: bool =
     from transformers import LlamaForCausalLM
 
     from axonn.presets import get_preset
-    from memorization.corpus import load_tokenizer
+    from memorization.data.corpus import load_tokenizer
 
     torch.manual_seed(0)
     LlamaForCausalLM(get_preset("tiny").hf_config(vocab_size)).save_pretrained(path, safe_serialization=True)
@@ -51,9 +51,9 @@ def tiny_init(tmp_path_factory) -> Path:
 def store(tiny_init, tmp_path_factory) -> Path:
     """The token store of the jobs' mixture (as data/prepare.py writes it), tokenized with the checkpoint's own
     tokenizer: the jobs' ranks memory-map it instead of tokenizing the corpus."""
-    from memorization.corpus import DEFAULT_CORPUS
-    from memorization.mixture import MixtureConfig
-    from memorization.token_store import prepare_store
+    from memorization.data.corpus import DEFAULT_CORPUS
+    from memorization.data.mixture import MixtureConfig
+    from memorization.data.token_store import prepare_store
 
     cfg = MixtureConfig(seq_len=64, batch_size=8, exposures=(2,), num_targets=4, num_nonmembers=2, num_steps=STEPS,
                         min_target_tokens=16, seed=0)
@@ -145,8 +145,9 @@ def submitted(machine: str, root: Path, init: Path, store: Path, checkpoint_ever
     if key not in _SUBMITTED:
         job = _job(machine, root, init, store, checkpoint_every)
         assert job.tasks == 2 and job.config.model.init == str(init) and job.config.data.store == str(store)
-        # MIA and perplexity on grids: tests/memorization/test_mia.py, tests/memorization/test_downstream.py; here
-        # the checkpoint -> grid path of a generated evaluation job (with downstream: the slow variant)
+        # MIA and perplexity on grids: tests/memorization/evaluation/test_mia.py,
+        # tests/memorization/evaluation/test_downstream.py; here the checkpoint -> grid path of a generated evaluation
+        # job (with downstream: the slow variant)
         evaluation = eval_jobs.make_eval_job(job, EVALUATIONS[machine],
                                              tasks="goldfish_mc" if "downstream" in EVALUATIONS[machine] else None)
         evaluation.write()
@@ -197,9 +198,9 @@ def test_the_real_model_job_resumes_after_usr1_as_uninterrupted_and_its_evaluati
     heads: planned on its own shape, no preset's) and a store tokenized with its own tokenizer: USR1, requeue and
     resume give the uninterrupted run's results exactly, and the evaluation job's extraction from the training
     checkpoints is the run's own."""
-    from memorization.corpus import DEFAULT_CORPUS
-    from memorization.mixture import MixtureConfig
-    from memorization.token_store import prepare_store
+    from memorization.data.corpus import DEFAULT_CORPUS
+    from memorization.data.mixture import MixtureConfig
+    from memorization.data.token_store import prepare_store
 
     cfg = MixtureConfig(seq_len=64, batch_size=8, exposures=(2,), num_targets=4, num_nonmembers=2, num_steps=STEPS,
                         min_target_tokens=16, seed=0)
@@ -241,7 +242,7 @@ def test_the_evaluation_job_follows_training_and_reproduces_its_extraction(machi
 def assert_evaluation_reproduces_extraction(sub: tuple, evaluations: tuple) -> None:
     """The evaluation job of ``sub`` ran after training and its extraction equals the run's own (its downstream
     evaluation, when it has one, reports the shipped lm-eval task for both arms)."""
-    from memorization.extraction import trained
+    from memorization.evaluation.extraction import trained
 
     _, run_dir, evaluation, out, _, _ = sub
     arms = _arms(run_dir)

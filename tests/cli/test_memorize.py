@@ -82,7 +82,7 @@ def test_small_run_writes_results_for_every_arm(tmp_path):
     assert (out / "results.png").stat().st_size > 1000
     manifest = json.loads((out / "manifest.json").read_text())
     assert all(len(t["steps"]) == 2 for t in manifest["targets"])
-    from memorization.corpus import PYDOCS_SHA256, TOKENIZER_SHA256  # the data the run was built from
+    from memorization.data.corpus import PYDOCS_SHA256, TOKENIZER_SHA256  # the data the run was built from
 
     assert (manifest["corpus_sha256"], manifest["tokenizer_sha256"]) == (PYDOCS_SHA256, TOKENIZER_SHA256)
     assert res["arms"].keys() == {"standard", "goldfish", "equal-tokens"}
@@ -144,7 +144,7 @@ def test_sigusr1_exits_75_after_a_checkpoint_and_resume_finishes(tmp_path, monke
     import os
     import signal
 
-    from memorization.train import EXIT_INTERRUPTED, Trainer
+    from memorization.training.train import EXIT_INTERRUPTED, Trainer
 
     step = Trainer.train_step
 
@@ -268,7 +268,7 @@ def test_init_checkpoint_shape_drives_plan_and_preflight(capsys, tmp_path):
 
 def _small_corpus(tmp_path: Path, n: int = 120) -> Path:
     """The first ``n`` documents of the offline corpus: enough for a few steps of 4 x 64 tokens."""
-    from memorization.corpus import build_default_corpus
+    from memorization.data.corpus import build_default_corpus
 
     path = tmp_path / "small.jsonl"
     path.write_text("".join(build_default_corpus().read_text().splitlines(keepends=True)[:n]))
@@ -307,9 +307,9 @@ def test_init_fine_tunes_the_checkpoint_with_its_own_tokenizer(tmp_path):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from memorization.corpus import load_documents, load_tokenizer
+    from memorization.data.corpus import load_documents, load_tokenizer
     from memorization.experiment import load_config
-    from memorization.mixture import build_mixture
+    from memorization.data.mixture import build_mixture
 
     corpus = _small_corpus(tmp_path)
     ckpt = _tiny_llama(tmp_path / "ckpt", corpus, 300)
@@ -330,7 +330,7 @@ def test_init_fine_tunes_the_checkpoint_with_its_own_tokenizer(tmp_path):
 def test_init_problems_refused_before_any_work(tmp_path):
     from transformers import AutoTokenizer
 
-    from memorization.models import check_same_vocab, check_tokenizer_fits
+    from memorization.training.models import check_same_vocab, check_tokenizer_fits
 
     corpus = _small_corpus(tmp_path)
     big = _tiny_llama(tmp_path / "big", corpus, 400, model_vocab=256)  # a tokenizer the checkpoint never saw

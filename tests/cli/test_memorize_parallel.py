@@ -110,7 +110,7 @@ def test_run_stopped_on_one_grid_resumes_on_another(serial, tmp_path, monkeypatc
     """A requeued job on a different allocation: stopped (SIGUSR1's path) in one process, resumed on
     2 ranks, depth 2, with background checkpoints; the checkpoint is resharded and the loss curve
     goes on as if never stopped."""
-    from memorization.train import Trainer
+    from memorization.training.train import Trainer
 
     step = Trainer.train_step
 

@@ -37,7 +37,7 @@ def test_the_default_run_reproduces_the_readme_table(tmp_path):
                    stdout=subprocess.DEVNULL)
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
-    from memorization.corpus import PYDOCS_SHA256, TOKENIZER_SHA256
+    from memorization.data.corpus import PYDOCS_SHA256, TOKENIZER_SHA256
 
     assert (manifest["corpus_sha256"], manifest["tokenizer_sha256"]) == (PYDOCS_SHA256, TOKENIZER_SHA256)
     readme = (REPO / "README.md").read_text()

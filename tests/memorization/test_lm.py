@@ -172,7 +172,7 @@ def test_shared_prefills_and_rows_leaving_their_batch_change_no_sample_and_shrin
 def test_load_gives_the_saved_model_in_one_process_as_rank_0_of_1(model, tmp_path):
     """``LM.load`` of a saved HF directory holds the same weights (same log-probs), on rank 0 of a world of 1;
     without tokenizer files it refuses unless a tokenizer is optional."""
-    from memorization.eval_model import MissingTokenizerError
+    from memorization.evaluation.eval_model import MissingTokenizerError
 
     model.save_pretrained(tmp_path)
     with pytest.raises(MissingTokenizerError, match="no tokenizer"):

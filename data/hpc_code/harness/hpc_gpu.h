@@ -1,4 +1,4 @@
-/* Helpers of the trusted GPU adapter (generated per problem by memorization/hpc_code/gpu.py, compiled into the
+/* Helpers of the trusted GPU adapter (generated per problem by hpc_codegen/gpu.py, compiled into the
  * runner, never into a candidate): device memory, copies, the launch and its error check.
  *
  * One source for the three targets: CUDA (nvcc), HIP (hipcc: __HIPCC__) and the CPU emulator (g++ with

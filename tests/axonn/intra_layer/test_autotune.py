@@ -201,7 +201,7 @@ def test_cache_entry_with_a_malformed_winner_is_dropped(tmp_path, best):
 
 
 def test_fake_and_meta_operands_are_not_timed_nor_persisted(tmp_path):
-    """Under FakeTensorMode (memorization/memory_trace.py) every 'time' is Python dispatch overhead: a winner
+    """Under FakeTensorMode (memorization/training/memory_trace.py) every 'time' is Python dispatch overhead: a winner
     picked from it must not be persisted under the real device's key, where later real runs would use it."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 

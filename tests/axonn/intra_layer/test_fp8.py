@@ -65,7 +65,7 @@ def test_enable_fp8_switches_every_linear_but_the_head(sharded):
     import axonn
     from axonn.intra_layer import Linear
     from axonn.intra_layer.fp8 import enable_fp8
-    from memorization.models import build_model
+    from memorization.training.models import build_model
 
     model = build_model("tiny", 512, seed=0)
     if sharded:  # the swap needs no process group; nothing here communicates

@@ -19,7 +19,7 @@ def test_weight_gradient_reduce_frees_its_input_before_the_reduce_scatter():
         "from torch.testing._internal.distributed.fake_pg import FakeStore\n"
         "import axonn\n"
         "from axonn.intra_layer.overlap import optimize_communication, reduce_weight_grad\n"
-        "from memorization.memory_trace import PeakMemory\n"
+        "from memorization.training.memory_trace import PeakMemory\n"
         "dist.init_process_group('fake', store=FakeStore(), rank=0, world_size=2)\n"
         "grid = axonn.init(1, 1, 1, 2)\n"
         "n = 1 << 20\n"

@@ -36,7 +36,7 @@ def odd_checkpoint(tmp_path_factory):
 
 
 def _shape(model_dir) -> ModelShape:
-    from memorization.eval_model import model_config_of
+    from memorization.evaluation.eval_model import model_config_of
 
     return ModelShape.from_hf_config(model_config_of(model_dir), name=str(model_dir))
 
@@ -79,7 +79,7 @@ TRACE = """
 import json
 from axonn.planner import GridShape, inference_memory_per_gpu
 from axonn.presets import get_preset
-from memorization.memory_trace import trace_inference
+from memorization.training.memory_trace import trace_inference
 rows = []
 for size, grid, b, s, gen in (("tiny", (1, 1, 1, 1), 4, 256, True), ("tiny", (1, 2, 2, 1), 4, 256, True),
                               ("small", (1, 2, 1, 2), 2, 512, True), ("small", (1, 1, 2, 1), 2, 512, False),
@@ -207,8 +207,8 @@ def _no_loading(monkeypatch):
     """Every way the eval CLIs load weights fails."""
     import transformers
 
-    import memorization.eval_model as em
-    import memorization.models as models
+    import memorization.evaluation.eval_model as em
+    import memorization.training.models as models
 
     def refuse(*a, **k):
         raise AssertionError("--plan loaded weights")
@@ -282,7 +282,7 @@ def test_plan_prints_a_grid_without_loading_weights(cli, grid_checkpoint, tmp_pa
 def test_plan_refuses_bad_gpus_and_machine(cli, flags, grid_checkpoint, tmp_path, monkeypatch, capsys):
     """A missing --gpus, --gpus 0 or an unknown --machine: one ``error:`` line on stderr, exit 2, nothing read."""
     _no_loading(monkeypatch)
-    import memorization.eval_model as em
+    import memorization.evaluation.eval_model as em
 
     monkeypatch.setattr(em, "model_config_of", lambda *a, **k: pytest.fail("read the config before the checks"))
     assert _run(cli, _argv(cli, grid_checkpoint[0] / "model", tmp_path) + flags) == 2

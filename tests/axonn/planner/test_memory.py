@@ -42,7 +42,7 @@ def test_planner_memory_matches_traced_training_step(tmp_path):
 def test_gpu_preflight_uses_the_memory_model():
     """memorize.py's check before any allocation: the planner's peak against the device's free memory."""
     from axonn.presets import get_preset
-    from memorization.models import check_size_runs_here
+    from memorization.training.models import check_size_runs_here
 
     gpu, gib = torch.device("cuda"), 2**30
     shape = get_preset("1b")
@@ -62,7 +62,7 @@ def test_cpu_preflight_refuses_by_memory_not_by_size():
     sharing the host's memory): a 135M fine-tune fits a 24 GiB machine, a 70b does not, and a grid of ranks
     that each fit alone is refused when together they do not."""
     from axonn.presets import get_preset
-    from memorization.models import check_size_runs_here
+    from memorization.training.models import check_size_runs_here
 
     cpu, gib = torch.device("cpu"), 2**30
     smol = ModelShape(name="smollm2-135m", layers=30, hidden=576, heads=9, kv_heads=3, ffn=1536, vocab=49152,

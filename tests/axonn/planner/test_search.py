@@ -14,7 +14,7 @@ from axonn.planner import (GridShape, PlanError, divisibility_problem, format_pl
 from axonn.planner.__main__ import main as cli_main
 from axonn.planner.profiles import PROFILE_DIR
 from axonn.presets import get_preset
-from memorization import jobs as gen
+from memorization.launch import jobs as gen
 from tests.forked import run_python
 from tests.support import REPO
 
@@ -407,7 +407,7 @@ def test_the_paper_matrix_trains_each_arm_once(tmp_path):
 def test_a_hand_grid_the_trainer_preflight_refuses_is_refused_before_the_queue(tmp_path, capsys):
     """memorize.py refuses at start a grid whose predicted peak exceeds 95 % of the free GPU memory
     (``check_size_runs_here``, the planner's memory model): the generator says so before the job waits."""
-    from memorization.models import check_size_runs_here
+    from memorization.training.models import check_size_runs_here
 
     prof = load_profile("frontier")
     cuda = torch.device("cuda")
@@ -435,7 +435,7 @@ def test_an_unknown_size_is_named(tmp_path):
 
 
 def test_goldfish_k_one_is_refused_as_memorize_refuses_it(tmp_path):
-    from memorization.goldfish import validate_goldfish_args
+    from memorization.training.goldfish import validate_goldfish_args
 
     with pytest.raises(ValueError, match="k=1 is invalid"):
         validate_goldfish_args(1, 13, "hash", allow_zero=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from memorization import sweep as sw
+from memorization.launch import sweep as sw
 from memorization.experiment import (ConfigError, ExperimentConfig, Training, load_config, resolve, run_experiment,
                                      validate)
 from memorization.experiment.cli import config_from_argv, explicit_values, to_argv
@@ -76,7 +76,7 @@ def test_the_run_writes_its_resolved_config_which_runs_it_again(tmp_path):
 
 
 def _small_corpus(tmp_path: Path, n: int = 120) -> Path:
-    from memorization.corpus import build_default_corpus
+    from memorization.data.corpus import build_default_corpus
 
     path = tmp_path / "small.jsonl"
     path.write_text("".join(build_default_corpus().read_text().splitlines(keepends=True)[:n]))
@@ -108,8 +108,8 @@ def no_work(monkeypatch):
 
     import memorization.experiment.run as run
 
-    for target in ("memorization.corpus.load_documents", "memorization.corpus.load_tokenizer",
-                   "memorization.models.build_model", "memorization.mixture.build_mixture"):
+    for target in ("memorization.data.corpus.load_documents", "memorization.data.corpus.load_tokenizer",
+                   "memorization.training.models.build_model", "memorization.data.mixture.build_mixture"):
         monkeypatch.setattr(target, work)
     monkeypatch.setattr(run, "load_run_tokenizer", work)
     monkeypatch.setattr(run, "make_runtime", work)

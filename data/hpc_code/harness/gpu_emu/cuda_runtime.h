@@ -1,5 +1,5 @@
 /* A CPU emulator of the CUDA runtime, for checking the suite's CUDA references without a GPU (see
- * memorization/hpc_code/gpu.py): compiled with g++ in place of <cuda_runtime.h>.  A launch, written
+ * hpc_codegen/gpu.py): compiled with g++ in place of <cuda_runtime.h>.  A launch, written
  * hpc_emu_launch(kernel, grid, block)(args) (the harness rewrites k<<<grid, block>>>(args) into it), runs every
  * thread of every block one after another, so a kernel is correct here when it is correct under any order of
  * its threads -- except that __shared__, __syncthreads and warp functions are not provided (a kernel using them
