@@ -1,6 +1,6 @@
 """Whole-model parallelisation of HF causal LMs by their parallel plan, and grid-wide gradient utilities.
 
-The layout of each family is a table in :mod:`axonn.family_plans`; :func:`parallelize` applies it.  Llama's
+The layout of each family is a table in :mod:`axonn.plans`; :func:`parallelize` applies it.  Llama's
 (``Gr`` = row, ``Gc`` = col axis)::
 
     x (full hidden, replicated over row/col; batch slice of this data/depth rank)
@@ -32,7 +32,7 @@ from .grid import AXES, Grid, divisor_hint, get_grid
 from .intra_layer import Embedding, Linear, drop, finish_pending_grads, vocab_parallel_cross_entropy
 from .intra_layer.overlap import CONFIG as COMM_CONFIG
 from .intra_layer.primitives import reduce_both, slice_replicated
-from .family_plans import PLANS, TRANSPOSED, ModelPlan, dims_of_config, plan_of_model
+from .plans import PLANS, TRANSPOSED, ModelPlan, dims_of_config, plan_of_model
 from .sharding import ShardSpec, gather_full
 
 
@@ -206,7 +206,7 @@ def _make_loss(grid: Grid):
 
 
 def parallelize(model: nn.Module, grid: Grid | None = None, device: torch.device | str | None = None) -> nn.Module:
-    """Turn an unmodified HF causal LM of a family with a plan (:mod:`axonn.family_plans`: ``LlamaForCausalLM``,
+    """Turn an unmodified HF causal LM of a family with a plan (:mod:`axonn.plans`: ``LlamaForCausalLM``,
     Mistral, Qwen2, Qwen3, OLMo 2, GPT-NeoX) into its 4D-parallel form, in place.
 
     Raises ``TypeError`` for a model without a plan, and before touching the model ``ValueError`` if a

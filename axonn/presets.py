@@ -2,7 +2,7 @@
 
 A :class:`ModelShape` is everything the trainer, the planner and the job generator need to
 know about a model: layers L, hidden h, heads, KV heads, FFN width, vocabulary V, and its family
-(a HF ``model_type`` with a parallel plan in :mod:`axonn.family_plans`; ``llama`` unless the preset says).
+(a HF ``model_type`` with a parallel plan in :mod:`axonn.plans`; ``llama`` unless the preset says).
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ class ModelShape:
     # a checkpoint's config.head_dim where it is not hidden / heads (Llama-3.1-Minitron-4B-Width: 3072 / 32 heads
     # of 128); None: hidden / heads, as in every preset
     explicit_head_dim: int | None = None
-    family: str = "llama"  # the HF model_type; its block's modules come from axonn.family_plans
+    family: str = "llama"  # the HF model_type; its block's modules come from axonn.plans
     tied: bool = False  # the LM head is the input embedding (tie_word_embeddings: SmolLM2, Llama 3.2 1B/3B, ...)
 
     @property
@@ -40,10 +40,10 @@ class ModelShape:
 
     def num_params(self, tied_embeddings: bool | None = None) -> int:
         """Exact parameter count of the family's HF CausalLM with this shape: the block's Linears, their
-        biases and norms as :mod:`axonn.family_plans` lists them, the embedding, the LM head (none of its own when
+        biases and norms as :mod:`axonn.plans` lists them, the embedding, the LM head (none of its own when
         ``tied_embeddings``, default: the shape's ``tied``) and the final norm."""
         tied_embeddings = self.tied if tied_embeddings is None else tied_embeddings
-        from axonn.family_plans import dims_of_shape, final_norm_parameters, get_plan, layer_parameters
+        from axonn.plans import dims_of_shape, final_norm_parameters, get_plan, layer_parameters
 
         plan, dims = get_plan(self.family), dims_of_shape(self)
         per_layer = sum(layer_parameters(plan, dims).values())
@@ -52,12 +52,12 @@ class ModelShape:
         return self.layers * per_layer + emb + head + final_norm_parameters(plan, dims)
 
     def as_family(self, family: str) -> "ModelShape":
-        """This shape as a model of ``family`` (a HF ``model_type`` with a plan in :mod:`axonn.family_plans`): the same
+        """This shape as a model of ``family`` (a HF ``model_type`` with a plan in :mod:`axonn.plans`): the same
         layers, widths, vocabulary and RoPE.  GPT-NeoX has no grouped-query attention: its KV heads are its heads
         (and its head_dim is hidden / heads).  The name says the family when it is not the preset's own."""
         from dataclasses import replace
 
-        from axonn.family_plans import get_plan
+        from axonn.plans import get_plan
 
         get_plan(family)  # an unknown family is refused, naming the supported ones
         if family == self.family:
@@ -82,7 +82,7 @@ class ModelShape:
         """
         import transformers
 
-        from axonn.family_plans import get_plan
+        from axonn.plans import get_plan
 
         plan = get_plan(self.family)
         if self.family == "gpt_neox" and (self.kv_heads != self.heads or self.explicit_head_dim):
@@ -112,7 +112,7 @@ class ModelShape:
         """The shape of a HF config of a family with a plan (e.g. a ``--init`` checkpoint's): its ``model_type`` is
         the family; GPT-NeoX's fields are its own (no KV heads: the heads; ``layer_norm_eps``; RoPE base
         ``rotary_emb_base``)."""
-        from axonn.family_plans import get_plan
+        from axonn.plans import get_plan
 
         family = config.model_type
         get_plan(family)  # a model_type without a plan is refused, naming the supported ones

@@ -37,11 +37,11 @@ def _by_bytes(entries: list[tuple[str, int]], max_bytes: int) -> list[list[str]]
 def _checked_against_plan(config, shapes: dict[str, tuple[int, ...]], what: str
                            ) -> tuple[Callable[[str, torch.Tensor], torch.Tensor], dict[str, str]]:
     """Refuse (``ValueError``) a state dict of full tensors ``shapes`` (name -> shape) that is not the model its
-    family's plan and ``config`` describe (:func:`axonn.family_plans.state_problems`), or a ``config`` whose model_type
+    family's plan and ``config`` describe (:func:`axonn.plans.state_problems`), or a ``config`` whose model_type
     has no plan; before anything is written.  Returns the check of each gathered tensor against its shape, and
     the name each tensor is written under: its own, or the one the family's released checkpoints (and
     ``save_pretrained``) use where the plan names one (GPT-NeoX's head: ``embed_out.weight``)."""
-    from axonn.family_plans import get_plan, state_problems
+    from axonn.plans import get_plan, state_problems
 
     try:
         plan = get_plan(getattr(config, "model_type", None))
@@ -49,7 +49,7 @@ def _checked_against_plan(config, shapes: dict[str, tuple[int, ...]], what: str
         raise ValueError(f"{what}: HF export writes the models of the families with a parallel plan: {e}") from None
     problems = state_problems(plan, config, shapes)
     if problems:
-        raise ValueError(f"{what} is not the {plan.hf_class} its config describes (axonn.family_plans):\n  "
+        raise ValueError(f"{what} is not the {plan.hf_class} its config describes (axonn.plans):\n  "
                          + "\n  ".join(problems[:10]))
 
     def check(name: str, full: torch.Tensor) -> torch.Tensor:
@@ -146,7 +146,7 @@ def export_hf(model: nn.Module, directory: str | os.PathLike, tokenizer=None, gr
     tensors on the way.  The directory appears atomically (written beside it, then renamed over a
     previous export; a non-empty directory that is not a model directory is refused).  The model must be of
     a family with a parallel plan: every tensor's full shape is checked against the plan and the model's
-    config before anything is written (:func:`axonn.family_plans.state_problems`), and each gathered tensor
+    config before anything is written (:func:`axonn.plans.state_problems`), and each gathered tensor
     against its shape; the tensors are named as the family's ``save_pretrained`` names them (the plan's
     checkpoint aliases: GPT-NeoX's head is ``embed_out.weight``, which transformers 4 and 5 both load), and
     ``config.json`` is the model's own config (its family's class).  A tied head (``tie_word_embeddings``) is

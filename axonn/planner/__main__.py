@@ -5,7 +5,7 @@ import argparse
 import sys
 
 from axonn.cli import HelpFormatter
-from axonn.family_plans import FAMILIES
+from axonn.plans import FAMILIES
 from axonn.presets import ModelShape, preset_names
 
 

@@ -60,7 +60,7 @@ input and the fp32 ``dW``, ``6·c·V + 4·V·h + 2·c·h``; its backward the sto
 copies, ``8·V·h + 4·m·h`` beyond ``dh``.  Without checkpointing the loss's forward and backward are both moments.
 
 Families.  The parameter counts (``P_lin``, ``P_norm``: norms and Linear biases) come from the family's
-parallel plan (:mod:`axonn.family_plans`); the activation terms ``A`` are Llama's block (SwiGLU, pre-norms) for
+parallel plan (:mod:`axonn.plans`); the activation terms ``A`` are Llama's block (SwiGLU, pre-norms) for
 every family, an approximation for the others (GPT-NeoX's GELU MLP saves less, OLMo 2's and Qwen3's
 q/k norms save a little more); only Llama's are validated against traces.
 
@@ -130,7 +130,7 @@ class MemoryBreakdown:
 
 def param_counts(shape: ModelShape) -> tuple[int, int, int]:
     """``(P_lin, P_norm, P_layer)``: every Linear (incl. lm_head), the replicated parameters (norms, biases),
-    one layer's Linears; from the family's parallel plan (:mod:`axonn.family_plans`)."""
+    one layer's Linears; from the family's parallel plan (:mod:`axonn.plans`)."""
     p_layer = sum(lin.params for lin in layer_linears(shape))
     p_lin = shape.layers * p_layer + lm_head(shape).params
     p_norm = replicated_params(shape)

@@ -17,7 +17,7 @@ the row group ``Gr``, in over the column group ``Gc``, the local block again ove
 Layers with ``transpose=True`` (o_proj, down_proj) swap the row and column roles, so
 ``(Gr, Gc) = (R, C)`` for q, k, v, gate, up, lm_head and ``(C, R)`` for o, down.  The block's Linears,
 their shapes and kinds, and its replicated parameters come from the family's parallel plan
-(:mod:`axonn.family_plans`, the table ``axonn.parallelize`` applies); Llama's are named here.
+(:mod:`axonn.plans`, the table ``axonn.parallelize`` applies); Llama's are named here.
 
 Compute
 -------
@@ -114,7 +114,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from axonn.grid_shape import GridShape
-from axonn.family_plans import (TRANSPOSED, block_linears, dims_of_shape, final_norm_parameters, get_plan,
+from axonn.plans import (TRANSPOSED, block_linears, dims_of_shape, final_norm_parameters, get_plan,
                                  layer_parameters)
 from axonn.presets import ModelShape
 
@@ -152,7 +152,7 @@ class LinearSpec:
 
 def layer_linears(shape: ModelShape) -> list[LinearSpec]:
     """The Linears of one decoder block in order (q, k, v, o, gate, up, down for Llama), from the
-    family's parallel plan (:mod:`axonn.family_plans`), the one ``axonn.parallelize`` applies."""
+    family's parallel plan (:mod:`axonn.plans`), the one ``axonn.parallelize`` applies."""
     return [LinearSpec(m.name, m.out, m.in_, m.transposed, m.out_dim, m.in_dim)
             for m in block_linears(get_plan(shape.family), dims_of_shape(shape))]
 
@@ -185,7 +185,7 @@ def lm_head(shape: ModelShape) -> LinearSpec:
 def divisibility_problem(shape: ModelShape, grid: GridShape) -> str | None:
     """Why ``grid`` cannot shard ``shape``, or ``None`` when every dimension divides.
 
-    Rules: those of the family's plan (:mod:`axonn.family_plans`, the ones ``axonn.parallelize`` checks):
+    Rules: those of the family's plan (:mod:`axonn.plans`, the ones ``axonn.parallelize`` checks):
     heads and KV heads over the row group (the non-transposed q/k/v split their output, whole heads
     per rank), hidden over column, FFN over row, the embedding's vocabulary over row × column; and for
     every Linear its out dimension over ``Gr`` and its in dimension over ``Gc`` (the vocabulary, the

@@ -11,7 +11,7 @@ import argparse
 from dataclasses import fields
 from typing import Any, Sequence
 
-from axonn.family_plans import FAMILIES
+from axonn.plans import FAMILIES
 from memorization.experiment.config import (FINE_TUNE_LR, FINE_TUNE_WEIGHT_DECAY, FLAT_KEYS, MAX_FINE_TUNE_LR,
                                             SCRATCH_LR, SCRATCH_WARMUP_STEPS, SCRATCH_WEIGHT_DECAY,
                                             ExperimentConfig, flat, load_config, resolve, with_flat)

@@ -81,7 +81,7 @@ def _opt(flag: str, default: Any = None, *, aliases: tuple[str, ...] = ()) -> An
 @dataclass(frozen=True)
 class Model:
     """The model trained: a ``size`` preset (axonn/presets.yaml) from seeded random weights, built as ``family``
-    (a HF model_type with a parallel plan, axonn/family_plans.py; None: the preset's own, Llama for the CPU sizes), or
+    (a HF model_type with a parallel plan, axonn/plans.py; None: the preset's own, Llama for the CPU sizes), or
     the local Hugging Face checkpoint ``init`` of any such family to fine-tune (its config then overrides
     ``size`` and says the family)."""
 

@@ -1,4 +1,4 @@
-"""Build the model of an experiment, of any family with a parallel plan (:mod:`axonn.family_plans`): from a size preset
+"""Build the model of an experiment, of any family with a parallel plan (:mod:`axonn.plans`): from a size preset
 (config only, as its own family or another: ``--family``) or a local HF checkpoint (``--init``)."""
 from __future__ import annotations
 
@@ -179,7 +179,7 @@ class CheckpointInit(_RowSource):
 
     def __init__(self, model: torch.nn.Module, ckpt, seed: int, std: float, device: torch.device):
         from axonn import spec_of
-        from axonn.family_plans import embedding_name, get_plan, head_name
+        from axonn.plans import embedding_name, get_plan, head_name
 
         plan = get_plan(model.config.model_type)
         emb, head = embedding_name(plan), head_name(plan)
@@ -238,7 +238,7 @@ def model_config(size: str | None, vocab_size: int, init: str | None = None, max
     preset's own, Llama for the CPU sizes; :func:`axonn.presets.get_preset`), or the ``init`` checkpoint's
     (tied embeddings stay tied; vocabulary large enough).
 
-    A checkpoint's ``model_type`` must have a parallel plan (:mod:`axonn.family_plans`) and agree with ``family`` when
+    A checkpoint's ``model_type`` must have a parallel plan (:mod:`axonn.plans`) and agree with ``family`` when
     that is given: otherwise a ``ValueError`` names the families supported, before any weight is read.
     ``max_seq`` is the run's training sequence length: a preset model (trained from scratch) records it as
     :data:`TRAINED_CONTEXT`, and a checkpoint that carries one gets the longer of the two.
@@ -252,7 +252,7 @@ def model_config(size: str | None, vocab_size: int, init: str | None = None, max
         return shape.hf_config(vocab_size=padded_vocab(vocab_size), **overrides)
     from transformers import AutoConfig
 
-    from axonn.family_plans import PLANS
+    from axonn.plans import PLANS
 
     path = Path(init)
     if not (path / "config.json").exists():
@@ -306,7 +306,7 @@ def causal_lm_class(config) -> type:
     model_type without a plan."""
     import transformers
 
-    from axonn.family_plans import get_plan
+    from axonn.plans import get_plan
 
     return getattr(transformers, get_plan(config.model_type).hf_class)
 

@@ -37,7 +37,7 @@ if str(REPO) not in sys.path:  # runnable as a plain script from anywhere
 
 from axonn.cli import HelpFormatter  # noqa: E402
 from axonn.grid_shape import GridShape  # noqa: E402
-from axonn.family_plans import FAMILIES  # noqa: E402
+from axonn.plans import FAMILIES  # noqa: E402
 from axonn.planner import GRAD_REDUCE_BYTES, PlanError  # noqa: E402
 from memorization.experiment.config import ConfigError  # noqa: E402
 from memorization.experiment.preflight import NOT_CHECKED  # noqa: E402

@@ -58,7 +58,7 @@ def test_every_axis_together_on_eight_ranks_equals_serial() -> None:
 @pytest.mark.timeout(400)  # checkpoint launch)
 @pytest.mark.parametrize("nproc,grids", [(4, ["1,2,2,1", "2,1,1,2", "1,1,2,2"]), (8, ["1,2,2,2", "2,2,1,2"])])
 def test_model_families_match_serial_on_several_grids(nproc: int, grids: list[str]) -> None:
-    """Mistral, Qwen2, Qwen3, OLMo 2 and GPT-NeoX (axonn.family_plans): loss, logits and every gradient of the
+    """Mistral, Qwen2, Qwen3, OLMo 2 and GPT-NeoX (axonn.plans): loss, logits and every gradient of the
     parallel model (also with activation checkpointing) equal the serial HF model's on grids of every axis."""
     codes, out = launcher.launch("family_checks.py", nproc, grids, timeout=380)
     assert codes == [0] * nproc, f"return codes {codes}\n{out}"

@@ -9,7 +9,7 @@
 4. a checkpoint from a different model is refused; ``to_hf`` of A offline equals the saved state;
    export_hf loads in from_pretrained with equal logits; the same for a model with tied embeddings, resumed
    across grids (check_tied).
-5. every other model family of ``axonn.family_plans`` on grid (1,2,2,1): parallel loss, logits and gradients equal
+5. every other model family of ``axonn.plans`` on grid (1,2,2,1): parallel loss, logits and gradients equal
    the serial model's, and its export_hf loads back as the serial model (family_checks.py; in this launch
    so that the default suite starts no other 4-rank job for it).
 """

@@ -1,4 +1,4 @@
-"""Parallel == serial for every model family of ``axonn.family_plans`` on the grids given (data,row,col,depth).
+"""Parallel == serial for every model family of ``axonn.plans`` on the grids given (data,row,col,depth).
 
 Per family and grid: a tiny random HF model (every parameter perturbed, so norms and biases are not
 their 1/0 init), parallelized; the loss, the full-vocabulary logits and every gathered parameter
@@ -124,9 +124,9 @@ def check_family_training(model_type: str, steps: int = 4) -> None:
 
 
 def check_families(families: tuple[str, ...] | None = None, export_dir: Path | None = None) -> None:
-    """:func:`check_family` for ``families`` (default: every family of ``axonn.family_plans`` but Llama, which
+    """:func:`check_family` for ``families`` (default: every family of ``axonn.plans`` but Llama, which
     grid_checks.py covers)."""
-    from axonn.family_plans import FAMILIES
+    from axonn.plans import FAMILIES
 
     for model_type in families or tuple(f for f in FAMILIES if f != "llama"):
         check_family(model_type, export_dir)

@@ -1,4 +1,4 @@
-"""Every model family with a parallel plan (axonn/family_plans.py) is built, initialised, loaded, fine-tuned, exported
+"""Every model family with a parallel plan (axonn/plans.py) is built, initialised, loaded, fine-tuned, exported
 and evaluated by the experiment layer as Llama is.
 
 * shapes: each preset's ``ModelShape.hf_config`` is its family's config and model (the parameter count the
@@ -32,7 +32,7 @@ import torch
 
 import axonn
 
-from axonn.family_plans import FAMILIES, get_plan, state_problems
+from axonn.plans import FAMILIES, get_plan, state_problems
 from axonn.presets import ModelShape, get_preset
 from tests.support import REPO, WORKERS
 
@@ -230,7 +230,7 @@ def test_init_of_a_model_without_a_plan_or_of_another_family_is_refused_before_i
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_every_familys_state_dict_is_its_plans(family: str) -> None:
-    """``axonn.family_plans.state_problems``: a model of the family has none; a tensor of another shape, one missing and
+    """``axonn.plans.state_problems``: a model of the family has none; a tensor of another shape, one missing and
     one the plan does not know are each named."""
     from memorization.training.models import build_model
 

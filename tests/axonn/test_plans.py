@@ -1,4 +1,4 @@
-"""The parallel plans of axonn/family_plans.py: one table per model family, read by parallelize and the planner.
+"""The parallel plans of axonn/plans.py: one table per model family, read by parallelize and the planner.
 
 The multi-rank equality checks of each family are in tests/axonn_workers/family_checks.py (one grid in the
 default suite inside the checkpoint launch, three in the slow test of tests/axonn/test_parallelize.py)."""
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from axonn.family_plans import FAMILIES, LINEAR, TRANSPOSED, get_plan
+from axonn.plans import FAMILIES, LINEAR, TRANSPOSED, get_plan
 from axonn.presets import ModelShape, get_preset
 
 # each family's preset and the HF config of that release (config.json's numbers, see presets.yaml)
@@ -112,7 +112,7 @@ def test_a_subclass_of_a_planned_class_is_parallelized_by_its_plan() -> None:
     """As before the plans, a subclass of ``LlamaForCausalLM`` is a Llama model; an unrelated class is not."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from axonn.family_plans import plan_of_model
+    from axonn.plans import plan_of_model
 
     class MyLlama(LlamaForCausalLM):
         pass
