@@ -21,6 +21,7 @@ from pathlib import Path
 
 from hpc_codegen import report as hpc_report
 from hpc_codegen.completions import CompletionsError, check_problems, load_completions
+from hpc_codegen.outcomes import add_outcomes
 from hpc_codegen.code_blocks import extract_c_body, extract_python_body
 from hpc_codegen.harness import RunConfig, require_tools
 from hpc_codegen.humaneval import humaneval_available, load_humaneval
@@ -455,6 +456,7 @@ def evaluate_hpc_code(cfg: HpcCodeConfig, note: Callable[[str], None] = _stderr)
         sub = summarize(problems, results, ks, run, errors)
         sub["seconds"] = round(time.time() - t0, 1)
         if bench == "hpc":
+            add_outcomes(sub, raw)  # why each failed sample failed, whether it used its parallel API
             report.update(sub)  # hpc metrics at top level: problems, pass@1, build@1, speedup@1, results
         else:
             report[bench] = sub

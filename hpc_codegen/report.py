@@ -1,7 +1,7 @@
 """The HPC-code report as a reader sees it: markdown tables and a plot, from :func:`.runner.summarize`'s JSON.
 
 ``markdown`` gives the headline (pass@k, build@k, speedup@k, efficiency@k, speedup_max@k, efficiency_max@k over
-all problems and per execution model) and one row per problem type; ``plot`` draws speedup_n@k and
+all problems and per execution model), one row per problem type and the samples by outcome; ``plot`` draws speedup_n@k and
 efficiency_n@k against the worker count n per execution model, and pass@k per problem type.
 """
 from __future__ import annotations
@@ -44,6 +44,17 @@ def markdown(report: dict, ks: Sequence[int]) -> str:
             ef = (agg.get("efficiency_n@k") or {}).get(top, {}).get(str(k))
             lines.append(f"| {t} | {agg['problems']} | {_fmt(agg.get(f'pass@{k}'))} | "
                          f"{_fmt(agg.get(f'build@{k}'))} | {_fmt(sp)} | {_fmt(ef)} |")
+    outcomes = report.get("outcomes", {})
+    if outcomes:
+        api = ("uses_api", "passed_with_api", "passed")  # shown whenever some model has them, zeros too
+        cols = [c for c in next(iter(outcomes.values())) if c != "samples" and any(
+            t.get(c) is not None if c in api else t.get(c) for t in outcomes.values())]
+        lines += ["", "### Samples by outcome (hpc_codegen.outcomes: a failure's cause, and whether the code calls its "
+                  "execution model's parallel API)", "",
+                  "| execution model | samples | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
+        for m, t in outcomes.items():
+            lines.append(f"| {m} | {t['samples']} | " + " | ".join(
+                "–" if t.get(c) is None else str(t[c]) for c in cols) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -66,7 +77,8 @@ def plot(report: dict, path: str | Path, k: int = 1) -> Path:
         ax.set_xlabel("workers n (threads / ranks)")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
-        ax.legend()
+        if ax.get_legend_handles_labels()[0]:  # a serial-only report has no curve to label
+            ax.legend()
     types = list(report.get("by_type", {}))
     axes[2].barh(types, [report["by_type"][t].get(f"pass@{k}") or 0.0 for t in types])
     axes[2].set_xlabel(f"pass@{k}")

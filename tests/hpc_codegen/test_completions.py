@@ -28,8 +28,9 @@ def test_a_malformed_completions_file_is_refused_with_its_line(tmp_path, text, m
 
 def test_completions_of_another_tool_are_scored_as_samples_and_reported(tmp_path, capsys):
     """Two samples per problem, the reference and a wrong one: pass@1 = 0.5, pass@2 = 1 on each; the JSON, the
-    markdown tables (headline per execution model, rows per type) and the plot are written; a problem the suite
-    does not have is refused before any work."""
+    markdown tables (headline per execution model, rows per type, samples by outcome: the OpenMP reference uses
+    OpenMP, the empty body does not) and the plot are written; a problem the suite does not have is refused before
+    any work."""
     problems, _ = load_suite(patterns=["reduce_array_sum_serial", "sort_sort_ints_omp"])
     rows = []
     for p in problems:
@@ -47,8 +48,12 @@ def test_completions_of_another_tool_are_scored_as_samples_and_reported(tmp_path
         assert set(r["speedup_max@k"]) == set(r["efficiency_max@k"]) == {"1", "2"}
     assert set(report["by_type"]) == {"reduce", "sort"} and set(report["by_model"]) == {"serial", "openmp"}
     assert "efficiency@1" in report and "speedup_max@2" in report
+    assert report["outcomes"]["openmp"] == {**report["outcomes"]["openmp"], "samples": 2, "passed": 1,
+                                            "wrong output": 1, "uses_api": 1, "passed_with_api": 1}
+    assert report["outcomes"]["serial"]["uses_api"] is None
     md = out.with_suffix(".md").read_text()
     assert "| pass@1 | 0.500 |" in md and "| reduce | 1 | 0.500 |" in md and "efficiency_2@1" in md
+    assert "| openmp | 2 | 1 | 1 | 1 |" in md  # samples, uses_api, passed_with_api, passed
     assert out.with_suffix(".png").stat().st_size > 10_000
     f.write_text(f.read_text() + json.dumps({"problem": "reduce_array_sum_serial_typo", "completion": "}"}) + "\n")
     assert cli.main(["--completions", str(f), "--quick", "--no-progress"]) == 2
