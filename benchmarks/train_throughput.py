@@ -13,7 +13,8 @@ compiled one is printed beside it.
     python benchmarks/train_throughput.py --fp8 rowwise --hf-weights bf16-compile   # + ours with FP8 Linears
     python benchmarks/train_throughput.py --size 8b --layers 8 --which ours          # the 8b's layers, fewer of them
     python benchmarks/train_throughput.py --init "$(python data/models/get.py smollm2-135m)" --seq 128 --batch 4 \
-        --steps 5 --warmup 1 --hf-weights fp32 --no-compile      # CPU: the real pretrained model, fp32, one process
+        --steps 5 --warmup 1 --hf-weights fp32 --hf-adamw fused,for-loop --no-compile
+                                       # CPU: the real pretrained model, fp32, one process, HF with either AdamW
 
 ``--init DIR`` trains a pretrained HF checkpoint on both sides instead of a preset (its own config and vocabulary,
 tied embeddings tied; ``from_pretrained``'s weights for HF, ``build_model(init=DIR)`` for ours).
@@ -79,18 +80,26 @@ def bench_model(size: str, layers: int | None = None) -> torch.nn.Module:
 HF_WEIGHTS = ("fp32", "bf16", "bf16-compile")
 
 
-def hf_label(weights: str, dev: torch.device) -> str:
+HF_ADAMW = ("fused", "for-loop")
+
+
+def hf_label(weights: str, dev: torch.device, adamw: str = "fused") -> str:
     """The name a HF baseline is printed under (autocast runs on CUDA only)."""
+    opt = "" if adamw == "fused" else f", {adamw} AdamW"
     if weights == "bf16-compile":
-        return "HF + torch.compile (bf16 weights)"
+        return f"HF + torch.compile (bf16 weights{opt})"
     if weights == "bf16":
-        return "HF eager (bf16 weights)"
-    return "HF eager (fp32 weights + bf16 autocast)" if dev.type == "cuda" else "HF eager (fp32)"
+        return f"HF eager (bf16 weights{opt})"
+    return f"HF eager (fp32 weights + bf16 autocast{opt})" if dev.type == "cuda" else f"HF eager (fp32{opt})"
 
 
 def hf_trainer(size: str, rows: torch.Tensor, batch: int, dev: torch.device, weights: str = "fp32",
-               layers: int | None = None):
-    """Plain HF training, ``(step, model)``: SDPA, fused AdamW (on CUDA), ``model(input_ids, labels).loss``.
+               layers: int | None = None, adamw: str = "fused"):
+    """Plain HF training, ``(step, model)``: SDPA, ``model(input_ids, labels).loss``, clip, AdamW.
+
+    ``adamw="fused"``: torch's fused AdamW, which HF's ``Trainer`` uses by default (``adamw_torch_fused`` on
+    torch >= 2.8, on a CPU too); ``"for-loop"``: ``torch.optim.AdamW``'s default on a CPU, what a hand-written
+    loop gets there.
 
     ``weights="fp32"``: fp32 weights and AdamW state, bf16 autocast on CUDA (the same numerics as our
     trainer). ``weights="bf16"``: the model cast to bf16 and trained without autocast, AdamW state in bf16
@@ -106,7 +115,7 @@ def hf_trainer(size: str, rows: torch.Tensor, batch: int, dev: torch.device, wei
     model = bench_model(size, layers).to(dev, dtype=dtype)
     if weights == "bf16-compile":
         model.compile()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=dev.type == "cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=adamw == "fused", foreach=False)
     autocast = dev.type == "cuda" and weights == "fp32"
     it = iter(range(10**9))
 
@@ -124,9 +133,9 @@ def hf_trainer(size: str, rows: torch.Tensor, batch: int, dev: torch.device, wei
 
 
 def hf_eager(size: str, rows: torch.Tensor, batch: int, steps: int, warmup: int, dev: torch.device,
-             weights: str = "fp32", layers: int | None = None) -> float:
+             weights: str = "fp32", layers: int | None = None, adamw: str = "fused") -> float:
     """Seconds per step of :func:`hf_trainer`."""
-    step, model = hf_trainer(size, rows, batch, dev, weights, layers)
+    step, model = hf_trainer(size, rows, batch, dev, weights, layers, adamw)
     s = timed(step, steps, warmup, dev)
     del step, model
     return s
@@ -254,6 +263,10 @@ def main() -> None:
                         "autocast: our trainer's numerics), bf16 (the model cast to bf16, no autocast), "
                         "bf16-compile (that model under torch.compile); the 1.5x target is against the faster "
                         "eager one")
+    p.add_argument("--hf-adamw", default="fused",
+                   help="the AdamW of the HF baselines, comma-separated: fused (HF Trainer's default, on a CPU "
+                        "too) and/or for-loop (torch.optim.AdamW's default on a CPU: a hand-written loop's); ours "
+                        "uses TrainConfig.adamw_impl's default, fused")
     p.add_argument("--no-compile", action="store_true", help="do not torch.compile our step")
     p.add_argument("--activation-checkpointing", action="store_true", help="recompute activations in backward")
     p.add_argument("--peak-tflops", type=float, default=H100_BF16_PEAK / 1e12, help="peak for MFU")
@@ -265,6 +278,9 @@ def main() -> None:
     bad = [w for w in hf_weights if w not in HF_WEIGHTS]
     if bad or not hf_weights:
         p.error(f"--hf-weights takes a comma-separated list of {', '.join(HF_WEIGHTS)}; got {a.hf_weights!r}")
+    hf_adamw = [w.strip() for w in a.hf_adamw.split(",") if w.strip()]
+    if not hf_adamw or any(w not in HF_ADAMW for w in hf_adamw):
+        p.error(f"--hf-adamw takes a comma-separated list of {', '.join(HF_ADAMW)}; got {a.hf_adamw!r}")
     if a.layers < 0:
         p.error(f"--layers must be >= 0 (0: the preset's), got {a.layers}")
     if a.fp8:
@@ -285,10 +301,11 @@ def main() -> None:
     res = {}
     if a.which in ("both", "hf"):
         for w in hf_weights:
-            res[hf_label(w, dev)] = hf_eager(a.size, rows, a.batch, a.steps, a.warmup, dev, w, layers)
-            gc.collect()
-            if dev.type == "cuda":
-                print(f"{hf_label(w, dev)} peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
+            for opt in hf_adamw:
+                res[hf_label(w, dev, opt)] = hf_eager(a.size, rows, a.batch, a.steps, a.warmup, dev, w, layers, opt)
+                gc.collect()
+                if dev.type == "cuda":
+                    print(f"{hf_label(w, dev, opt)} peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
     if a.which in ("both", "ours"):

@@ -44,6 +44,8 @@ FINE_TUNE_LR, FINE_TUNE_WARMUP_FRACTION, FINE_TUNE_WEIGHT_DECAY = 2e-5, 0.03, 0.
 #: A peak learning rate above this with ``model.init`` needs ``training.allow_high_lr``: 50x the
 #: fine-tuning default, a third of the from-scratch one.
 MAX_FINE_TUNE_LR = 1e-3
+#: Training.adamw_impl: torch AdamW kernels (memorization.training.train.ADAMW_IMPLS maps them to its switches).
+ADAMW_IMPLS = ("fused", "foreach", "for-loop")
 
 
 #: the arms a run can train, in the order it trains them: the standard loss, the Goldfish loss, and the
@@ -149,6 +151,7 @@ class Training:
     weight_decay: float | None = _opt("--weight-decay")
     allow_high_lr: bool = _opt("--allow-high-lr", False)
     grad_clip: float = _opt("--grad-clip", 1.0)
+    adamw_impl: str = _opt("--adamw-impl", "fused")
     eval_every: int = _opt("--eval-every", 0)
     checkpoint_every: int = _opt("--checkpoint-every", 50)
     async_checkpoint: bool = _opt("--async-checkpoint", False)

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 from axonn.grid_shape import GridShape
-from memorization.experiment.config import (MAX_FINE_TUNE_LR, ConfigError, ExperimentConfig, flat, parse_arms,
-                                            parse_lengths, settings)
+from memorization.experiment.config import (ADAMW_IMPLS, MAX_FINE_TUNE_LR, ConfigError, ExperimentConfig, flat,
+                                            parse_arms, parse_lengths, settings)
 from memorization.experiment.data import mixture_config, parse_exposures
 
 # How a run executes, not what it computes: a --resume may change them (e.g. a requeued job on another
@@ -148,6 +148,7 @@ def _check_training_numbers(cfg: ExperimentConfig) -> None:
         ("--warmup-steps", t.warmup_steps, t.warmup_steps is None or t.warmup_steps >= 0, ">= 0"),
         ("--weight-decay", t.weight_decay, 0 <= t.weight_decay < math.inf, "finite, >= 0"),
         ("--grad-clip", t.grad_clip, t.grad_clip > 0, "> 0; inf = no clipping"),
+        ("--adamw-impl", t.adamw_impl, t.adamw_impl in ADAMW_IMPLS, " or ".join(ADAMW_IMPLS)),
         ("--eval-every", t.eval_every, t.eval_every >= 0, ">= 0; 0 = at the end only"),
         ("--checkpoint-every", t.checkpoint_every, t.checkpoint_every >= 0, ">= 0; 0 = at the end only"))
         if not ok]

@@ -333,19 +333,32 @@ def test_fused_adamw_takes_the_clip_as_its_grad_scale(max_norm):
     assert not hasattr(opt, "grad_scale")  # nothing left for the next step or a GradScaler
 
 
-def test_a_fused_optimizer_trains_the_same_curve(tmp_path):
-    """The trainer with a fused AdamW (its CUDA optimizer, clipped through grad_scale) follows the foreach AdamW's
-    loss curve, with the clip active at every step."""
-    from memorization.training.train import param_groups
-
+@pytest.mark.parametrize("impl", ["for-loop", pytest.param("foreach", marks=pytest.mark.slow)])
+def test_every_adamw_impl_trains_the_fused_curve_and_resumes_its_checkpoints(tmp_path, impl, plain_run):
+    """adamw_impl reaches torch's AdamW; for-loop and foreach follow the default fused AdamW's loss curve (the
+    fused one clipped through grad_scale, the clip active at every step) to float rounding; and a run checkpointed
+    under either resumes under the fused one on the uninterrupted fused curve (the optimizer state is the same)."""
     curves = []
-    for fused in (False, True):
-        t = _trainer(tmp_path / str(fused), steps=8, grad_clip=0.05, checkpoint_every=0)
-        t.opt = torch.optim.AdamW(param_groups(t.model, 0.0), lr=t.cfg.lr, betas=t.cfg.betas, fused=fused)
+    for name in (impl, "fused"):
+        t = _trainer(tmp_path / name, steps=8, grad_clip=0.05, checkpoint_every=0, adamw_impl=name)
+        group = t.opt.param_groups[0]
+        assert (bool(group["fused"]), bool(group["foreach"])) == (name == "fused", name == "foreach")
         hist = t.fit()["history"]
         assert all(h["grad_norm"] > 0.05 for h in hist)  # clipped every step
         curves.append([h["loss"] for h in hist])
-    assert curves[0] == pytest.approx(curves[1], rel=1e-4)
+    assert curves[0] == pytest.approx(curves[1], rel=1e-5)
+
+    def boom(rec):
+        if rec["step"] == 7:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        _trainer(tmp_path / "r", adamw_impl=impl).fit(on_step=boom)
+    resumed = _trainer(tmp_path / "r").fit(resume=True)
+    assert [h["loss"] for h in resumed["history"]] == pytest.approx([h["loss"] for h in plain_run["history"]],
+                                                                    rel=1e-5)
+    with pytest.raises(ValueError, match=r"adamw_impl='adam' \(must be 'fused' or 'foreach' or 'for-loop'\)"):
+        _trainer(tmp_path / "bad", adamw_impl="adam")
 
 
 V = 512
