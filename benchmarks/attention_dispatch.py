@@ -23,9 +23,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from axonn.cli import HelpFormatter  # noqa: E402
 from benchmarks.common import device  # noqa: E402
-from memorization.training.attention import sdpa_recording_backend  # noqa: E402
+from memorization.training.attention import compiled_step_attention, dispatch_problems  # noqa: E402
 from memorization.training.goldfish import GoldfishConfig  # noqa: E402
-from memorization.training.loss import causal_lm_loss_sum  # noqa: E402
 from memorization.training.models import build_model, model_config  # noqa: E402
 from memorization.training.train import TrainConfig, Trainer  # noqa: E402
 
@@ -45,23 +44,7 @@ def dispatched(size: str, layers: int | None, batch: int, seq: int, attn: str | 
                     rows[:batch], cfg, tmp)
         if attn is not None:
             t.model.set_attn_implementation(attn)
-        backend, calls = sdpa_recording_backend()
-        torch._dynamo.reset()
-        t.forward = torch.compile(causal_lm_loss_sum, backend=backend)
-        t.train_step()
-        return calls, t.model.config
-
-
-def verdict(calls, config) -> str:
-    """``OK`` or ``BAD: <why>`` for our step's calls (see module doc)."""
-    if len(calls) != config.num_hidden_layers:
-        return f"BAD: {len(calls)} attention ops for {config.num_hidden_layers} layers"
-    for c in calls:
-        if c.has_mask or not c.is_causal:
-            return f"BAD: {c.op} with a mask tensor / is_causal=False"
-        if c.kv_heads != config.num_key_value_heads:
-            return f"BAD: {c.op} gets K/V with {c.kv_heads} heads, the model has {config.num_key_value_heads}"
-    return "OK"
+        return compiled_step_attention(t), t.model.config
 
 
 def main() -> None:
@@ -83,7 +66,8 @@ def main() -> None:
         for c in dict.fromkeys(calls):  # distinct, in order
             print(f"  attention op {c.op}: is_causal={c.is_causal} mask={c.has_mask} q_heads={c.q_heads} "
                   f"kv_heads={c.kv_heads} enable_gqa={c.enable_gqa}")
-    print(f"attention dispatch {verdict(calls, config)}")
+    problems = dispatch_problems(calls, config)
+    print(f"attention dispatch {'BAD: ' + '; '.join(problems) if problems else 'OK'}")
 
 
 if __name__ == "__main__":

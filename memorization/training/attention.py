@@ -31,7 +31,9 @@ ids that restart inside a row.  :class:`memorization.training.train.Trainer` nev
 :func:`unpacked_rows`; a caller that packs with restarting position ids must keep ``"sdpa"``.
 
 :func:`sdpa_recording_backend` is the check: a ``torch.compile`` backend that records each attention kernel op
-the compiled forward dispatches (the aten op, ``is_causal``, whether a mask is passed, the heads of Q and of K/V).
+the compiled forward dispatches (the aten op, ``is_causal``, whether a mask is passed, the heads of Q and of K/V);
+:func:`compiled_step_attention` runs one trainer step under it and :func:`dispatch_problems` says what is wrong with
+what it recorded (the test and ``benchmarks/attention_dispatch.py`` both use them).
 """
 from __future__ import annotations
 
@@ -196,3 +198,31 @@ def sdpa_recording_backend() -> tuple[Callable, list[SdpaCall]]:
         return gm
 
     return aot_autograd(fw_compiler=forward_compiler, bw_compiler=lambda gm, example_inputs: gm), calls
+
+
+def compiled_step_attention(trainer) -> list[SdpaCall]:
+    """The attention kernel ops of one training step of ``trainer`` (a :class:`~memorization.training.train.Trainer`)
+    with its forward and loss compiled by :func:`sdpa_recording_backend` (dynamo's caches reset first, so the
+    step is traced afresh); the trainer keeps that compiled forward."""
+    from .loss import causal_lm_loss_sum
+
+    backend, calls = sdpa_recording_backend()
+    torch._dynamo.reset()
+    trainer.forward = torch.compile(causal_lm_loss_sum, backend=backend)
+    trainer.train_step()
+    return calls
+
+
+def dispatch_problems(calls: list[SdpaCall], config) -> list[str]:
+    """What keeps ``calls`` (one forward of a model with HF ``config``) from being causal flash attention on grouped
+    K/V: not one op per layer, a mask tensor or ``is_causal=False``, K/V repeated to more heads than the model's
+    ``num_key_value_heads``.  Empty when there is nothing wrong."""
+    out = []
+    if len(calls) != config.num_hidden_layers:
+        out.append(f"{len(calls)} attention ops for {config.num_hidden_layers} layers")
+    for c in dict.fromkeys(calls):  # distinct, in order
+        if c.has_mask or not c.is_causal:
+            out.append(f"{c.op} with a mask tensor / is_causal=False")
+        if c.kv_heads != config.num_key_value_heads:
+            out.append(f"{c.op} gets K/V with {c.kv_heads} heads, the model has {config.num_key_value_heads}")
+    return out

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from memorization.training.attention import CAUSAL_SDPA, use_causal_sdpa
+from memorization.training.attention import CAUSAL_SDPA, compiled_step_attention, dispatch_problems, use_causal_sdpa
 from memorization.training.goldfish import GoldfishConfig
 from memorization.training.loss import causal_lm_loss_sum
 from memorization.training.models import build_model
@@ -112,8 +112,6 @@ def test_mask_function_takes_both_calling_conventions(monkeypatch):
 
 def _compiled_step_calls(tmp_path, attn: str | None = None):
     """One training step of the Trainer with its forward compiled by the recording backend; the SDPA calls."""
-    from memorization.training.attention import sdpa_recording_backend
-
     from memorization.training.models import model_config
 
     config = model_config("tiny", V)
@@ -125,11 +123,7 @@ def _compiled_step_calls(tmp_path, attn: str | None = None):
                 rows[:2], cfg, tmp_path)
     if attn is not None:
         t.model.set_attn_implementation(attn)
-    backend, calls = sdpa_recording_backend()
-    torch._dynamo.reset()
-    t.forward = torch.compile(causal_lm_loss_sum, backend=backend)
-    t.train_step()
-    return calls, t.model.config
+    return compiled_step_attention(t), t.model.config
 
 
 def test_compiled_train_step_dispatches_causal_kernel_with_grouped_kv(tmp_path):
@@ -137,21 +131,22 @@ def test_compiled_train_step_dispatches_causal_kernel_with_grouped_kv(tmp_path):
     model's kv_heads (grouped, not repeated to every query head), once per layer."""
     calls, config = _compiled_step_calls(tmp_path)
     assert config.num_key_value_heads < config.num_attention_heads  # the tiny preset is GQA: repeats would show
-    assert len(calls) == config.num_hidden_layers, calls
+    assert dispatch_problems(calls, config) == [], calls
     for c in calls:
-        assert c.is_causal and not c.has_mask, c
         assert (c.q_heads, c.kv_heads) == (config.num_attention_heads, config.num_key_value_heads), c
         assert c.enable_gqa in (None, True), c
 
 
 def test_dispatch_check_sees_hf_sdpa_mask_and_repeated_kv(tmp_path):
     """The check above can fail: on HF's own ``sdpa`` the same compiled step materialises the mask
-    (is_causal=False) and repeats K and V to every query head, and the recorded calls say so."""
+    (is_causal=False) and repeats K and V to every query head, and the recorded calls and the verdict say so."""
     calls, config = _compiled_step_calls(tmp_path, attn="sdpa")
     assert len(calls) == config.num_hidden_layers
     for c in calls:
         assert c.has_mask and not c.is_causal, c
         assert c.kv_heads == c.q_heads == config.num_attention_heads, c
+    problems = dispatch_problems(calls, config)
+    assert len(problems) == 2 and "mask tensor" in problems[0] and "K/V with" in problems[1], problems
 
 
 def test_unpacked_rows_decides_without_a_trace():
