@@ -529,12 +529,22 @@ def check_init(path: str, size: str, family: str | None = None) -> str:
 
 
 def _checkpoint_shape(init: str, size: str, family: str | None, per_size: bool) -> ModelShape | None:
-    """:meth:`JobSpec.checkpoint_shape` for the resolved ``init`` (``per_size``: it had ``{size}`` in it)."""
+    """:meth:`JobSpec.checkpoint_shape` for the resolved ``init`` (``per_size``: it had ``{size}`` in it).  A job
+    asks for it several times (GPU count, plan, header): the answer is kept per checkpoint and its ``config.json``'s
+    modification time, so the file is read once and an edited one is read again."""
+    if not Path(init).exists():
+        return None
+    config_file = Path(init) / "config.json"
+    stamp = config_file.stat().st_mtime_ns if config_file.is_file() else None
+    return _checkpoint_shape_read(init, size, family, per_size, stamp)
+
+
+@lru_cache(maxsize=64)
+def _checkpoint_shape_read(init: str, size: str, family: str | None, per_size: bool,
+                           stamp: int | None) -> ModelShape | None:
     from axonn.presets import get_preset
     from memorization.training.models import model_config
 
-    if not Path(init).exists():
-        return None
     if per_size:
         check_init(init, size, family)
         return None

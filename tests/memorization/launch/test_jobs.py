@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import shutil
 import subprocess
@@ -185,8 +186,8 @@ def test_init_checkpoint_per_size_checked_where_visible(tmp_path, capsys):
 def test_a_checkpoint_of_no_presets_shape_is_planned_as_itself(tmp_path):
     """A visible --init whose layers/heads/FFN are no preset's (a SmolLM2: 9/3 heads, tied) is what memorize.py
     trains, so the job plans that shape: the planner's grid divides its heads, the job is named after the
-    checkpoint and runs on the fewest GPUs the planner fits it on (fewer GPUs: no grid fits); the same
-    checkpoint named per size ({size} in --init) must be that size's."""
+    checkpoint and runs on the fewest GPUs the planner fits it on (fewer GPUs: no grid fits); a checkpoint edited
+    since is planned as it is now; the same checkpoint named per size ({size} in --init) must be that size's."""
     from transformers import LlamaConfig
 
     from axonn.planner import PlanError, divisibility_problem, load_profile, plan
@@ -201,6 +202,10 @@ def test_a_checkpoint_of_no_presets_shape_is_planned_as_itself(tmp_path):
     assert job.tasks == 1 and job.spec.name == "mem-Odd-Llama_v2-alps-gf4-1g" and "--size" not in job.text
     three = gen.make_job(gen.job_spec(**base, init=str(ckpt), gpus=3))
     assert three.tasks == 3 and divisibility_problem(three.shape, three.grid) is None
+    LlamaConfig(vocab_size=1000, hidden_size=96, intermediate_size=250, num_hidden_layers=5, num_attention_heads=3,
+                num_key_value_heads=1, tie_word_embeddings=True).save_pretrained(ckpt)  # the checkpoint changed:
+    os.utime(ckpt / "config.json", ns=(1, 1))  # (a time of its own, whatever the file system's resolution)
+    assert gen.make_job(gen.job_spec(**base, init=str(ckpt))).shape.layers == 5  # read again, not remembered
     per_size = gen.job_spec(**{**base, "init": str(tmp_path / "Odd-Llama_{size}"), "gpus": 16})
     assert gen.make_job(per_size).shape.name == "8b"  # not visible here: planned as the size it stands for
     (tmp_path / "Odd-Llama_8b").symlink_to(ckpt)
