@@ -2,7 +2,8 @@
 
 :func:`decode` sorts the prefixes by length, left-pads each batch (:func:`memorization.lm.batching.left_pad`),
 runs one forward of the prefixes keeping only the last position's logits, then one forward of one new token per
-row per step, the KV cache carrying the rest.  The next token is ``pick(logits, rows)``: the argmax by default, or
+row per step, the KV cache carrying the rest (a :class:`~memorization.lm.kv_cache.GrowingCache`: written in place,
+not copied at every step).  The next token is ``pick(logits, rows)``: the argmax by default, or
 :func:`sampler`'s seeded Gumbel-max draw.
 
 Sampling (:class:`Sampling`): the next token is ``argmax(logits / T + g)`` over the tokens kept by the top-k
@@ -129,6 +130,21 @@ def select_rows(cache: Any, index: torch.Tensor) -> Any:
     return tuple(tuple(t.index_select(0, index.to(t.device)) for t in layer) for layer in cache)
 
 
+def growing_cache(model: torch.nn.Module, keyword: str, room: int) -> dict:
+    """``{keyword: cache}``: a :class:`~memorization.lm.kv_cache.GrowingCache` for ``model``'s prefill with room for
+    ``room`` decoded tokens, or ``{}`` (the model makes its own cache) where transformers' layered ``DynamicCache``
+    or a config is missing, or the model takes its cache under another name."""
+    config = getattr(model, "config", None)
+    if keyword != "past_key_values" or config is None:
+        return {}
+    try:
+        from .kv_cache import GrowingCache
+
+        return {keyword: GrowingCache(config, room)}
+    except (ImportError, TypeError, AttributeError, KeyError):
+        return {}
+
+
 #: ``stop(generated (rows, t), rows) ->`` True (the batch is done), False (go on) or one flag per row (drop the rows
 #: flagged: they are done)
 Stop = Callable[[torch.Tensor, list[int]], "bool | Sequence[bool]"]
@@ -165,17 +181,18 @@ def decode(model: torch.nn.Module, prefixes: Sequence[Sequence[int]], n_new: int
     model.eval()
     for idx in batches:
         ids, mask, pos = left_pad([prefixes[i] for i in idx], pad_id, device)
+        grow = growing_cache(model, cache, n_new)  # the prefill's cache, with room for the n_new tokens to come
         first: dict[tuple[int, ...], int] = {}  # prefix -> its row in the prefill
         inverse = [first.setdefault(tuple(prefixes[i]), len(first)) if share_prefixes else r
                    for r, i in enumerate(idx)]
         if len(first) and len(first) < len(idx):
             uniq = torch.tensor([inverse.index(u) for u in range(len(first))], device=device)
             res = model(input_ids=ids[uniq], attention_mask=mask[uniq], position_ids=pos[uniq], use_cache=True,
-                        **keep_last)
+                        **keep_last, **grow)
             expand = torch.tensor(inverse, device=device)
             past, logits = select_rows(getattr(res, cache), expand), res.logits[:, -1].index_select(0, expand)
         else:
-            res = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **keep_last)
+            res = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **keep_last, **grow)
             past, logits = getattr(res, cache), res.logits[:, -1]
         live = list(range(len(idx)))  # the batch's rows still decoding
         gen: list[list[int]] = [[] for _ in idx]
