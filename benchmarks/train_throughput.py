@@ -306,8 +306,8 @@ def main() -> None:
                 gc.collect()
                 if dev.type == "cuda":
                     print(f"{hf_label(w, dev, opt)} peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
-                torch.cuda.empty_cache()
-                torch.cuda.reset_peak_memory_stats()
+                    torch.cuda.empty_cache()
+                    torch.cuda.reset_peak_memory_stats()
     if a.which in ("both", "ours"):
         res["ours"] = ours(a.size, rows, a.batch, a.steps, a.warmup, dev, not a.no_compile, a.activation_checkpointing,
                            a.profile, a.trace, layers=layers)
