@@ -13,8 +13,8 @@ compiled one is printed beside it.
     python benchmarks/train_throughput.py --fp8 rowwise --hf-weights bf16-compile   # + ours with FP8 Linears
     python benchmarks/train_throughput.py --size 8b --layers 8 --which ours          # the 8b's layers, fewer of them
     python benchmarks/train_throughput.py --init "$(python data/models/get.py smollm2-135m)" --seq 128 --batch 4 \
-        --steps 5 --warmup 1 --hf-weights fp32 --hf-adamw fused,for-loop --no-compile
-                                       # CPU: the real pretrained model, fp32, one process, HF with either AdamW
+        --steps 10 --warmup 1 --hf-weights fp32 --hf-adamw fused,for-loop --no-compile --interleave
+                  # CPU: the real pretrained model, fp32, one process, HF with either AdamW, timed in turns
 
 ``--init DIR`` trains a pretrained HF checkpoint on both sides instead of a preset (its own config and vocabulary,
 tied embeddings tied; ``from_pretrained``'s weights for HF, ``build_model(init=DIR)`` for ours).
@@ -27,8 +27,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+import statistics
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -141,31 +144,58 @@ def hf_eager(size: str, rows: torch.Tensor, batch: int, steps: int, warmup: int,
     return s
 
 
-def ours(size: str, rows: torch.Tensor, batch: int, steps: int, warmup: int, dev: torch.device, compile: bool,
-         ac: bool, profile_steps: int = 0, trace: str | None = None, attention: str = "causal_sdpa",
-         fp8: str = "", layers: int | None = None) -> float:
-    """Our trainer; ``attention="sdpa"`` puts back HF's own mask path (under compile: a materialised mask);
-    ``fp8``: its Linears but the head in FP8 with that torchao recipe (``TrainConfig.fp8``)."""
+def ours_trainer(size: str, rows: torch.Tensor, batch: int, dev: torch.device, compile: bool, ac: bool, tmp: str,
+                 attention: str = "causal_sdpa", fp8: str = "", layers: int | None = None):
+    """``(step, trainer)``: our trainer writing to ``tmp``; ``attention="sdpa"`` puts back HF's own mask path (under
+    compile: a materialised mask); ``fp8``: its Linears but the head in FP8 with that torchao recipe
+    (``TrainConfig.fp8``)."""
     docs = torch.zeros_like(rows, dtype=torch.int32)
     cfg = TrainConfig(batch_size=batch, lr=1e-4, checkpoint_every=0, progress=False, compile=compile,
                       activation_checkpointing=ac, goldfish=GoldfishConfig(k=4, h=13), fp8=fp8)
+    t = Trainer(bench_model(size, layers), rows, docs, rows[:batch], cfg, tmp, run_name="ours",
+                row_context=stream_context(rows))
+    t.total_steps = len(rows) // batch
+    if attention != t.model.config._attn_implementation:
+        t.model.set_attn_implementation(attention)  # before the first step, so compilation sees it
+
+    def step() -> None:
+        if t.step >= t.total_steps:
+            t.step = 0
+        t.train_step()
+
+    return step, t
+
+
+def ours(size: str, rows: torch.Tensor, batch: int, steps: int, warmup: int, dev: torch.device, compile: bool,
+         ac: bool, profile_steps: int = 0, trace: str | None = None, attention: str = "causal_sdpa",
+         fp8: str = "", layers: int | None = None) -> float:
+    """Seconds per step of :func:`ours_trainer`."""
     with tempfile.TemporaryDirectory() as tmp:
-        t = Trainer(bench_model(size, layers), rows, docs, rows[:batch], cfg, tmp, run_name="ours",
-                    row_context=stream_context(rows))
-        t.total_steps = len(rows) // batch
-        if attention != t.model.config._attn_implementation:
-            t.model.set_attn_implementation(attention)  # before the first step, so compilation sees it
-
-        def step() -> None:
-            if t.step >= t.total_steps:
-                t.step = 0
-            t.train_step()
-
+        step, t = ours_trainer(size, rows, batch, dev, compile, ac, tmp, attention, fp8, layers)
         s = timed(step, steps, warmup, dev)
         if profile_steps:
             profile(step, profile_steps, dev, trace)
-        del t
+        del step, t
     return s
+
+
+def interleaved(steps: dict[str, Callable[[], None]], n: int, warmup: int, dev: torch.device) -> dict[str, float]:
+    """Median seconds per step of each of ``steps``, timed in turns: ``warmup`` untimed rounds, then ``n`` rounds
+    of one step each, the order rotated every round.  Where the machine's speed drifts (a shared host, thermal
+    limits), each contender sees the same conditions, which timing one after the other does not give."""
+    names = list(steps)
+    for _ in range(warmup):
+        for name in names:
+            steps[name]()
+    sync(dev)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(n):
+        for name in names[i % len(names):] + names[: i % len(names)]:
+            t0 = time.perf_counter()
+            steps[name]()
+            sync(dev)
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def profile(step, n: int, dev: torch.device, trace: str | None) -> None:
@@ -267,6 +297,10 @@ def main() -> None:
                    help="the AdamW of the HF baselines, comma-separated: fused (HF Trainer's default, on a CPU "
                         "too) and/or for-loop (torch.optim.AdamW's default on a CPU: a hand-written loop's); ours "
                         "uses TrainConfig.adamw_impl's default, fused")
+    p.add_argument("--interleave", action="store_true",
+                   help="build every contender first (HF baselines and ours: they must fit in memory together) and "
+                        "time them in turns, one step each, the median per contender: for a machine whose speed "
+                        "drifts (a shared CPU host); with --which both only")
     p.add_argument("--no-compile", action="store_true", help="do not torch.compile our step")
     p.add_argument("--activation-checkpointing", action="store_true", help="recompute activations in backward")
     p.add_argument("--peak-tflops", type=float, default=H100_BF16_PEAK / 1e12, help="peak for MFU")
@@ -281,6 +315,8 @@ def main() -> None:
     hf_adamw = [w.strip() for w in a.hf_adamw.split(",") if w.strip()]
     if not hf_adamw or any(w not in HF_ADAMW for w in hf_adamw):
         p.error(f"--hf-adamw takes a comma-separated list of {', '.join(HF_ADAMW)}; got {a.hf_adamw!r}")
+    if a.interleave and (a.which != "both" or a.fp8 or a.profile):
+        p.error("--interleave times HF and ours together: --which both, without --fp8 and --profile")
     if a.layers < 0:
         p.error(f"--layers must be >= 0 (0: the preset's), got {a.layers}")
     if a.fp8:
@@ -299,7 +335,15 @@ def main() -> None:
     tok = a.batch * a.seq
     fpt = flops_per_token(shape, a.seq)
     res = {}
-    if a.which in ("both", "hf"):
+    if a.interleave:
+        with tempfile.TemporaryDirectory() as tmp:
+            steps = {hf_label(w, dev, opt): hf_trainer(a.size, rows, a.batch, dev, w, layers, opt)[0]
+                     for w in hf_weights for opt in hf_adamw}
+            steps["ours"] = ours_trainer(a.size, rows, a.batch, dev, not a.no_compile, a.activation_checkpointing,
+                                         tmp, layers=layers)[0]
+            res = interleaved(steps, a.steps, a.warmup, dev)
+            del steps
+    if a.which in ("both", "hf") and not a.interleave:
         for w in hf_weights:
             for opt in hf_adamw:
                 res[hf_label(w, dev, opt)] = hf_eager(a.size, rows, a.batch, a.steps, a.warmup, dev, w, layers, opt)
@@ -308,7 +352,7 @@ def main() -> None:
                     print(f"{hf_label(w, dev, opt)} peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
                     torch.cuda.empty_cache()
                     torch.cuda.reset_peak_memory_stats()
-    if a.which in ("both", "ours"):
+    if a.which in ("both", "ours") and not a.interleave:
         res["ours"] = ours(a.size, rows, a.batch, a.steps, a.warmup, dev, not a.no_compile, a.activation_checkpointing,
                            a.profile, a.trace, layers=layers)
         if dev.type == "cuda":
