@@ -33,9 +33,11 @@ CAUSES = ("unclosed", "pointer misuse", "redeclaration", "writes const input", "
 
 _BUILD = (  # (cause, pattern of the first error line), tested in order
     ("pointer misuse", re.compile(r"subscripted value is neither|invalid type argument of|"
-                                  r"cannot convert to a pointer type|incompatible type|invalid operands")),
+                                  r"cannot convert to a pointer type|incompatible type|invalid operands|"
+                                  r"invalid types .* for array subscript|invalid cast from type|"
+                                  r"invalid conversion from")),  # gcc's C wording, then g++'s
     ("redeclaration", re.compile(r"redeclared as different kind|redefinition of|conflicting types|"
-                                 r"shadows a parameter")),
+                                 r"shadows a parameter|redeclaration of|conflicting declaration")),
     ("writes const input", re.compile(r"read-only|assignment of read-only|discards .const. qualifier")),
     ("unknown name", re.compile(r"undeclared|undefined reference|was not declared|implicit declaration|"
                                 r"has no member named|is not a member of")),

@@ -53,6 +53,11 @@ def test_the_first_error_decides_and_a_link_failure_names_its_missing_symbol():
     link = "c.c:5: warning: implicit declaration of function 'max'\n/usr/bin/ld: c.o: undefined reference to `max'\n"
     assert failure_cause("build_error", link, True) == "unknown name"
     assert failure_cause("build_error", log, False) == "unclosed"  # an unclosed body's errors follow from it
+    gxx = {"candidate.cpp:18:11: error: invalid cast from type ‘double’ to type ‘double*’": "pointer misuse",
+           "candidate.cpp:22:25: error: invalid types ‘const double[int]’ for array subscript": "pointer misuse",
+           "candidate.cpp:30:16: error: redeclaration of ‘double j’": "redeclaration",
+           "candidate.cpp:9:5: error: ‘max’ was not declared in this scope": "unknown name"}  # g++ (Kokkos)
+    assert {line: failure_cause("build_error", line, True) for line in gxx} == gxx
     assert [failure_cause(s, "", True) for s in ("timeout", "runtime_error", "wrong_output")] == \
         ["time-out", "crash", "wrong output"]
 
