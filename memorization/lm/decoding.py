@@ -133,9 +133,9 @@ def select_rows(cache: Any, index: torch.Tensor) -> Any:
 def growing_cache(model: torch.nn.Module, keyword: str, room: int) -> dict:
     """``{keyword: cache}``: a :class:`~memorization.lm.kv_cache.GrowingCache` for ``model``'s prefill with room for
     ``room`` decoded tokens, or ``{}`` (the model makes its own cache) where transformers' layered ``DynamicCache``
-    or a config is missing, or the model takes its cache under another name."""
+    or a config is missing."""
     config = getattr(model, "config", None)
-    if keyword != "past_key_values" or config is None:
+    if keyword not in ("past_key_values", "cache") or config is None:  # (``cache``: transformers 5's name)
         return {}
     try:
         from .kv_cache import GrowingCache

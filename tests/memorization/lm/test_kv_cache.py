@@ -66,10 +66,9 @@ def test_decoding_with_it_gives_dynamic_caches_logits_at_every_step(share):
     g = torch.Generator().manual_seed(1)
     prefixes = [torch.randint(3, 97, (n,), generator=g).tolist() for n in (4, 9, 9, 13, 2, 13)]
     prefixes[2], prefixes[5] = prefixes[1], prefixes[3]
-    assert isinstance(decoding.growing_cache(model, "past_key_values", 8)["past_key_values"], GrowingCache)
 
     def run(grow: bool):
-        seen = []
+        seen, caches = [], []
 
         def pick(logits, rows):
             seen.append(logits.clone())
@@ -80,9 +79,11 @@ def test_decoding_with_it_gives_dynamic_caches_logits_at_every_step(share):
         if not grow:
             decoding.growing_cache = lambda *a: {}
         try:
-            out = decoding.decode(model, prefixes, 12, batch_size=4, pick=pick, stop=stop, share_prefixes=share)
+            out = decoding.decode(model, prefixes, 12, batch_size=4, pick=pick, stop=stop, share_prefixes=share,
+                                  on_cache=caches.append)
         finally:
             decoding.growing_cache = saved
+        assert caches and all(isinstance(c, GrowingCache) == grow for c in caches)  # the cache decode really used
         return out, seen
 
     (got, got_logits), (want, want_logits) = run(True), run(False)
