@@ -22,7 +22,6 @@ import hashlib
 import json
 import os
 import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from axonn.grid_shape import GridShape  # noqa: E402
+from benchmarks.common import torchrun_result  # noqa: E402
 
 GRIDS = ("1,1,1,1", "2,1,1,1", "1,2,1,1", "4,1,1,1", "1,4,1,1", "1,2,2,1", "1,1,2,2")
 
@@ -91,15 +91,9 @@ def main() -> None:
             n = GridShape.parse(grid).size
         except ValueError as e:
             p.error(f"--grids: {e}")
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}", __file__,
-               "--worker", "--grid", grid, "--size", a.size, "--vocab", str(a.vocab), "--docs", str(a.docs),
-               "--prefix", str(a.prefix), "--suffix", str(a.suffix), "--batch", str(a.batch)]
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error", "PYTHONWARNINGS": "ignore"}
-        out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
-        line = next((ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")), None)
-        if out.returncode != 0 or line is None:
-            sys.exit(f"grid {grid} failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
-        rows.append(json.loads(line[len("RESULT "):]))
+        rows.append(torchrun_result(__file__, n, [
+            "--worker", "--grid", grid, "--size", a.size, "--vocab", str(a.vocab), "--docs", str(a.docs),
+            "--prefix", str(a.prefix), "--suffix", str(a.suffix), "--batch", str(a.batch)]))
         print(f"  {grid}: {rows[-1]['tokens_per_s']:.1f} tokens/s", file=sys.stderr, flush=True)
     base = rows[0]
     print(f"Extraction of {a.docs} documents (P = {a.prefix}, S = {a.suffix}, batch {a.batch}), {a.size} fp32, "

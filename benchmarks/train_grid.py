@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from axonn.grid_shape import GridShape  # noqa: E402
+from benchmarks.common import torchrun_result  # noqa: E402
 
 GRIDS = ("1,1,1,1", "2,1,1,1", "1,1,1,2")
 
@@ -96,17 +96,9 @@ def main() -> None:
     rows = []
     for grid, n in grids:
         threads = max(1, a.cores // n)
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}", __file__,
-               "--worker", "--grid", grid, "--threads", str(threads), "--size", a.size, "--vocab", str(a.vocab),
-               "--seq", str(a.seq), "--batch", str(a.batch), "--steps", str(a.steps), "--warmup", str(a.warmup)]
-        cmd += ["--init", a.init] if a.init else []
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TRANSFORMERS_VERBOSITY": "error",
-               "PYTHONWARNINGS": "ignore"}
-        out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
-        line = next((ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")), None)
-        if out.returncode != 0 or line is None:
-            sys.exit(f"grid {grid} failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
-        rows.append(json.loads(line[len("RESULT "):]))
+        args = ["--worker", "--grid", grid, "--threads", str(threads), "--size", a.size, "--vocab", str(a.vocab),
+                "--seq", str(a.seq), "--batch", str(a.batch), "--steps", str(a.steps), "--warmup", str(a.warmup)]
+        rows.append(torchrun_result(__file__, n, args + (["--init", a.init] if a.init else []), threads))
         print(f"  {grid}: {rows[-1]['seconds']:.2f} s/step", file=sys.stderr, flush=True)
     base, tok = rows[0], a.batch * a.seq
     print(f"Training steps of {a.init or a.size} ({a.batch} x {a.seq} tokens, fp32, Goldfish k=4), {a.cores} cores "

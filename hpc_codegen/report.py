@@ -1,8 +1,8 @@
 """The HPC-code report as a reader sees it: markdown tables and a plot, from :func:`.runner.summarize`'s JSON.
 
 ``markdown`` gives the headline (pass@k, build@k, speedup@k, efficiency@k, speedup_max@k, efficiency_max@k over
-all problems and per execution model), one row per problem type and the samples by outcome; ``plot`` draws speedup_n@k and
-efficiency_n@k against the worker count n per execution model, and pass@k per problem type.
+all problems and per execution model), one row per problem type and the samples by outcome; ``plot`` draws
+speedup_n@k and efficiency_n@k against the worker count n per execution model, and pass@k per problem type.
 """
 from __future__ import annotations
 

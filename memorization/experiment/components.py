@@ -65,7 +65,8 @@ def train_config(arm: str, cfg: ExperimentConfig, num_steps: int):
     t = cfg.training
     return TrainConfig(batch_size=t.batch_size, micro_batch=t.micro_batch, steps=t.steps or None, lr=t.lr,
                        warmup_steps=warmup_steps(cfg, num_steps), weight_decay=t.weight_decay,
-                       grad_clip=t.grad_clip, adamw_impl=t.adamw_impl, eval_every=t.eval_every, track_every=cfg.extraction.track_every,
+                       grad_clip=t.grad_clip, adamw_impl=t.adamw_impl, eval_every=t.eval_every,
+                       track_every=cfg.extraction.track_every,
                        checkpoint_every=t.checkpoint_every, compile=t.compile, async_checkpoint=t.async_checkpoint,
                        activation_checkpointing=t.activation_checkpointing, overlap=cfg.execution.overlap,
                        grad_reduce_dtype=cfg.execution.grad_reduce_dtype, seed=t.seed, wandb=cfg.output.wandb,

@@ -3,8 +3,10 @@ decoding step.
 
 ``DynamicLayer.update`` appends a step's keys and values with ``torch.cat``, which copies the whole cache: decoding
 ``n`` tokens after a prefix of ``L`` moves ``O(n (L + n))`` bytes, quadratic in the length.  Profiled on SmolLM2-135M
-(30 layers, 3 KV heads of 64) sampling 1,024 tokens after ~1,000-token prompts on one CPU thread, those copies were
-62% of the time, the model's matmuls 13%.
+(30 layers, 3 KV heads of 64) sampling 1,024 tokens after ~1,000-token prompts on one CPU thread while other
+processes shared the cores, those copies were 62% of the time, the model's matmuls 13%; on a quiet machine, at 16
+rows x ~900 positions, the update alone is 48x cheaper here and the decoding steps 1.19x faster
+(``benchmarks/kv_cache.py``).
 
 :class:`GrowingLayer` keeps each layer's keys and values in a buffer with room for the tokens still to come (the
 decoder knows how many: ``room``), writes each step's positions into it and returns views of the filled part: the

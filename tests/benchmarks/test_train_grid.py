@@ -15,7 +15,7 @@ from benchmarks import train_grid
 def test_bad_settings_are_refused_before_any_rank_starts(monkeypatch, capsys, argv, match):
     """A malformed grid, no timed steps or a missing checkpoint: argparse's error, exit 2, no torchrun launched."""
     monkeypatch.setattr(sys, "argv", ["train_grid.py", *argv])
-    monkeypatch.setattr(train_grid.subprocess, "run", lambda *a, **k: pytest.fail("a grid was launched"))
+    monkeypatch.setattr(train_grid, "torchrun_result", lambda *a, **k: pytest.fail("a grid was launched"))
     with pytest.raises(SystemExit) as exc:
         train_grid.main()
     assert exc.value.code == 2 and match in capsys.readouterr().err

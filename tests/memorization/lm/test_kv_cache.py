@@ -32,7 +32,8 @@ def test_a_growing_layer_holds_what_a_dynamic_layer_holds_through_every_operatio
     buffer = ours._k
     ours.reorder_cache(torch.tensor([2, 0, 0])), ref.reorder_cache(torch.tensor([2, 0, 0]))
     same()
-    ours.batch_select_indices(torch.tensor([True, False, True])), ref.batch_select_indices(torch.tensor([True, False, True]))
+    keep = torch.tensor([True, False, True])
+    ours.batch_select_indices(keep), ref.batch_select_indices(keep)
     same()
     ours.batch_repeat_interleave(2), ref.batch_repeat_interleave(2)
     same()
