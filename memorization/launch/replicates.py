@@ -51,13 +51,17 @@ def rotations(exposures: str) -> list[str]:
     return [",".join(vals[r:] + vals[:r]) for r in range(len(vals))]
 
 
-def headline_metrics(arm: dict) -> dict[str, float]:
+def headline_metrics(arm: dict, reference: dict | None = None) -> dict[str, float]:
     """The numbers of one arm's result (``results.json`` ``arms[name]``) that the seed table aggregates, by key:
     ``exact_match``, ``beam_match``, ``hints_mean``, ... overall; ``exact_match@e16`` by exposure count;
     ``canary_exposure@c4`` the mean canary exposure of the canaries seen 4 times; ``mia_auc_loss`` /
-    ``mia_tpr_loss`` and ``@e16`` by exposure count; ``val_loss``."""
-    keys = ("exact_match", "token_match", "sampled_any", "beam_match", "beam_top1", "hints_mean", "hints_le1",
-            "longest_run_mean", "val_loss")
+    ``mia_tpr_loss`` and ``@e16`` by exposure count; ``val_loss``; with ``--track-every``, the tracked targets'
+    loss at the last tracked step on the labels the Goldfish mask keeps and drops (``kept_loss``,
+    ``dropped_loss``).  Given the same run's ``reference`` arm (the standard arm), also the paired
+    ``val_loss_gap = val_loss / val_loss_reference - 1``: its interval over seeds is the quality cost's, narrower
+    than the two arms' intervals because the seed moves both arms' losses together."""
+    keys = ("exact_match", "token_match", "rouge_l", "prefix_match", "sampled_any", "beam_match", "beam_top1",
+            "hints_mean", "hints_le1", "longest_run_mean", "val_loss")
     out = {k: float(arm[k]) for k in keys if arm.get(k) is not None}
     for e, v in arm.get("by_exposure", {}).items():
         out.update({f"{k}@e{e}": float(v[k]) for k in keys if v.get(k) is not None})
@@ -70,24 +74,38 @@ def headline_metrics(arm: dict) -> dict[str, float]:
             for e, w in v.get("by_exposure", {}).items():
                 if w.get(key) is not None:
                     out[f"mia_{stat}_{score}@e{e}"] = float(w[key])
+    last = (arm.get("tracking") or [{}])[-1]
+    out.update({k: float(last[k]) for k in ("kept_loss", "dropped_loss") if last.get(k) is not None})
+    if reference is not None and reference is not arm and arm.get("val_loss") is not None \
+            and reference.get("val_loss"):
+        out["val_loss_gap"] = float(arm["val_loss"]) / float(reference["val_loss"]) - 1.0
     return out
 
 
-def aggregate_seeds(results: Sequence[dict]) -> dict[str, dict[str, dict]]:
+def aggregate_seeds(results: Sequence[dict], reference: str = "standard") -> dict[str, dict[str, dict]]:
     """``{arm: {metric: {"n", "mean", "ci95", "values"}}}`` over the runs' ``results.json`` (one per seed); a metric
-    missing from some run is aggregated over the runs that have it."""
+    missing from some run is aggregated over the runs that have it.  The paired metrics are taken against the
+    same run's ``reference`` arm where it ran; the standard-vs-Goldfish McNemar p of each run is listed under
+    ``mcnemar_p`` of the ``goldfish`` arm (its values; a mean of p-values means nothing, the table shows the
+    largest)."""
     table: dict[str, dict[str, list[float]]] = {}
     for res in results:
+        ref = res["arms"].get(reference)
         for arm, a in res["arms"].items():
-            for k, v in headline_metrics(a).items():
+            for k, v in headline_metrics(a, ref).items():
                 table.setdefault(arm, {}).setdefault(k, []).append(v)
-    return {arm: {k: {"n": len(v), "mean": sum(v) / len(v), "ci95": mean_ci(v), "values": v}
-                  for k, v in metrics.items()} for arm, metrics in table.items()}
+        p = (res.get("paired_exact_match") or {}).get("p_value")
+        if p is not None and "goldfish" in res["arms"]:
+            table["goldfish"].setdefault("mcnemar_p", []).append(float(p))
+    return {arm: {k: {"n": len(v), "mean": sum(v) / len(v), "ci95": None if k == "mcnemar_p" else mean_ci(v),
+                      "values": v} for k, v in metrics.items()} for arm, metrics in table.items()}
 
 
-def _cell(v: dict | None, digits: int = 3) -> str:
+def _cell(v: dict | None, metric: str = "", digits: int = 3) -> str:
     if v is None:
         return "–"
+    if metric == "mcnemar_p":  # per seed, the largest shown
+        return f"≤ {max(v['values']):.2g}"
     ci = v["ci95"]
     return f"{v['mean']:.{digits}f}" + (f" ± {(ci[1] - ci[0]) / 2:.{digits}f}" if ci else "")
 
@@ -97,10 +115,12 @@ def seeds_markdown(agg: dict, seeds: Sequence[int]) -> str:
     arms = list(agg)
     metrics = sorted({k for a in agg.values() for k in a}, key=_metric_order)
     lines = [f"# Over seeds {', '.join(map(str, seeds))}", "",
-             f"Mean ± half-width of the 95% Student-t interval over {len(seeds)} runs (one per seed).", "",
+             f"Mean ± half-width of the 95% Student-t interval over {len(seeds)} runs (one per seed); "
+             "`val_loss_gap` is each run's held-out loss relative to its standard arm's, `mcnemar_p` the largest "
+             "per-seed exact McNemar p of standard vs Goldfish exact match.", "",
              "| metric | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
     for m in metrics:
-        lines.append(f"| {m} | " + " | ".join(_cell(agg[a].get(m)) for a in arms) + " |")
+        lines.append(f"| {m} | " + " | ".join(_cell(agg[a].get(m), m) for a in arms) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -56,6 +56,27 @@ def test_seed_table_means_and_t_intervals_by_hand():
     assert headline_metrics({"exact_match": 1.0, "hints_mean": None}) == {"exact_match": 1.0}
 
 
+def test_the_quality_cost_is_paired_with_each_seeds_standard_arm_and_p_values_are_not_averaged():
+    """Held-out losses (standard, goldfish) = (5.0, 5.1), (6.0, 6.06), (4.0, 4.08): the paired gaps are 2%, 1%, 2%
+    (mean 5/3%, sd 0.577%, half-width t_2 * 0.577% / sqrt(3) = 1.434%), while the goldfish losses alone spread
+    over 4.08-6.06.  The McNemar p of each seed is listed and the table shows the largest; the tracked targets'
+    kept/dropped-label losses are the last tracked step's."""
+    pairs, ps = [(5.0, 5.1), (6.0, 6.06), (4.0, 4.08)], [1e-9, 3e-8, 2e-9]
+    track = [{"step": 50, "kept_loss": 5.0, "dropped_loss": 5.0}, {"step": 100, "kept_loss": 0.1, "dropped_loss": 8.0}]
+    res = [{"arms": {"standard": {"val_loss": s}, "goldfish": {"val_loss": g, "tracking": track}},
+            "paired_exact_match": {"p_value": p}} for (s, g), p in zip(pairs, ps)]
+    agg = aggregate_seeds(res)
+    gap = agg["goldfish"]["val_loss_gap"]
+    half = 4.302652729911275 * (0.01 / math.sqrt(3)) / math.sqrt(3)
+    assert gap["values"] == pytest.approx([0.02, 0.01, 0.02]) and gap["mean"] == pytest.approx(0.05 / 3)
+    assert gap["ci95"] == pytest.approx([0.05 / 3 - half, 0.05 / 3 + half])
+    assert "val_loss_gap" not in agg["standard"]
+    assert agg["goldfish"]["kept_loss"]["values"] == [0.1] * 3 and agg["goldfish"]["dropped_loss"]["mean"] == 8.0
+    assert agg["goldfish"]["mcnemar_p"]["values"] == ps and agg["goldfish"]["mcnemar_p"]["ci95"] is None
+    md = seeds_markdown(agg, [0, 1, 2])
+    assert "| mcnemar_p | – | ≤ 3e-08 |" in md and "| val_loss_gap | – | 0.017 ± 0.014 |" in md
+
+
 def test_rotations_and_replicate_refusals():
     assert rotations("64,0,0") == ["64,0,0", "0,0,64", "0,64,0"]
     with pytest.raises(ValueError, match="at least one 0"):
