@@ -114,10 +114,10 @@ def seeds_markdown(agg: dict, seeds: Sequence[int]) -> str:
     """The seed table: one row per metric, one column per arm, ``mean ± half-width of the 95% t interval``."""
     arms = list(agg)
     metrics = sorted({k for a in agg.values() for k in a}, key=_metric_order)
+    paired = "; `val_loss_gap` is each run's held-out loss relative to its standard arm's, `mcnemar_p` the " \
+             "largest per-seed exact McNemar p of standard vs Goldfish exact match" if "val_loss_gap" in metrics else ""
     lines = [f"# Over seeds {', '.join(map(str, seeds))}", "",
-             f"Mean ± half-width of the 95% Student-t interval over {len(seeds)} runs (one per seed); "
-             "`val_loss_gap` is each run's held-out loss relative to its standard arm's, `mcnemar_p` the largest "
-             "per-seed exact McNemar p of standard vs Goldfish exact match.", "",
+             f"Mean ± half-width of the 95% Student-t interval over {len(seeds)} runs (one per seed){paired}.", "",
              "| metric | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
     for m in metrics:
         lines.append(f"| {m} | " + " | ".join(_cell(agg[a].get(m), m) for a in arms) + " |")
