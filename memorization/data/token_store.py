@@ -1,4 +1,4 @@
-"""A prepared token store: a run's mixture tokenized once, written as raw arrays, memory-mapped by every rank.
+"""A prepared token store: a run's mixture tokenized once, written as raw arrays, read on demand by every rank.
 
 :func:`prepare_store` loads a corpus, tokenizes it once in parallel (``datasets.map(num_proc=...)`` into a
 memory-mapped Arrow file), builds the mixture with :func:`memorization.data.mixture.build_mixture` (the same
@@ -20,10 +20,9 @@ All arrays are C-ordered raw little-endian files (``ndarray.tofile``).  The dire
 temporary name beside ``out`` and renamed into place, so a reader sees a whole store or none.
 
 :func:`open_store` returns a :class:`~memorization.data.mixture.Mixture` whose ``input_ids``, ``doc_ids`` and
-``row_context`` are :class:`StoredArray` views: ``view[a:b]`` (or ``view[index_tensor]``) copies those rows
-out of the mapping as the dtype the trainer expects (int64 tokens, int32 document ids) and drops the mapped
-pages again, so a rank's resident memory holds only the rows of the step it trains, whatever the store's
-size.  The view's ``token_range`` is the one recorded at prepare time: the trainer checks it against the
+``row_context`` are :class:`StoredArray` views: ``view[a:b]`` (or ``view[index_tensor]``) reads those rows
+from the file (``pread``, nothing mapped) as the dtype the trainer expects (int64 tokens, int32 document ids),
+so a rank's resident memory holds only the rows of the step it trains, whatever the store's size.  The view's ``token_range`` is the one recorded at prepare time: the trainer checks it against the
 model's vocabulary without reading the stream.  Asked with what the run names (``corpus``, ``tokenizer``,
 ``config``, ``target_texts``), ``open_store`` refuses a store of other data or settings, or one that cannot
 fill the steps asked for, with a ``StoreMismatch`` that names the difference and the ``prepare`` command
@@ -38,7 +37,6 @@ A run given no store uses :func:`ensure_cached_store`: the store of its inputs i
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import shlex
 import shutil
@@ -62,7 +60,6 @@ STORE_FILE = "store.json"  # written last: a directory without it is an unfinish
 MANIFEST_FILE = "manifest.json"
 PREPARE_SCRIPT = "data/prepare.py"
 _CHUNK_ROWS = 1 << 16  # rows converted and written at a time
-_FAULT_AROUND = 1 << 16  # bytes around a faulting address the kernel may map with it (Linux fault-around: 64 KiB)
 # the dtype each array has in the trainer's hands (what StoredArray.__getitem__ returns)
 _TORCH_DTYPES = {"input_ids": torch.int64, "doc_ids": torch.int32, "context_ids": torch.int64,
                  "context_doc_ids": torch.int32, "context_start": torch.int64, "val_ids": torch.int64,
@@ -370,13 +367,14 @@ def ensure_cached_store(corpus: str, tokenizer: str, cfg: MixtureConfig, tokeniz
 
 # ---- reading -----------------------------------------------------------------------------------------------
 class StoredArray:
-    """A read-only view of one array of a token store, memory-mapped.
+    """A read-only view of one array of a token store, read from its file on demand.
 
     ``view[a:b]`` and ``view[index]`` (an integer, a 1-D integer tensor or array) return a torch tensor of
-    ``dtype`` holding only those rows, copied out of the mapping, whose pages are then dropped from this
-    process (``madvise(MADV_DONTNEED)``): resident memory does not grow with the rows read.  ``shape``,
-    ``len()``, ``dtype`` (the returned dtype), ``storage_dtype`` and ``token_range`` (the values' range
-    recorded when the store was written) are known without reading the data."""
+    ``dtype`` holding only those rows, read with ``pread`` into a fresh buffer: nothing of the file is mapped
+    into this process, so its resident memory holds the rows asked for and no more, whatever the store's size
+    and however the kernel maps or reads ahead file pages (the page cache may keep them; it is not this
+    process's memory).  ``shape``, ``len()``, ``dtype`` (the returned dtype), ``storage_dtype`` and
+    ``token_range`` (the values' range recorded when the store was written) are known without reading the data."""
 
     def __init__(self, path: Path, dtype: np.dtype, shape: tuple[int, ...], torch_dtype: torch.dtype,
                  value_range: tuple[int, int]):
@@ -384,7 +382,7 @@ class StoredArray:
         self.dtype, self.token_range = torch_dtype, tuple(value_range)
         self.device = torch.device("cpu")
         self._row_bytes = int(np.prod(self.shape[1:], dtype=np.int64)) * self.storage_dtype.itemsize
-        self._mm: mmap.mmap | None = None
+        self._fd: int | None = None
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -392,42 +390,41 @@ class StoredArray:
     def __repr__(self) -> str:
         return f"StoredArray({self.path.name}, shape={self.shape}, {self.storage_dtype} -> {self.dtype})"
 
-    def _map(self) -> np.ndarray:
-        if self._mm is None:
-            with open(self.path, "rb") as f:
-                self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        return np.frombuffer(self._mm, self.storage_dtype, count=int(np.prod(self.shape))).reshape(self.shape)
-
-    def _release(self, lo_row: int, hi_row: int) -> None:
-        """Drop the mapped pages of rows ``[lo_row, hi_row)`` from this process (the page cache keeps them),
-        with the :data:`_FAULT_AROUND` bytes on either side that a page fault may have mapped with them."""
-        if self._mm is None or not hasattr(self._mm, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
-            return
-        start = max(0, lo_row * self._row_bytes - _FAULT_AROUND) // mmap.PAGESIZE * mmap.PAGESIZE
-        end = min(len(self._mm), hi_row * self._row_bytes + _FAULT_AROUND)
-        if end > start:
-            self._mm.madvise(mmap.MADV_DONTNEED, start, end - start)
+    def _read(self, lo: int, hi: int) -> np.ndarray:
+        """Rows ``[lo, hi)`` in the storage dtype, read from the file (a short read means a truncated store)."""
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDONLY)
+        buf = np.empty((hi - lo, *self.shape[1:]), self.storage_dtype)
+        view, offset, done = memoryview(buf).cast("B"), lo * self._row_bytes, 0
+        while done < len(view):
+            n = os.preadv(self._fd, [view[done:]], offset + done)
+            if n == 0:
+                raise StoreError(f"{self.path} ends at byte {offset + done}, before row {hi} of {self.shape[0]}: "
+                                 "the store is damaged or incomplete; prepare it again")
+            done += n
+        return buf
 
     def __getitem__(self, index) -> torch.Tensor:
         if isinstance(index, torch.Tensor):
             index = index.cpu().numpy()
-        data, to = self._map(), np.dtype(str(self.dtype).removeprefix("torch."))
+        to = np.dtype(str(self.dtype).removeprefix("torch."))
         if isinstance(index, slice) and index.step in (None, 1):
             lo, hi, _ = index.indices(len(self))
-            out = np.array(data[lo:hi], dtype=to)
-            self._release(lo, hi)
-        else:  # scattered rows (a fingerprint's sample): one at a time, each page range dropped after its copy
+            out = self._read(lo, max(lo, hi)).astype(to, copy=False)
+        else:  # scattered rows (a fingerprint's sample): one read each
             rows = np.asarray(index, dtype=np.int64) % len(self)  # (integer indices; negative from the end)
             out = np.empty((*np.shape(rows), *self.shape[1:]), to)
             flat = out.reshape(-1, *self.shape[1:])
             for k, i in enumerate(np.ravel(rows).tolist()):
-                flat[k] = data[i]
-                self._release(i, i + 1)
-        del data
+                flat[k] = self._read(i, i + 1)[0]
         return torch.from_numpy(out)
 
-    def __getstate__(self) -> dict:  # a mapping does not pickle: the view re-maps its file where it lands
-        return {**self.__dict__, "_mm": None}
+    def __getstate__(self) -> dict:  # a file descriptor does not travel: the view opens its file where it lands
+        return {**self.__dict__, "_fd": None}
+
+    def __del__(self) -> None:
+        if getattr(self, "_fd", None) is not None:
+            os.close(self._fd)
 
 
 def rebuild_command(path: str | Path, header: dict) -> str:
@@ -573,7 +570,7 @@ def open_store(path: str | Path, corpus: str | None = None, tokenizer=None, conf
                tokenizer_spec: str | None = None, targets_path: str | None = None,
                check_corpus_bytes: bool = True, verify: bool = False) -> Mixture:
     """The :class:`~memorization.data.mixture.Mixture` of the token store in ``path``, its training rows, document
-    ids and row context memory-mapped (:class:`StoredArray`; validation rows, targets and non-members loaded).
+    ids and row context read on demand (:class:`StoredArray`; validation rows, targets and non-members loaded).
 
     It is a drop-in for ``build_mixture(docs, tokenizer, config, target_texts, meta)``'s: the same rows,
     manifest and ``num_steps``.  Given what the run names, it checks the store was prepared from it

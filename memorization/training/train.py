@@ -245,7 +245,7 @@ class Trainer:
     ``row_context`` (the mixture's) lets Goldfish hash each row's first labels from the stream
     tokens before it (:class:`~memorization.training.goldfish.RowContext`).
 
-    ``rows``, ``doc_ids`` and the context's arrays may be tensors or the memory-mapped views of a prepared
+    ``rows``, ``doc_ids`` and the context's arrays may be tensors or the on-demand views of a prepared
     token store (:func:`memorization.data.token_store.open_store`): each step reads only its own ``B`` rows, and
     construction reads none (the token range is the store's recorded one)."""
 
