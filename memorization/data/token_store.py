@@ -22,8 +22,9 @@ temporary name beside ``out`` and renamed into place, so a reader sees a whole s
 :func:`open_store` returns a :class:`~memorization.data.mixture.Mixture` whose ``input_ids``, ``doc_ids`` and
 ``row_context`` are :class:`StoredArray` views: ``view[a:b]`` (or ``view[index_tensor]``) reads those rows
 from the file (``pread``, nothing mapped) as the dtype the trainer expects (int64 tokens, int32 document ids),
-so a rank's resident memory holds only the rows of the step it trains, whatever the store's size.  The view's ``token_range`` is the one recorded at prepare time: the trainer checks it against the
-model's vocabulary without reading the stream.  Asked with what the run names (``corpus``, ``tokenizer``,
+so a rank's resident memory holds only the rows of the step it trains, whatever the store's size.  The view's
+``token_range`` is the one recorded at prepare time: the trainer checks it against the model's vocabulary
+without reading the stream.  Asked with what the run names (``corpus``, ``tokenizer``,
 ``config``, ``target_texts``), ``open_store`` refuses a store of other data or settings, or one that cannot
 fill the steps asked for, with a ``StoreMismatch`` that names the difference and the ``prepare`` command
 that writes the right store.  With ``verify=True`` (what a run does, on one rank) every array is first read
