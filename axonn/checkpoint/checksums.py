@@ -89,6 +89,18 @@ def crcs_of_bytes(data: bytes) -> list[int]:
     return [zlib.crc32(mv[i:i + CHECKSUM_BLOCK]) for i in range(0, len(mv), CHECKSUM_BLOCK)]
 
 
+def pread_exact(fd: int, buf: memoryview, offset: int, name: str | Path) -> None:
+    """Fill ``buf`` (a writable byte view) from byte ``offset`` of the open file ``fd`` (``os.preadv``: no file
+    position used, so threads and forked processes may share ``fd``); ``EOFError`` naming ``name`` and the byte
+    where the file ends if it ends first."""
+    done = 0
+    while done < len(buf):
+        n = os.preadv(fd, [buf[done:]], offset + done)
+        if n == 0:
+            raise EOFError(f"{name} ended at byte {offset + done}")
+        done += n
+
+
 def crcs_of_file(f: Path, size: int) -> list[int]:
     """The crc32 of each block of the first ``size`` bytes of ``f``, blocks read and hashed in parallel."""
     fd = os.open(f, os.O_RDONLY)
@@ -99,11 +111,10 @@ def crcs_of_file(f: Path, size: int) -> list[int]:
                 buf = _buffers.buf = memoryview(bytearray(_READ_CHUNK))
             crc, off, end = 0, i * CHECKSUM_BLOCK, min(size, (i + 1) * CHECKSUM_BLOCK)
             while off < end:
-                n = os.preadv(fd, [buf[:min(_READ_CHUNK, end - off)]], off)
-                if n == 0:
-                    raise EOFError(f"{f} ended at byte {off}")
-                crc = zlib.crc32(buf[:n], crc)
-                off += n
+                chunk = buf[:min(_READ_CHUNK, end - off)]
+                pread_exact(fd, chunk, off, f)
+                crc = zlib.crc32(chunk, crc)
+                off += len(chunk)
             return crc
 
         return list(hash_pool().map(block, range(math.ceil(size / CHECKSUM_BLOCK))))

@@ -50,7 +50,7 @@ import numpy as np
 import torch
 
 from axonn.checkpoint import CHECKSUM_BLOCK, CrcWriter
-from axonn.checkpoint.checksums import crcs_of_file
+from axonn.checkpoint.checksums import crcs_of_file, pread_exact
 
 from .atomic import atomic_write_json
 from memorization.training.goldfish import RowContext
@@ -396,13 +396,11 @@ class StoredArray:
         if self._fd is None:
             self._fd = os.open(self.path, os.O_RDONLY)
         buf = np.empty((hi - lo, *self.shape[1:]), self.storage_dtype)
-        view, offset, done = memoryview(buf).cast("B"), lo * self._row_bytes, 0
-        while done < len(view):
-            n = os.preadv(self._fd, [view[done:]], offset + done)
-            if n == 0:
-                raise StoreError(f"{self.path} ends at byte {offset + done}, before row {hi} of {self.shape[0]}: "
-                                 "the store is damaged or incomplete; prepare it again")
-            done += n
+        try:
+            pread_exact(self._fd, memoryview(buf).cast("B"), lo * self._row_bytes, self.path)
+        except EOFError as e:
+            raise StoreError(f"{e}, before row {hi} of {self.shape[0]}: the store is damaged or incomplete; "
+                             "prepare it again") from None
         return buf
 
     def __getitem__(self, index) -> torch.Tensor:
