@@ -168,7 +168,8 @@ def test_plausible_wrong_candidates_are_rejected(which, tmp_path):
     path = tmp_path / "wrong.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     per_problem = load_completions(path)["hpc"]
-    # every repeat is a run on fresh inputs: some bugs show on one input in three
+    # --quick is one run on one input, drawn afresh per invocation: a candidate's bug must show on every input its
+    # driver can draw (an off-by-one that equal neighbours hide would pass now and then)
     report = hpc_code_report("--completions", str(path), "--quick", "--timeout", "60", "--k", "1", "--workers", "2",
                              timeout=1800)
     assert sum(r["samples"] for r in report["results"]) == sum(len(v) for v in per_problem.values()) == len(rows)
