@@ -5,9 +5,11 @@
 For each grid: ``build_model(init=MODEL_DIR)`` on the grid (every rank reads only its rows) gives the loss of
 ``from_pretrained``'s model within 1e-5 relative, fp32, and every gradient as accurately as that serial fp32
 model computes it: its error against the same model in fp64 is at most ``SLACK`` times the serial fp32 model's
-own (at least ``FLOOR``).  30 layers deep, fp32 rounding alone puts the first layers' gradients ~1e-5 from the
-fp64 ones, and a parallel computation sums in another order, so a fixed tolerance would test the rounding; a
-wrong shard, a missing reduction or an untied embedding is off by orders of magnitude more.  ``--save`` (first grid): two AdamW
+own on that tensor or, where that is smaller, on the median tensor (the rounding level at this depth: one
+tensor's serial error can be lucky, e.g. 3.5e-6 where the median is 7.9e-6 and the largest 1.1e-4), and at
+least ``FLOOR``.  30 layers deep, fp32 rounding alone puts the first layers' gradients ~1e-5 from the fp64 ones,
+and a parallel computation sums in another order, so a fixed tolerance would test the rounding; a wrong shard,
+a missing reduction or an untied embedding is off by orders of magnitude more.  ``--save`` (first grid): two AdamW
 steps, a sharded checkpoint in STATE_DIR/ckpt and the losses of two more steps in STATE_DIR/losses.json;
 ``--resume`` (first grid): that checkpoint loaded onto this grid continues with the same two losses.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 from pathlib import Path
 
@@ -73,12 +76,14 @@ def check_grid(spec: str, model_dir: str, ref, ref_out, x, exact: dict) -> tuple
     assert set(grads) == {n for n, _ in ref.named_parameters()}, set(grads) ^ {n for n, _ in ref.named_parameters()}
     worst = ""
     if dist.get_rank() == 0:  # the full gradients are on every rank; the fp64 ones on rank 0
+        serial = {n: rel_err(p.grad, exact[n]) for n, p in ref.named_parameters()}
+        level = max(statistics.median(serial.values()), FLOOR)
         ratios = {}
-        for n, p in ref.named_parameters():
-            serial, parallel = rel_err(p.grad, exact[n]), rel_err(grads[n], exact[n])
-            ratios[n] = parallel / max(serial, FLOOR)
-            assert parallel <= max(SLACK * serial, FLOOR), \
-                f"{spec} grad {n}: {parallel:.2e} from fp64, the serial fp32 model's {serial:.2e} (x{SLACK:g} allowed)"
+        for n in serial:
+            parallel = rel_err(grads[n], exact[n])
+            ratios[n] = parallel / max(serial[n], level)
+            assert ratios[n] <= SLACK, (f"{spec} grad {n}: {parallel:.2e} from fp64, the serial fp32 model's "
+                                        f"{serial[n]:.2e} (median tensor {level:.2e}; x{SLACK:g} allowed)")
         n = max(ratios, key=ratios.get)
         worst = f" (worst gradient {n}: {ratios[n]:.2f}x the serial fp32 model's own error)"
     if rt.grid.rank == 0:
