@@ -21,7 +21,8 @@ def test_the_real_model_equals_one_process_on_grids_and_resumes_on_another(smoll
     """Row 3 (its 9 heads and 3 KV heads split by 3) and data 3 on three ranks, then column x depth and data x
     column on four: loss within 1e-5 of one process, and every gradient as close to the fp64 computation as one
     fp32 process's (within 4x its error against a loss taken in fp64, or 4x the median tensor's where that is
-    larger: 30 fp32 layers round differently in another order); the fine-tune saved on 1,3,1,1 resumes on 1,1,2,2 with the same two losses."""
+    larger: 30 fp32 layers round differently in another order); the fine-tune saved on 1,3,1,1 resumes on 1,1,2,2
+    with the same two losses."""
     codes, out = launcher.launch("real_model_checks.py", 3, [str(smollm2), str(tmp_path), "1,3,1,1", "3,1,1,1",
                                                              "--save"], timeout=420)
     assert codes == [0] * 3, out
